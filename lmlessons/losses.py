@@ -1,0 +1,151 @@
+"""The training losses: MLM, CLM, NSP and BERT's combined pretraining loss.
+
+They mirror transformers' ``loss/loss_utils.py`` (``fixed_cross_entropy``, ``ForMaskedLMLoss``,
+``ForCausalLMLoss``) and ``BertForPreTraining`` and are tested to equal them to 1e-5, with two
+deliberate differences, both documented where they happen:
+
+* a batch with no target token gives a loss of exactly 0 that still backpropagates (zero
+  gradients), where ``F.cross_entropy(..., reduction="mean")`` gives NaN (0 / 0);
+* ``num_items_in_batch`` is validated (a count of 0 is an error, not a division by zero).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import IGNORE_INDEX, check_float_tensor, check_labels, check_num_items
+from .shifting import shift_labels
+
+
+def _token_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | None
+) -> torch.Tensor:
+    """Cross-entropy over rows whose label is not -100: ``(N, V)`` logits, ``(N,)`` labels.
+
+    ``num_items_in_batch=None``: the mean over target rows (0, not NaN, when there are none).
+    Otherwise the *sum* over target rows divided by ``num_items_in_batch``: summing these over
+    micro-batches with one shared count gives the full-batch mean (transformers'
+    ``fixed_cross_entropy``, the October 2024 gradient-accumulation fix).
+    """
+    logits = logits.float()  # upcast like ForCausalLMLoss: bf16 logits lose precision in log-softmax
+    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")  # ()
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    n_targets = int((labels != IGNORE_INDEX).sum())
+    # total is 0.0 (and connected to logits) when nothing is a target, so this is 0, never NaN.
+    return total / max(n_targets, 1)
+
+
+def _check_logits_labels(
+    logits: object, labels: object, logits_name: str = "logits", labels_name: str = "labels"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = check_float_tensor(logits_name, logits, min_ndim=2)
+    vocab_size = logits.shape[-1]
+    labels = check_labels(labels_name, labels, vocab_size)
+    if tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"{labels_name} must have shape {logits_name}.shape[:-1] = {tuple(logits.shape[:-1])} "
+            f"(one label per position), got {tuple(labels.shape)}"
+        )
+    return logits, labels
+
+
+def _check_nsp(
+    logits: object, labels: object, logits_name: str = "logits", labels_name: str = "labels"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = check_float_tensor(logits_name, logits, min_ndim=2)
+    if logits.dim() != 2 or logits.shape[-1] != 2:
+        raise ValueError(
+            f"{logits_name} must have shape (B, 2) for (IsNext, NotNext), got {tuple(logits.shape)}"
+        )
+    labels = check_labels(labels_name, labels, 2)
+    if tuple(labels.shape) != (logits.shape[0],):
+        raise ValueError(f"{labels_name} must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
+    if bool((labels == IGNORE_INDEX).any()):
+        raise ValueError(f"{labels_name} must be 0 (IsNext) or 1 (NotNext); -100 is not allowed here")
+    return logits, labels
+
+
+def mlm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Masked-LM loss: cross-entropy over positions whose label is not -100.
+
+    Args:
+        logits: ``(B, T, V)`` scores from the MLM head.
+        labels: ``(B, T)`` original ids at selected positions, -100 elsewhere (from
+            :func:`lmlessons.mask_tokens`). No shift: position t predicts its own token.
+        num_items_in_batch: total count of labelled positions over all micro-batches of one
+            optimizer step; when given, returns sum / count.
+
+    Equals ``BertForMaskedLM(...).loss`` (transformers ``ForMaskedLMLoss``).
+    """
+    logits, labels = _check_logits_labels(logits, labels)
+    n = check_num_items(num_items_in_batch)
+    vocab_size = logits.shape[-1]
+    return _token_cross_entropy(logits.reshape(-1, vocab_size), labels.reshape(-1), n)  # (B*T, V)
+
+
+def clm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Causal-LM (next-token) loss. ``labels`` are *unshifted*: shifting happens here.
+
+    Args:
+        logits: ``(B, T, V)``; position t scores the token at t + 1.
+        labels: ``(B, T)``, ``input_ids.clone()`` with -100 where nothing is learned (padding).
+            Do not shift them yourself: pre-shifted labels train next-*next*-token prediction.
+        num_items_in_batch: total count of targets *after the shift* over all micro-batches.
+
+    Equals transformers' ``ForCausalLMLoss`` and so the loss of ``GPT2LMHeadModel`` and
+    ``BertLMHeadModel(is_decoder=True)``.
+    """
+    logits, labels = _check_logits_labels(logits, labels)
+    n = check_num_items(num_items_in_batch)
+    vocab_size = logits.shape[-1]
+    targets = shift_labels(labels)  # (B, T): targets[:, t] = labels[:, t + 1], last column -100
+    return _token_cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), n)
+
+
+def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-sentence-prediction loss: mean cross-entropy over ``(B, 2)`` logits.
+
+    ``labels`` ``(B,)``: 0 = IsNext (B really follows A), 1 = NotNext (B comes from another
+    document). This is BERT's and transformers' ``next_sentence_label`` convention; d2l.ai uses
+    the opposite (``is_next=True`` -> 1), so mixing code from the two silently flips the task.
+    """
+    logits, labels = _check_nsp(logits, labels)
+    return _token_cross_entropy(logits, labels, None)
+
+
+def bert_pretraining_loss(
+    mlm_logits: torch.Tensor,
+    nsp_logits: torch.Tensor,
+    mlm_labels: torch.Tensor,
+    nsp_labels: torch.Tensor,
+    *,
+    mlm_weight: float = 1.0,
+    nsp_weight: float = 1.0,
+) -> torch.Tensor:
+    """BERT's pretraining loss: ``mlm_weight * MLM + nsp_weight * NSP``.
+
+    The two terms are means over different units: MLM over masked tokens, NSP over sequences.
+    At the default weights this equals ``BertForPreTraining(...).loss`` (and Google's
+    ``run_pretraining.py``: ``total_loss = masked_lm_loss + next_sentence_loss``).
+    """
+    for name, w in (("mlm_weight", mlm_weight), ("nsp_weight", nsp_weight)):
+        if isinstance(w, bool) or not isinstance(w, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(w).__name__}")
+        if not w >= 0:
+            raise ValueError(f"{name} must be >= 0, got {w}")
+    mlm_logits, mlm_labels = _check_logits_labels(mlm_logits, mlm_labels, "mlm_logits", "mlm_labels")
+    nsp_logits, nsp_labels = _check_nsp(nsp_logits, nsp_labels, "nsp_logits", "nsp_labels")
+    if mlm_logits.dim() == 3 and mlm_logits.shape[0] != nsp_logits.shape[0]:
+        raise ValueError(
+            f"mlm_logits (B, T, V) and nsp_logits (B, 2) must share B, got {mlm_logits.shape[0]} "
+            f"and {nsp_logits.shape[0]}"
+        )
+    vocab_size = mlm_logits.shape[-1]
+    mlm = _token_cross_entropy(mlm_logits.reshape(-1, vocab_size), mlm_labels.reshape(-1), None)
+    nsp = _token_cross_entropy(nsp_logits, nsp_labels, None)
+    return mlm_weight * mlm + nsp_weight * nsp

@@ -1,0 +1,112 @@
+"""Loss edge cases: nothing to predict, num_items_in_batch, gradients, bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lmlessons import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss, shift_labels
+
+V = 11
+
+
+def _logits(*shape, seed=0, grad=True):
+    t = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return t.requires_grad_(grad)
+
+
+def test_no_target_gives_zero_that_backpropagates():
+    for fn, T in ((mlm_loss, 5), (clm_loss, 5)):
+        logits = _logits(2, T, V)
+        labels = torch.full((2, T), -100)
+        loss = fn(logits, labels)
+        assert not torch.isnan(loss) and loss.item() == 0.0
+        loss.backward()
+        assert logits.grad is not None and torch.count_nonzero(logits.grad) == 0
+    # transformers' mean-reduced cross-entropy gives NaN here: that is the bug we avoid
+    assert torch.isnan(F.cross_entropy(torch.randn(3, V), torch.full((3,), -100)))
+
+
+def test_clm_with_only_first_token_labelled_has_no_target_after_shift():
+    labels = torch.full((1, 4), -100)
+    labels[0, 0] = 3
+    assert clm_loss(_logits(1, 4, V), labels).item() == 0.0
+
+
+def test_mlm_loss_counts_only_labelled_positions():
+    logits = _logits(2, 6, V)
+    labels = torch.full((2, 6), -100)
+    labels[0, 1], labels[1, 4] = 2, 7
+    sel = labels != -100
+    expected = F.cross_entropy(logits[sel], labels[sel])
+    torch.testing.assert_close(mlm_loss(logits, labels), expected)
+
+
+def test_num_items_in_batch_is_sum_over_count():
+    logits = _logits(2, 6, V)
+    labels = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(1))
+    labels[1, 3:] = -100
+    s = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum")
+    torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=20), s / 20)
+    torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=torch.tensor(20)), s / 20)
+    shifted = shift_labels(labels)
+    s2 = F.cross_entropy(logits.reshape(-1, V), shifted.reshape(-1), ignore_index=-100, reduction="sum")
+    torch.testing.assert_close(clm_loss(logits, labels, num_items_in_batch=7), s2 / 7)
+
+
+def test_gradient_accumulation_matches_full_batch_gradient():
+    logits = _logits(4, 8, V, seed=3)
+    labels = torch.randint(0, V, (4, 8), generator=torch.Generator().manual_seed(2))
+    labels[0, 2:] = -100
+    labels[3, 6:] = -100
+    full = clm_loss(logits, labels)
+    (g_full,) = torch.autograd.grad(full, logits)
+    n = int((shift_labels(labels) != -100).sum())
+    acc = clm_loss(logits[:1], labels[:1], num_items_in_batch=n) + clm_loss(logits[1:], labels[1:], num_items_in_batch=n)
+    (g_acc,) = torch.autograd.grad(acc, logits)
+    torch.testing.assert_close(acc, full)
+    torch.testing.assert_close(g_acc, g_full)
+
+
+def test_shift_labels():
+    labels = torch.tensor([[1, 2, 3, -100], [4, 5, -100, -100]])
+    out = shift_labels(labels)
+    assert out.tolist() == [[2, 3, -100, -100], [5, -100, -100, -100]]
+    assert labels.tolist()[0] == [1, 2, 3, -100], "input untouched"
+    assert shift_labels(torch.tensor([[7]])).tolist() == [[-100]]
+    assert shift_labels(labels, ignore_index=-1)[:, -1].tolist() == [-1, -1]
+
+
+def test_nsp_loss_convention_and_value():
+    logits = torch.tensor([[3.0, -3.0], [-3.0, 3.0]])
+    assert nsp_loss(logits, torch.tensor([0, 1])).item() < 0.01  # 0 = IsNext scored by column 0
+    assert nsp_loss(logits, torch.tensor([1, 0])).item() > 5.0
+
+
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda: mlm_loss([1.0], torch.tensor([1])), TypeError, "logits"),
+        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3)), TypeError, "labels"),
+        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 4, dtype=torch.long)), ValueError, "labels must have shape"),
+        (lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), V)), ValueError, "labels must hold ids"),
+        (lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), -5)), ValueError, "labels must hold ids"),
+        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=0), ValueError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=-1), ValueError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=2.5), TypeError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.zeros(2, 3, V, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), TypeError, "logits"),
+        (lambda: nsp_loss(torch.randn(2, 3), torch.tensor([0, 1])), ValueError, "2"),
+        (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0, 2])), ValueError, "labels"),
+        (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0])), ValueError, "labels"),
+        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1])), ValueError, "nsp_logits"),
+        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(3, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1, 0])), ValueError, "share"),
+        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 4, dtype=torch.long), torch.tensor([0, 1])), ValueError, "mlm_labels"),
+        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1]), mlm_weight=-1), ValueError, "mlm_weight"),
+        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1]), nsp_weight="1"), TypeError, "nsp_weight"),
+        (lambda: shift_labels([1, 2]), TypeError, "labels"),
+        (lambda: shift_labels(torch.tensor(3)), ValueError, "labels"),
+    ],
+)
+def test_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
