@@ -1,0 +1,141 @@
+"""Reference solutions of the exercises, written to be read (``solution(name)`` shows them).
+
+They are short on purpose: no input validation (the package versions in ``lmlessons`` add it),
+one idea per line, shape comments. The test suite checks that each one passes its checker and
+agrees with the package.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    special_tokens_mask: torch.Tensor | None = None,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # 1. select positions: probability mlm_probability, never a special token or padding
+    probs = torch.full(input_ids.shape, mlm_probability)  # (B, T)
+    if special_tokens_mask is not None:
+        probs.masked_fill_(special_tokens_mask.bool(), 0.0)
+    selected = torch.bernoulli(probs, generator=generator).bool()  # (B, T)
+
+    # 2. labels: the original id where selected, -100 (ignored by the loss) elsewhere
+    labels = torch.where(selected, input_ids, -100)  # (B, T)
+
+    # 3. corrupt a copy of the input; the caller's tensor stays untouched
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    masked[to_mask] = mask_token_id
+    # among the rest, random_replace_prob / (1 - mask_replace_prob) become a random id
+    rest = 1.0 - mask_replace_prob
+    p_random = random_replace_prob / rest if rest > 0 else 0.0
+    to_random = torch.bernoulli(torch.full(input_ids.shape, p_random), generator=generator).bool()
+    to_random &= selected & ~to_mask
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)  # (B, T)
+    masked[to_random] = random_ids[to_random]
+    return masked, labels  # the remaining selected positions keep their token
+
+
+def mlm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    vocab_size = logits.shape[-1]
+    # sum over the positions whose label is not -100 (cross_entropy skips -100 by default)
+    total = F.cross_entropy(logits.reshape(-1, vocab_size).float(), labels.reshape(-1), reduction="sum")
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch  # gradient accumulation: divide by the step's count
+    count = (labels != -100).sum()
+    return total / count.clamp(min=1)  # 0, not NaN, when nothing is masked
+
+
+def clm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    vocab_size = logits.shape[-1]
+    # position t predicts token t + 1: drop the last logits and the first labels
+    shift_logits = logits[:, :-1, :]  # (B, T-1, V)
+    shift_labels = labels[:, 1:]  # (B, T-1), -100 on padding stays -100
+    total = F.cross_entropy(
+        shift_logits.reshape(-1, vocab_size).float(), shift_labels.reshape(-1), reduction="sum"
+    )
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    count = (shift_labels != -100).sum()
+    return total / count.clamp(min=1)  # 0, not NaN, when there is nothing to predict
+
+
+def make_nsp_pairs(
+    documents: list[list[list[int]]],
+    *,
+    cls_token_id: int,
+    sep_token_id: int,
+    pad_token_id: int,
+    max_length: int,
+    nsp_probability: float = 0.5,
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
+    def rand() -> float:  # one uniform number from the generator
+        return float(torch.rand((), generator=generator))
+
+    def randint(low: int, high: int) -> int:  # an int in [low, high)
+        return int(torch.randint(low, high, (), generator=generator))
+
+    max_tokens = max_length - 3  # room for [CLS], [SEP], [SEP]
+    examples = []  # (tokens_a, tokens_b, label)
+    for d, doc in enumerate(documents):
+        for split in range(1, len(doc)):  # A = sentences before `split`, B starts at `split`
+            a = [t for s in doc[max(0, split - 2) : split] for t in s]  # up to two sentences
+            if rand() < nsp_probability:  # NotNext: B from another document
+                other = randint(0, len(documents) - 1)
+                other += other >= d  # uniform over the other documents
+                start = randint(0, len(documents[other]))
+                b = [t for s in documents[other][start : start + 2] for t in s]
+                label = 1
+            else:  # IsNext: B is the text that follows A
+                b = [t for s in doc[split : split + 2] for t in s]
+                label = 0
+            while len(a) + len(b) > max_tokens:  # trim the longer side, front or back at random
+                longer = a if len(a) > len(b) else b
+                del longer[0 if rand() < 0.5 else -1]
+            examples.append((a, b, label))
+
+    width = max(len(a) + len(b) + 3 for a, b, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_token_id)  # (N, L)
+    token_type_ids = torch.zeros((len(examples), width), dtype=torch.long)  # (N, L)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)  # (N, L)
+    for i, (a, b, _) in enumerate(examples):
+        seq = [cls_token_id, *a, sep_token_id, *b, sep_token_id]
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        token_type_ids[i, len(a) + 2 : len(seq)] = 1  # B and the final [SEP]
+        attention_mask[i, : len(seq)] = 1
+    next_sentence_label = torch.tensor([label for _, _, label in examples])  # (N,) 0 = IsNext
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "next_sentence_label": next_sentence_label,
+    }
+
+
+def bert_pretraining_loss(
+    mlm_logits: torch.Tensor,
+    nsp_logits: torch.Tensor,
+    mlm_labels: torch.Tensor,
+    nsp_labels: torch.Tensor,
+    *,
+    mlm_weight: float = 1.0,
+    nsp_weight: float = 1.0,
+) -> torch.Tensor:
+    vocab_size = mlm_logits.shape[-1]
+    total = F.cross_entropy(mlm_logits.reshape(-1, vocab_size).float(), mlm_labels.reshape(-1), reduction="sum")
+    mlm = total / (mlm_labels != -100).sum().clamp(min=1)  # mean over masked tokens, 0 if none
+    nsp = F.cross_entropy(nsp_logits.float(), nsp_labels)  # (B, 2) vs (B,), 0 = IsNext
+    return mlm_weight * mlm + nsp_weight * nsp

@@ -1,0 +1,652 @@
+"""Wrong (and a few right) implementations of the exercises, as test fixtures for the checkers.
+
+Each naive variant has exactly the defect its name says (or, for the ``seed_*`` ones, every
+defect of the matching function in ../shared/seeds/003_405ef49f62dd5e4d.txt, re-implemented
+here in the exercise's signature), and ``EXPECTED[name]`` is the mistake code the checker must
+report. ``VALID`` lists correct implementations that differ from the package's, which the
+checkers must accept.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+IGNORE = -100
+
+# ----------------------------------------------------------------------------- mask_tokens
+
+
+def _select(input_ids, special_tokens_mask, p, generator, *, exclude_special=True):
+    probs = torch.full(input_ids.shape, p)
+    if exclude_special and special_tokens_mask is not None:
+        probs[special_tokens_mask.bool()] = 0.0
+    return torch.bernoulli(probs, generator=generator).bool()
+
+
+def _corrupt(input_ids, selected, mask_token_id, vocab_size, p_mask, p_random, generator, *, conditional=True):
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, p_mask), generator=generator).bool() & selected
+    masked[to_mask] = mask_token_id
+    p = (p_random / (1 - p_mask) if p_mask < 1 else 0.0) if conditional else p_random
+    to_random = torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool() & selected & ~to_mask
+    masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
+    return masked
+
+
+def mask_seed_as_written(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                         mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    """The seed's create_mlm_mask: global RNG, specials not excluded, fixed 80/10/10 thresholds
+    (its probability arguments unused), and a boolean mask returned instead of labels."""
+    u = torch.rand(input_ids.shape)
+    chosen = u < mlm_probability
+    out = input_ids.clone()
+    how = torch.rand(input_ids.shape)
+    out[chosen & (how < 0.8)] = mask_token_id
+    rnd = chosen & (how >= 0.8) & (how < 0.9)
+    out[rnd] = torch.randint(0, vocab_size, input_ids.shape)[rnd]
+    return out, chosen
+
+
+def mask_seed_with_labels(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                          mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    """The seed's algorithm with -100 labels bolted on: still masks specials, ignores the
+    replace probabilities and the generator."""
+    out, chosen = mask_seed_as_written(input_ids, mask_token_id=mask_token_id, vocab_size=vocab_size,
+                                       mlm_probability=mlm_probability)
+    return out, torch.where(chosen, input_ids, IGNORE)
+
+
+def mask_specials(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                  mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator, exclude_special=False)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_hard_coded_ids(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                        mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    """Excludes BERT's [PAD]=0, [CLS]=101, [SEP]=102 by value instead of using the mask."""
+    probs = torch.full(input_ids.shape, mlm_probability)
+    probs[(input_ids == 0) | (input_ids == 101) | (input_ids == 102)] = 0.0
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_fixed_replace_probs(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                             mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, 0.8, 0.1, generator)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_fixed_mlm_probability(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                               mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, 0.15, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_labels_copy(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                     mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, input_ids.clone()
+
+
+def mask_labels_zero(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                     mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, input_ids * selected
+
+
+def mask_labels_corrupted(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                          mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, torch.where(selected, masked, IGNORE)
+
+
+def mask_in_place(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                  mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, IGNORE)
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    input_ids[to_mask] = mask_token_id  # writes into the caller's tensor
+    return input_ids, labels
+
+
+def mask_global_rng(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                    mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, None)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, None)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_own_generator(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                       mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    g = torch.Generator().manual_seed(1234)  # ignores the argument
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, g)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, g)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_random_unconditional(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                              mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
+                      generator, conditional=False)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_tilde_on_long(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                       mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    probs = torch.full(input_ids.shape, mlm_probability)
+    probs = probs.masked_fill(~special_tokens_mask, 0.0)  # ~ on a 0/1 long tensor, not a bool one
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    return input_ids.clone(), torch.where(selected, input_ids, IGNORE)
+
+
+def mask_none_crashes(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                      mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    probs = torch.full(input_ids.shape, mlm_probability)
+    probs[special_tokens_mask.bool()] = 0.0  # fails for the default special_tokens_mask=None
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_unguarded_division(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
+                            mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    masked[to_mask] = mask_token_id
+    p = random_replace_prob / (1 - mask_replace_prob)  # ZeroDivisionError at mask_replace_prob=1
+    to_random = torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool() & selected & ~to_mask
+    masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
+    return masked, torch.where(selected, input_ids, IGNORE)
+
+
+def mask_int32(input_ids, **kwargs):
+    masked, labels = mask_specials(input_ids, **kwargs)
+    return masked.int(), labels.int()
+
+
+def mask_single_tensor(input_ids, **kwargs):
+    return mask_specials(input_ids, **kwargs)[0]
+
+
+# ----------------------------------------------------------------------------- mlm_loss
+
+
+def _flat(logits, labels):
+    return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+
+
+def mlm_seed_as_written(logits, labels, *, num_items_in_batch=None):
+    """The seed's mlm_loss: selects the masked rows, mean cross-entropy, returns (loss, info)."""
+    x, y = _flat(logits, labels)
+    keep = y != IGNORE
+    loss = F.cross_entropy(x[keep], y[keep])
+    return loss, {"loss": loss.item(), "num_masked": int(keep.sum())}
+
+
+def mlm_seed_loss_only(logits, labels, *, num_items_in_batch=None):
+    """The seed's computation returning just the loss: NaN when nothing is masked."""
+    return mlm_seed_as_written(logits, labels)[0]
+
+
+def mlm_counts_unmasked(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y, reduction="sum") / y.numel()
+
+
+def mlm_clamped_labels(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y.clamp(min=0))
+
+
+def mlm_per_row_mean(logits, labels, *, num_items_in_batch=None):
+    rows = [F.cross_entropy(lg, lb) for lg, lb in zip(logits, labels) if (lb != IGNORE).any()]
+    return torch.stack(rows).mean()
+
+
+def mlm_sum(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y, reduction="sum")
+
+
+def mlm_item(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return torch.tensor(F.cross_entropy(x, y).item())
+
+
+def mlm_python_float(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y).item()
+
+
+def mlm_in_place_labels(logits, labels, *, num_items_in_batch=None):
+    labels[labels == IGNORE] = 0  # the caller's labels
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y, ignore_index=0)
+
+
+def mlm_ignores_num_items(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    total = F.cross_entropy(x, y, reduction="sum")
+    return total / (y != IGNORE).sum().clamp(min=1)
+
+
+def mlm_divides_mean(logits, labels, *, num_items_in_batch=None):
+    loss = mlm_ignores_num_items(logits, labels)
+    return loss / num_items_in_batch if num_items_in_batch is not None else loss
+
+
+def mlm_no_flatten(logits, labels, *, num_items_in_batch=None):
+    return F.cross_entropy(logits, labels)
+
+
+def mlm_manual_gather(logits, labels, *, num_items_in_batch=None):
+    logp = logits.log_softmax(-1)
+    return -logp.gather(-1, labels.unsqueeze(-1)).mean()  # -100 is used as an index
+
+
+def mlm_empty_constant(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    n = int((y != IGNORE).sum())
+    if n == 0:
+        return torch.tensor(0.0)
+    total = F.cross_entropy(x, y, reduction="sum")
+    return total / (num_items_in_batch if num_items_in_batch is not None else n)
+
+
+def mlm_nll_on_logits(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits, labels)
+    return F.nll_loss(x, y)
+
+
+def mlm_reduction_none(logits, labels, *, num_items_in_batch=None):
+    return F.cross_entropy(*_flat(logits, labels), reduction="none")
+
+
+def mlm_manual_valid(logits, labels, *, num_items_in_batch=None):
+    """Correct, written by hand: log_softmax, gather at the targets, sum / count."""
+    keep = labels != IGNORE
+    logp = logits.log_softmax(-1)  # (B, T, V)
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) * keep
+    count = keep.sum() if num_items_in_batch is None else num_items_in_batch
+    return nll.sum() / (count if num_items_in_batch is not None else count.clamp(min=1))
+
+
+# ----------------------------------------------------------------------------- clm_loss
+
+
+def clm_seed_as_written(logits, labels, *, num_items_in_batch=None):
+    """The seed's clm_loss: shift, mean over *every* position (it sees input_ids with [PAD]=0,
+    so padding is a target), returns (loss, info)."""
+    seen = labels.masked_fill(labels == IGNORE, 0)  # what the seed's input_ids looked like
+    x = logits[:, :-1].contiguous()
+    y = seen[:, 1:].contiguous()
+    loss = F.cross_entropy(x.view(-1, x.shape[-1]), y.view(-1))
+    return loss, {"loss": loss.item(), "perplexity": loss.exp().item()}
+
+
+def clm_seed_loss_only(logits, labels, *, num_items_in_batch=None):
+    return clm_seed_as_written(logits, labels)[0]
+
+
+def clm_not_shifted(logits, labels, *, num_items_in_batch=None):
+    return F.cross_entropy(*_flat(logits, labels))
+
+
+def clm_shifted_twice(logits, labels, *, num_items_in_batch=None):
+    pre = torch.full_like(labels, IGNORE)
+    pre[:, :-1] = labels[:, 1:]  # the caller's "pre-shift" ...
+    return F.cross_entropy(*_flat(logits[:, :-1], pre[:, 1:]))  # ... and the loss shifts again
+
+
+def clm_wrong_way(logits, labels, *, num_items_in_batch=None):
+    return F.cross_entropy(*_flat(logits[:, 1:], labels[:, :-1]))
+
+
+def clm_counts_padding(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits[:, :-1], labels[:, 1:])
+    return F.cross_entropy(x, y, reduction="sum") / y.numel()
+
+
+def clm_pad_as_token(logits, labels, *, num_items_in_batch=None):
+    """Replaces -100 with an ordinary id (7) before the loss: padding is scored."""
+    y = labels.masked_fill(labels == IGNORE, 7)
+    return F.cross_entropy(*_flat(logits[:, :-1], y[:, 1:]))
+
+
+def clm_mean_nan(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits[:, :-1], labels[:, 1:])
+    total = F.cross_entropy(x, y, reduction="sum")
+    return total / (num_items_in_batch if num_items_in_batch is not None else (y != IGNORE).sum())
+
+
+def clm_ignores_num_items(logits, labels, *, num_items_in_batch=None):
+    x, y = _flat(logits[:, :-1], labels[:, 1:])
+    return F.cross_entropy(x, y, reduction="sum") / (y != IGNORE).sum().clamp(min=1)
+
+
+def clm_valid_with_shift_labels(logits, labels, *, num_items_in_batch=None):
+    """Correct, the transformers way: pad the labels with -100 and drop their first column."""
+    from lmlessons import shift_labels
+
+    x, y = _flat(logits, shift_labels(labels))
+    total = F.cross_entropy(x, y, reduction="sum")
+    return total / (num_items_in_batch if num_items_in_batch is not None else (y != IGNORE).sum().clamp(min=1))
+
+
+# ----------------------------------------------------------------------------- bert_pretraining_loss
+
+
+def _mlm(logits, labels):
+    x, y = _flat(logits, labels)
+    return F.cross_entropy(x, y, reduction="sum") / (y != IGNORE).sum().clamp(min=1)
+
+
+def bert_seed_as_written(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """The seed's bert_loss: the seed's MLM loss (mean over selected rows: NaN when none) plus NSP."""
+    x, y = _flat(mlm_logits, mlm_labels)
+    keep = y != IGNORE
+    mlm = F.cross_entropy(x[keep], y[keep])
+    nsp = F.cross_entropy(nsp_logits, nsp_labels)
+    return mlm_weight * mlm + nsp_weight * nsp
+
+
+def bert_unweighted(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    return _mlm(mlm_logits, mlm_labels) + F.cross_entropy(nsp_logits, nsp_labels)
+
+
+def bert_swapped_weights(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    return nsp_weight * _mlm(mlm_logits, mlm_labels) + mlm_weight * F.cross_entropy(nsp_logits, nsp_labels)
+
+
+def bert_normalised(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
+    return total / (mlm_weight + nsp_weight)
+
+
+def bert_averaged(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
+    return total / 2
+
+
+def bert_swapped_nsp_labels(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    nsp = F.cross_entropy(nsp_logits, 1 - nsp_labels)  # reads 1 as IsNext (d2l's convention)
+    return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
+
+
+def bert_missing_nsp(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    return mlm_weight * _mlm(mlm_logits, mlm_labels)
+
+
+def bert_mlm_counts_unmasked(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    x, y = _flat(mlm_logits, mlm_labels)
+    mlm = F.cross_entropy(x, y, reduction="sum") / y.numel()
+    return mlm_weight * mlm + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
+
+
+# ----------------------------------------------------------------------------- make_nsp_pairs
+
+
+def _pad_rows(examples, pad_id):
+    width = max(len(a) + len(b) + 3 for a, b, _, _ in examples)
+    n = len(examples)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    types = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, (a, b, _, seq) in enumerate(examples):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        types[i, len(a) + 2 : len(seq)] = 1
+        mask[i, : len(seq)] = 1
+    return ids, types, mask, torch.tensor([lab for _, _, lab, _ in examples], dtype=torch.long)
+
+
+def _nsp_generic(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability,
+                 generator, negative="other_doc", swap_labels=False, segments="right", truncate=True,
+                 fixed_half=False, in_place_truncate=False):
+    """One example per sentence boundary, with switchable defects."""
+
+    def rand():
+        return float(torch.rand((), generator=generator))
+
+    def randint(n):
+        return int(torch.randint(n, (), generator=generator))
+
+    examples = []
+    for d, doc in enumerate(documents):
+        for split in range(1, len(doc)):
+            a_sents = doc[max(0, split - 2) : split]
+            is_random = (split % 2 == 0) if fixed_half else rand() < nsp_probability
+            if is_random:
+                if negative == "random_ids":
+                    n = len(doc[split])
+                    b_sents = [torch.randint(0, 1000, (n,), generator=generator).tolist()]
+                elif negative == "any_doc":  # d2l: a random sentence of a random paragraph, maybe A's own
+                    o = randint(len(documents))
+                    b_sents = [documents[o][randint(len(documents[o]))]]
+                else:
+                    o = randint(len(documents) - 1)
+                    o += o >= d
+                    s = randint(len(documents[o]))
+                    b_sents = documents[o][s : s + 2]
+            else:
+                b_sents = doc[split : split + 2]
+            if in_place_truncate:
+                a, b = a_sents[-1], b_sents[0]  # the caller's sentence lists themselves
+            else:
+                a = [t for s in a_sents for t in s]
+                b = [t for s in b_sents for t in s]
+            if truncate:
+                while len(a) + len(b) > max_length - 3:
+                    (a if len(a) > len(b) else b).pop()
+            label = int(is_random) if not swap_labels else 1 - int(is_random)
+            seq = [cls_token_id, *a, sep_token_id, *b, sep_token_id]
+            examples.append((list(a), list(b), label, seq))
+    ids, types, mask, labels = _pad_rows(examples, pad_token_id)
+    if segments == "first_sep_in_b":
+        for i, (a, _, _, _) in enumerate(examples):
+            types[i, len(a) + 1] = 1
+    elif segments == "last_sep_in_a":
+        for i, (_, _, _, seq) in enumerate(examples):
+            types[i, len(seq) - 1] = 0
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "next_sentence_label": labels}
+
+
+def _variant(**defects):
+    def make_nsp_pairs(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
+                       nsp_probability=0.5, generator=None):
+        return _nsp_generic(documents, cls_token_id=cls_token_id, sep_token_id=sep_token_id,
+                            pad_token_id=pad_token_id, max_length=max_length,
+                            nsp_probability=nsp_probability, generator=generator, **defects)
+
+    return make_nsp_pairs
+
+
+def nsp_seed_as_written(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
+                        nsp_probability=0.5, generator=None):
+    """The seed's create_nsp_pairs: documents flattened into one list of sentences; sentences 2i
+    and 2i+1 form a positive with label 1; the negative pairs sentence 2i with random token ids,
+    label 0; [CLS]=1, [SEP]=2, [PAD]=0 hard-coded; no truncation; global RNG; a tuple returned."""
+    sentences = [s for doc in documents for s in doc]
+    rows, types, labels = [], [], []
+    for i in range(len(sentences) // 2):
+        a, b = sentences[2 * i], sentences[2 * i + 1]
+        for b_seq, lab in ((b, 1), (torch.randint(0, 30000, (len(b),)).tolist(), 0)):
+            rows.append([1, *a, 2, *b_seq, 2])
+            types.append([0] * (len(a) + 2) + [1] * (len(b_seq) + 1))
+            labels.append(lab)
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    seg = torch.tensor([t + [0] * (width - len(t)) for t in types])
+    return ids, seg, torch.tensor(labels)
+
+
+def nsp_seed_as_dict(documents, **kwargs):
+    """The seed's pairs in the exercise's dict (attention mask derived from [PAD]=0)."""
+    ids, seg, labels = nsp_seed_as_written(documents, **kwargs)
+    return {"input_ids": ids, "token_type_ids": seg, "attention_mask": (ids != 0).long(),
+            "next_sentence_label": labels}
+
+
+def nsp_flat_positives(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
+                       nsp_probability=0.5, generator=None):
+    """Right ids and negatives, but positives pair sentences 2i, 2i+1 of the flattened corpus."""
+    flat = [(d, s) for d, doc in enumerate(documents) for s in doc]
+    examples = []
+    for i in range(len(flat) // 2):
+        (d, a), (_, b) = flat[2 * i], flat[2 * i + 1]
+        if float(torch.rand((), generator=generator)) < nsp_probability:
+            o = int(torch.randint(len(documents) - 1, (), generator=generator))
+            o += o >= d
+            b, label = documents[o][0], 1
+        else:
+            label = 0
+        a, b = list(a), list(b)
+        while len(a) + len(b) > max_length - 3:
+            (a if len(a) > len(b) else b).pop()
+        examples.append((a, b, label, [cls_token_id, *a, sep_token_id, *b, sep_token_id]))
+    ids, types, mask, labels = _pad_rows(examples, pad_token_id)
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "next_sentence_label": labels}
+
+
+def nsp_hard_coded_ids(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
+                       nsp_probability=0.5, generator=None):
+    return _nsp_generic(documents, cls_token_id=101, sep_token_id=102, pad_token_id=0, max_length=max_length,
+                        nsp_probability=nsp_probability, generator=generator)
+
+
+def nsp_global_rng(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
+                   nsp_probability=0.5, generator=None):
+    return _nsp_generic(documents, cls_token_id=cls_token_id, sep_token_id=sep_token_id,
+                        pad_token_id=pad_token_id, max_length=max_length,
+                        nsp_probability=nsp_probability, generator=None)
+
+
+def nsp_int32(documents, **kwargs):
+    return {k: v.int() for k, v in _variant()(documents, **kwargs).items()}
+
+
+nsp_random_negatives = _variant(negative="random_ids")
+nsp_same_document_negatives = _variant(negative="any_doc")
+nsp_swapped_labels = _variant(swap_labels=True)
+nsp_first_sep_in_b = _variant(segments="first_sep_in_b")
+nsp_last_sep_in_a = _variant(segments="last_sep_in_a")
+nsp_no_truncation = _variant(truncate=False)
+nsp_fixed_half = _variant(fixed_half=True)
+nsp_in_place = _variant(in_place_truncate=True)
+nsp_valid_per_boundary = _variant()
+
+
+# ----------------------------------------------------------------------------- stubs
+
+
+def stub_not_implemented(*args, **kwargs):
+    raise NotImplementedError("Your code here")
+
+
+def stub_pass(*args, **kwargs):
+    pass
+
+
+def raises_key_error(*args, **kwargs):
+    raise KeyError("oops")
+
+
+# ----------------------------------------------------------------------------- registry
+
+EXPECTED: dict[str, dict[str, object]] = {
+    "mask_tokens": {
+        "mask_seed_as_written": "labels_are_boolean_mask",
+        "mask_seed_with_labels": "masks_special_tokens",
+        "mask_specials": "masks_special_tokens",
+        "mask_hard_coded_ids": "masks_special_tokens",
+        "mask_fixed_replace_probs": "ignores_replace_probs",
+        "mask_fixed_mlm_probability": "ignores_mlm_probability",
+        "mask_labels_copy": "labels_not_ignored",
+        "mask_labels_zero": "labels_not_ignored",
+        "mask_labels_corrupted": "labels_are_corrupted_ids",
+        "mask_in_place": "modifies_input",
+        "mask_global_rng": "uses_global_rng",
+        "mask_own_generator": "ignores_generator",
+        "mask_random_unconditional": "random_not_conditional",
+        "mask_tilde_on_long": "raised_exception",
+        "mask_none_crashes": "special_tokens_mask_none",
+        "mask_int32": "wrong_dtype",
+        "mask_unguarded_division": "raised_exception",
+        "mask_single_tensor": "wrong_return",
+    },
+    "mlm_loss": {
+        "mlm_seed_as_written": "returns_tuple",
+        "mlm_seed_loss_only": "nan_when_nothing_masked",
+        "mlm_counts_unmasked": "counts_unmasked_positions",
+        "mlm_clamped_labels": "minus100_not_ignored",
+        "mlm_per_row_mean": "per_row_mean",
+        "mlm_sum": "sum_not_mean",
+        "mlm_item": "detached",
+        "mlm_python_float": "not_a_tensor",
+        "mlm_in_place_labels": "modifies_input",
+        "mlm_ignores_num_items": "ignores_num_items_in_batch",
+        "mlm_divides_mean": "num_items_divides_mean",
+        "mlm_no_flatten": "class_dim",
+        "mlm_manual_gather": "minus100_not_ignored",
+        "mlm_empty_constant": "empty_detached",
+        "mlm_nll_on_logits": "nll_without_log_softmax",
+        "mlm_reduction_none": "not_scalar",
+    },
+    "clm_loss": {
+        "clm_seed_as_written": "returns_tuple",
+        "clm_seed_loss_only": "not_ignoring_padding",
+        "clm_not_shifted": "not_shifted",
+        "clm_shifted_twice": "shifted_twice",
+        "clm_wrong_way": "shifted_wrong_way",
+        "clm_counts_padding": "counts_padding_positions",
+        "clm_pad_as_token": "not_ignoring_padding",
+        "clm_mean_nan": "nan_when_no_targets",
+        "clm_ignores_num_items": "ignores_num_items_in_batch",
+    },
+    "bert_pretraining_loss": {
+        "bert_seed_as_written": "nan_when_nothing_masked",
+        "bert_unweighted": "unweighted",
+        "bert_swapped_weights": "misweighted",
+        "bert_normalised": "misweighted",
+        "bert_averaged": "averages_losses",
+        "bert_swapped_nsp_labels": "swapped_nsp_labels",
+        "bert_missing_nsp": "missing_nsp",
+        "bert_mlm_counts_unmasked": "mlm_counts_unmasked_positions",
+    },
+    "make_nsp_pairs": {
+        "nsp_seed_as_written": "returns_tuple",
+        "nsp_seed_as_dict": "hard_coded_special_ids",
+        "nsp_flat_positives": "positive_from_other_document",
+        "nsp_hard_coded_ids": "hard_coded_special_ids",
+        "nsp_random_negatives": "negative_random_ids",
+        "nsp_same_document_negatives": "negative_same_document",
+        "nsp_swapped_labels": "swapped_nsp_labels",
+        "nsp_first_sep_in_b": "wrong_segment_ids",
+        "nsp_last_sep_in_a": "wrong_segment_ids",
+        "nsp_no_truncation": "ignores_max_length",
+        "nsp_fixed_half": "ignores_nsp_probability",
+        "nsp_global_rng": "uses_global_rng",
+        "nsp_in_place": "modifies_input",
+        "nsp_int32": "wrong_dtype",
+    },
+}
+
+# Correct implementations that differ from the package's: the checkers must accept them.
+VALID: dict[str, list[str]] = {
+    "mlm_loss": ["mlm_manual_valid"],
+    "clm_loss": ["clm_valid_with_shift_labels"],
+    "make_nsp_pairs": ["nsp_valid_per_boundary"],
+}
+
+
+def get(name: str):
+    return globals()[name]
