@@ -1,0 +1,73 @@
+"""THE table of lesson widgets for the browser test and ``make screenshots`` (edit only here).
+
+One row per lesson: which notebook, which widget is its main widget, how to move it, and the
+exact marker line its callback must print after the move. Convention for lesson authors: the main
+widget's callback writes one line ``[widget] key=value key=value ...`` (deterministic: no timings,
+no addresses) into an Output widget shown in the same cell as the widget.
+
+How to fill a row (see ``lmlessons/_jupyter_browser.py`` for the widget kinds):
+
+- ``Slider(label, presses=N, key="ArrowRight")``: the slider whose description label is ``label``;
+  its handle is focused and ``key`` pressed N times (one ``step`` each; "ArrowLeft" goes down).
+- ``TextInput(label, text)``: the Text box labelled ``label`` is filled with ``text`` + Enter.
+- ``Dropdown(label, option)``: the Dropdown labelled ``label`` is set to the option ``option``.
+- ``expected``: the whole marker line after the move, e.g. ``"[widget] mlm_probability=0.30 seed=0"``.
+  It must differ from every marker shown before the move (the test checks), so the test can fail.
+
+A row whose notebook does not exist yet is skipped; a notebook that exists but whose row is
+still ``TODO`` fails the test ("lesson without a browser check").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._jupyter_browser import NOTEBOOKS_DIR, Dropdown, Slider, TextInput, WidgetSpec
+
+__all__ = ["LESSONS", "Lesson", "Slider", "TextInput", "Dropdown"]
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson's browser check. ``notebook`` may be a glob such as ``"03_*.ipynb"`` until
+    the file name is settled."""
+
+    notebook: str
+    widget: WidgetSpec | None = None
+    expected: str | None = None
+
+    @property
+    def number(self) -> str:
+        return self.notebook[:2]
+
+    @property
+    def is_todo(self) -> bool:
+        return self.widget is None or self.expected is None
+
+    def resolve(self, notebooks_dir: Path = NOTEBOOKS_DIR) -> Path | None:
+        """The notebook file, or None when it does not exist (yet)."""
+        matches = sorted(notebooks_dir.glob(self.notebook))
+        if len(matches) > 1:
+            raise ValueError(f"lesson pattern {self.notebook!r} matches several notebooks: "
+                             f"{[m.name for m in matches]}")
+        return matches[0] if matches else None
+
+
+TODO = None  # a row not filled in yet
+
+# fmt: off
+LESSONS: list[Lesson] = [
+    #      notebook                   main widget and how to move it   marker line after the move
+    Lesson("00_start_here.ipynb",     Slider("example", presses=2),    # example 0 -> 2
+           "[widget] example=2 objective=MLM seed=0 tokens=24 targets=3"),
+    Lesson("01_mlm_masking.ipynb",    Slider("mlm_probability", presses=3),  # 0.15 -> 0.30
+           "[widget] mlm_probability=0.30 mask_replace_prob=0.80 random_replace_prob=0.10 seed=0 "
+           "sentence=0 selected=5 mask=4 random=0 kept=1"),
+    Lesson("02_*.ipynb",              TODO,                            TODO),
+    Lesson("03_*.ipynb",              TODO,                            TODO),
+    Lesson("04_*.ipynb",              TODO,                            TODO),
+    Lesson("05_*.ipynb",              TODO,                            TODO),
+    Lesson("06_*.ipynb",              TODO,                            TODO),
+    Lesson("07_loss_at_scale.ipynb",  TODO,                            TODO),
+]
+# fmt: on

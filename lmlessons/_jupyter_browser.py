@@ -1,0 +1,655 @@
+"""Drive the course the way a learner sees it: JupyterLab 4 in Chromium.
+
+Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``lmlessons.screenshots``
+(``make screenshots``). Three parts:
+
+- :class:`JupyterLab` starts ``jupyter lab`` on a free 127.0.0.1 port with its own temporary
+  config, data, runtime, IPython and workspace dirs and a *temporary copy* of the notebooks folder
+  as its root, so running the lessons never writes into the repo. The "Jupyter news" prompt is
+  switched off in that config dir (``labconfig/page_config.json``). It is stopped by its own PID.
+- :func:`launch_chromium` starts Debian's Chromium through the ``playwright`` package
+  (``executable_path``; ``playwright install`` is never needed).
+- :func:`open_notebook`, :func:`run_all_cells`, :func:`move_widget`, :func:`wait_for_marker` drive
+  one lesson in one page. Lesson widgets write a text marker line ``[widget] key=value ...`` into
+  their output; the test waits for the exact line the new widget value implies.
+
+The per-lesson table (which widget to move and what it must print) is
+``lmlessons/_browser_lessons.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # playwright is a test/dev dependency, imported lazily
+    from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator, Page, Playwright
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+#: The JupyterLab plugin that asks "Would you like to receive official Jupyter news?".
+ANNOUNCEMENTS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+
+#: Chromium flags: no sandbox (root in containers), no GPU, and nothing that phones home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+#: Where to look for a Chromium binary, in order (``LMLESSONS_CHROMIUM`` overrides).
+CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "chromium", "chromium-browser"]
+
+MARKER_PREFIX = "[widget] "
+
+
+def find_chromium() -> str | None:
+    """Return the path of a Chromium executable, or None when there is none."""
+    override = os.environ.get("LMLESSONS_CHROMIUM")
+    candidates = [override] if override else CHROMIUM_CANDIDATES
+    for name in candidates:
+        path = name if os.path.isabs(name) else shutil.which(name)
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root``, by relative path."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def git_status(repo: Path = REPO_ROOT) -> str | None:
+    """``git status --porcelain`` of ``repo`` (read-only: no index refresh), or None without git."""
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        return None
+    result = subprocess.run(
+        ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
+        cwd=repo, capture_output=True, text=True, check=True,
+    )
+    return result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+class JupyterLab:
+    """A throw-away JupyterLab server over a temporary copy of ``notebooks_dir``.
+
+    Use as a context manager. ``base_url``, ``token`` and ``root_dir`` (the copy) are set once it
+    runs. Everything the server, the kernels and IPython write goes under one temp dir that is
+    removed on exit.
+    """
+
+    def __init__(self, notebooks_dir: Path = NOTEBOOKS_DIR, *, python: str = sys.executable,
+                 startup_timeout: float = 90.0) -> None:
+        self.notebooks_dir = Path(notebooks_dir)
+        if not self.notebooks_dir.is_dir():
+            raise ValueError(f"notebooks_dir must be an existing directory, got {notebooks_dir!r}")
+        self.python = python
+        self.startup_timeout = startup_timeout
+        self.token = secrets.token_hex(16)
+        self.port = 0
+        self.tmp: Path | None = None
+        self.root_dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_file: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "JupyterLab":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        assert self.tmp is not None
+        return self.tmp / "jupyterlab.log"
+
+    def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="lmlessons-lab-"))
+        dirs = {name: self.tmp / name for name in ("config", "data", "runtime", "ipython", "workspaces")}
+        for d in dirs.values():
+            d.mkdir()
+        # The server's root: a copy of the notebooks, so nothing the browser does reaches the repo.
+        self.root_dir = self.tmp / "notebooks"
+        shutil.copytree(self.notebooks_dir, self.root_dir,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        # "Jupyter news" prompt off by configuration: user-level page config in our own config dir
+        # (what `jupyter labextension disable <plugin>` writes at --level=user).
+        labconfig = dirs["config"] / "labconfig"
+        labconfig.mkdir()
+        (labconfig / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}, indent=2))
+
+        env = dict(os.environ)
+        env.update(
+            JUPYTER_CONFIG_DIR=str(dirs["config"]),
+            # Our own data dir replaces ~/.local/share/jupyter; the venv's share/jupyter (kernelspec,
+            # the ipywidgets labextension) stays on the path through sys.prefix.
+            JUPYTER_DATA_DIR=str(dirs["data"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            IPYTHONDIR=str(dirs["ipython"]),
+            PYTHONDONTWRITEBYTECODE="1",  # the kernels import lmlessons from the repo
+            # Kernels import this checkout's lmlessons, whatever else is installed.
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        )
+        env.pop("JUPYTER_PATH", None)
+        env.pop("JUPYTER_CONFIG_PATH", None)
+
+        for attempt in range(3):  # the free port can be taken between probe and bind: retry
+            self.port = free_port()
+            if self._launch(env, dirs["workspaces"]):
+                return
+        raise RuntimeError(f"jupyter lab could not bind a free port:\n{self.log_tail()}")
+
+    def _launch(self, env: dict[str, str], workspaces: Path) -> bool:
+        """Start the server on ``self.port``; True once it answers, False if the port was taken."""
+        cmd = [
+            self.python, "-m", "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root_dir}",
+            f"--LabApp.workspaces_dir={workspaces}",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp
+            "--LabApp.news_url=None",  # belt and braces: no news fetched even if the plugin were on
+            "--ServerApp.open_browser=False",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        self._log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if self.proc.poll() is not None:
+                self._log_file.close()
+                self._log_file = None
+                if "already in use" in self.log_tail():
+                    return False
+                raise RuntimeError(f"jupyter lab exited with code {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.api("GET", "/api/status")
+                return True
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"jupyter lab did not answer on {self.base_url} within {self.startup_timeout} s:\n"
+                    f"{self.log_tail()}")
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        """Stop the server by its own PID: SIGTERM, wait, then SIGKILL; remove the temp dir."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:  # let the server shut its kernels down cleanly first
+                for session in self.api("GET", "/api/sessions"):
+                    self.api("DELETE", f"/api/sessions/{session['id']}")
+            except Exception:
+                pass
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+    # -- REST API ----------------------------------------------------------------------------
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            payload = resp.read()
+        return json.loads(payload) if payload else None
+
+    def running_kernels(self) -> list[dict[str, Any]]:
+        return list(self.api("GET", "/api/kernels"))
+
+    def shutdown_sessions(self, notebook: str | None = None) -> int:
+        """Shut down the kernel sessions of ``notebook`` (all when None); return how many."""
+        count = 0
+        for session in self.api("GET", "/api/sessions"):
+            if notebook is None or session.get("path") == notebook:
+                self.api("DELETE", f"/api/sessions/{session['id']}")
+                count += 1
+        return count
+
+    def lab_url(self, notebook: str, workspace: str) -> str:
+        """URL opening ``notebook`` in a fresh named workspace (no tabs restored from earlier pages)."""
+        return f"{self.base_url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
+
+
+# --------------------------------------------------------------------------------------------
+# The browser
+# --------------------------------------------------------------------------------------------
+def launch_chromium(pw: "Playwright", executable: str | None = None) -> "Browser":
+    executable = executable or find_chromium()
+    if executable is None:
+        raise RuntimeError("no Chromium found (looked for " + ", ".join(CHROMIUM_CANDIDATES) + ")")
+    return pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+
+
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def new_context(browser: "Browser") -> "BrowserContext":
+    """One context for all lessons: pages share the HTTP cache (JupyterLab's bundles load once)."""
+    return browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+
+
+#: Console errors that are harmless, each with the reason. Matched with re.search on the text.
+HARMLESS_CONSOLE_ERRORS: list[tuple[str, str]] = []
+
+
+@dataclass
+class ConsoleLog:
+    """Collects a page's console errors and uncaught exceptions."""
+
+    errors: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def attach(self, page: "Page") -> "ConsoleLog":
+        page.on("console", self._on_console)
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
+        return self
+
+    def _on_console(self, msg: "ConsoleMessage") -> None:
+        if msg.type != "error":
+            return
+        loc = msg.location or {}
+        text = f"{msg.text} ({loc.get('url', '?')}:{loc.get('lineNumber', '?')})"
+        if any(re.search(pattern, text) for pattern, _why in HARMLESS_CONSOLE_ERRORS):
+            self.ignored.append(text)
+        else:
+            self.errors.append(text)
+
+
+# --------------------------------------------------------------------------------------------
+# One lesson in one page
+# --------------------------------------------------------------------------------------------
+_JS_NOTEBOOK_READY = """(name) => {
+  const app = window.jupyterapp;
+  if (!app || !app.shell) return false;
+  const w = app.shell.currentWidget;
+  if (!w || !w.context || w.context.path !== name || !w.context.isReady) return false;
+  const kernel = w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle';
+}"""
+
+# Cells tagged "raises-exception" (nbval's and JupyterLab's tag for an intended error) may show one.
+_JS_RUN_STATUS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const kernel = w.sessionContext.session && w.sessionContext.session.kernel;
+  const cells = [];
+  const errors = [];
+  const models = w.content.model.cells;
+  for (let i = 0; i < models.length; i++) {
+    const m = models.get(i);
+    if (m.type !== 'code') continue;
+    const src = m.sharedModel.getSource();
+    if (!src.trim()) continue;
+    cells.push(m.executionCount);
+    const tags = m.getMetadata('tags') || [];
+    if (tags.includes('raises-exception')) continue;
+    for (const out of m.outputs.toJSON()) {
+      const text = Array.isArray(out.text) ? out.text.join('') : (out.text || '');
+      if (out.output_type === 'error') {
+        errors.push(`cell ${i}: ${out.ename}: ${out.evalue}\\n` + (out.traceback || []).join('\\n'));
+      } else if (out.output_type === 'stream' && out.name === 'stderr' && text.includes('Traceback')) {
+        errors.push(`cell ${i} (stderr): ${text}`);
+      }
+    }
+  }
+  return {
+    kernel: kernel ? kernel.status : 'none',
+    done: cells.filter(c => c !== null && c !== undefined).length,
+    total: cells.length,
+    counts: cells,
+    errors: errors,
+  };
+}"""
+
+# What the learner sees: tracebacks (error outputs render as stderr) and widgets that failed to
+# render, in every cell, including the outputs of Output widgets written by callbacks.
+_JS_DOM_ERRORS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const found = [];
+  w.content.widgets.forEach((cell, i) => {
+    const tags = cell.model.getMetadata('tags') || [];
+    if (tags.includes('raises-exception')) return;
+    for (const el of cell.node.querySelectorAll('.jp-OutputArea-output')) {
+      const text = el.textContent || '';
+      const mime = el.getAttribute('data-mime-type') || '';
+      if (mime === 'application/vnd.jupyter.stderr' && text.includes('Traceback')) {
+        found.push(`cell ${i}: ${text.slice(0, 2000)}`);
+      } else if (text.includes('Error displaying widget')) {
+        found.push(`cell ${i}: ${text.slice(0, 2000)}`);
+      }
+    }
+  });
+  return found;
+}"""
+
+_JS_MARKERS = """(prefix) => {
+  const lines = [];
+  for (const el of document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')) {
+    for (const line of (el.textContent || '').split('\\n')) {
+      const t = line.trim();
+      if (t.startsWith(prefix)) lines.push(t);
+    }
+  }
+  return lines;
+}"""
+
+
+@dataclass
+class RunReport:
+    seconds: float
+    cells: int
+    kernel: str
+
+
+def open_notebook(page: "Page", lab: JupyterLab, notebook: str, *, workspace: str,
+                  timeout: float = 90.0) -> None:
+    """Open ``notebook`` (relative to the server root) and wait until its kernel is idle."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(lab.lab_url(notebook, workspace), wait_until="domcontentloaded", timeout=timeout * 1000)
+    try:
+        page.wait_for_function(_JS_NOTEBOOK_READY, arg=notebook, timeout=timeout * 1000, polling=250)
+    except PlaywrightTimeout as exc:
+        raise AssertionError(f"{notebook} did not open with an idle kernel within {timeout} s") from exc
+    # More room for wide outputs (token tables): the file browser is not part of a lesson.
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+
+
+def run_all_cells(page: "Page", *, timeout: float = 120.0) -> RunReport:
+    """Clear all outputs, run all cells, and wait until every non-empty code cell has an
+    execution count and the kernel is idle. Raises AssertionError on the first error output."""
+    start = time.monotonic()
+    # Clearing first resets the stored execution counts, so "all counted" means "all ran now".
+    # Neither command is awaited: awaiting run-all hangs in JupyterLab 4 (see ANCHORS.md).
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs'); }")
+    page.wait_for_function(
+        "() => { const s = (" + _JS_RUN_STATUS + ")(); return s.done === 0; }", timeout=10_000)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    status: dict[str, Any] = {}
+    while True:
+        status = page.evaluate(_JS_RUN_STATUS)
+        if status["errors"]:
+            raise AssertionError("error output while running the notebook:\n" + "\n".join(status["errors"]))
+        if status["total"] and status["done"] == status["total"] and status["kernel"] == "idle":
+            break
+        if time.monotonic() - start > timeout:
+            raise AssertionError(
+                f"run-all did not finish within {timeout} s: {status['done']}/{status['total']} "
+                f"cells ran, kernel {status['kernel']}")
+        page.wait_for_timeout(250)
+    counts = status["counts"]
+    if counts != list(range(1, len(counts) + 1)):
+        raise AssertionError(f"cells did not run once each, top to bottom, in a fresh kernel: {counts}")
+    return RunReport(seconds=time.monotonic() - start, cells=len(counts), kernel=status["kernel"])
+
+
+def error_outputs(page: "Page") -> list[str]:
+    """Tracebacks (stderr) and broken widgets visible in the notebook's outputs."""
+    return list(page.evaluate(_JS_DOM_ERRORS))
+
+
+def markers(page: "Page") -> list[str]:
+    """Every ``[widget] ...`` line currently shown in the notebook's outputs."""
+    return list(page.evaluate(_JS_MARKERS, MARKER_PREFIX))
+
+
+def wait_for_marker(page: "Page", expected: str, *, timeout: float = 30.0) -> None:
+    """Wait until the exact line ``expected`` is shown in an output (whole-line match)."""
+    if not expected.startswith(MARKER_PREFIX):
+        raise ValueError(f"expected must start with {MARKER_PREFIX!r}, got {expected!r}")
+    js = "(args) => (" + _JS_MARKERS + ")(args[0]).includes(args[1])"
+    try:
+        page.wait_for_function(js, arg=[MARKER_PREFIX, expected.strip()], timeout=timeout * 1000,
+                               polling=100)
+    except Exception as exc:
+        raise AssertionError(
+            f"marker {expected!r} did not appear within {timeout} s; markers shown: {markers(page)}"
+        ) from exc
+
+
+# -- widget specs (the lesson table uses these) -----------------------------------------------
+def _label_regex(label: str) -> "re.Pattern[str]":
+    return re.compile(r"^\s*" + re.escape(label) + r"\s*$")
+
+
+@dataclass(frozen=True)
+class Slider:
+    """An ipywidgets slider (noUiSlider) found by its description ``label``; moved by focusing
+    its handle and pressing ``key`` ``presses`` times (one step each)."""
+
+    label: str
+    presses: int = 1
+    key: str = "ArrowRight"
+
+    def locate(self, page: "Page") -> "Locator":
+        return page.locator(".jp-Notebook .widget-slider").filter(
+            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+
+    def move(self, widget: "Locator") -> None:
+        handle = widget.locator(".noUi-handle").first
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        for _ in range(self.presses):
+            handle.press(self.key)
+
+    def describe(self) -> str:
+        return f"slider {self.label!r}: {self.key} x{self.presses}"
+
+
+@dataclass(frozen=True)
+class TextInput:
+    """An ipywidgets Text found by its description ``label``; filled with ``text`` + Enter."""
+
+    label: str
+    text: str
+
+    def locate(self, page: "Page") -> "Locator":
+        return page.locator(".jp-Notebook .widget-text").filter(
+            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+
+    def move(self, widget: "Locator") -> None:
+        box = widget.locator("input").first
+        box.scroll_into_view_if_needed()
+        box.fill(self.text)
+        box.press("Enter")
+
+    def describe(self) -> str:
+        return f"text {self.label!r}: type {self.text!r} + Enter"
+
+
+@dataclass(frozen=True)
+class Dropdown:
+    """An ipywidgets Dropdown found by its description ``label``; set to the option ``option``."""
+
+    label: str
+    option: str
+
+    def locate(self, page: "Page") -> "Locator":
+        return page.locator(".jp-Notebook .widget-dropdown").filter(
+            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+
+    def move(self, widget: "Locator") -> None:
+        select = widget.locator("select").first
+        select.scroll_into_view_if_needed()
+        select.select_option(label=self.option)
+
+    def describe(self) -> str:
+        return f"dropdown {self.label!r}: choose {self.option!r}"
+
+
+WidgetSpec = Slider | TextInput | Dropdown
+
+
+def find_widget(page: "Page", spec: "WidgetSpec", *, timeout: float = 30.0) -> "Locator":
+    """The one rendered widget matching ``spec``; fails with the labels present otherwise."""
+    widget = spec.locate(page)
+    try:
+        widget.first.wait_for(state="attached", timeout=timeout * 1000)
+    except Exception as exc:
+        labels = page.locator(".jp-Notebook .jupyter-widgets .widget-label").all_text_contents()
+        raise AssertionError(f"no {spec.describe()} rendered; widget labels present: {labels}") from exc
+    count = widget.count()
+    if count != 1:
+        raise AssertionError(f"{count} widgets match {spec.describe()}; make the label unique")
+    return widget
+
+
+def widget_cell_output(widget: "Locator") -> "Locator":
+    """The output area of the cell that displays ``widget`` (widget + its Output), for screenshots."""
+    return widget.locator("xpath=ancestor::div[contains(@class,'jp-Cell-outputArea')][1]")
+
+
+def lesson_files(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The lesson notebooks ``NN_*.ipynb``, sorted."""
+    return sorted(p for p in notebooks_dir.glob("[0-9][0-9]_*.ipynb") if p.is_file())
+
+
+# --------------------------------------------------------------------------------------------
+# The whole check for one lesson (used by the test and by `make screenshots`)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LessonResult:
+    notebook: str
+    open_s: float
+    run_s: float
+    move_s: float
+    total_s: float
+    cells: int
+    markers_before: list[str]
+    markers_after: list[str]
+    ignored_console: list[str]
+
+
+def check_lesson(context: "BrowserContext", lab: JupyterLab, notebook: str, spec: "WidgetSpec",
+                 expected: str, *, run_timeout: float = 120.0, marker_timeout: float = 60.0,
+                 widget_timeout: float = 30.0, screenshot: Path | None = None) -> LessonResult:
+    """Open ``notebook`` in a new page, run all cells, assert no error output and no console
+    errors, move the main widget and wait for the ``expected`` marker line. Closes the page and
+    shuts the notebook's kernel down afterwards. Raises AssertionError when a check fails."""
+    t0 = time.monotonic()
+    page = context.new_page()
+    console = ConsoleLog().attach(page)
+    try:
+        open_notebook(page, lab, notebook, workspace="lesson-" + Path(notebook).stem)
+        t_open = time.monotonic()
+        run = run_all_cells(page, timeout=run_timeout)
+        t_run = time.monotonic()
+        errors = error_outputs(page)
+        assert not errors, f"{notebook}: error output after run-all:\n" + "\n---\n".join(errors)
+
+        widget = find_widget(page, spec, timeout=widget_timeout)
+        before = markers(page)
+        assert expected.strip() not in before, (
+            f"{notebook}: the marker {expected!r} is shown before the widget moved, so the test "
+            f"could not tell whether the widget works; pick a move that changes it. Shown: {before}")
+        spec.move(widget)
+        wait_for_marker(page, expected, timeout=marker_timeout)
+        # Let the callback finish (plots after the marker) before the last checks.
+        page.wait_for_function(
+            "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
+            " return k && k.status === 'idle'; }", timeout=marker_timeout * 1000, polling=100)
+        page.wait_for_timeout(300)
+        t_move = time.monotonic()
+        after = markers(page)
+        errors = error_outputs(page)
+        assert not errors, f"{notebook}: error output after moving the widget:\n" + "\n---\n".join(errors)
+        assert not console.errors, f"{notebook}: browser console errors:\n" + "\n".join(console.errors)
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")
+            widget_cell_output(widget).screenshot(path=str(screenshot), animations="disabled")
+        return LessonResult(notebook=notebook, open_s=t_open - t0, run_s=t_run - t_open,
+                            move_s=t_move - t_run, total_s=time.monotonic() - t0, cells=run.cells,
+                            markers_before=before, markers_after=after,
+                            ignored_console=list(console.ignored))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- JupyterLab server log, last lines ---\n{lab.log_tail(15)}") from None
+    finally:
+        page.close()
+        lab.shutdown_sessions(notebook)
+
+
+def lab_plugin_state(context: "BrowserContext", lab: JupyterLab, plugin_ids: list[str], *,
+                     timeout: float = 90.0) -> dict[str, Any]:
+    """Open an empty JupyterLab page; report which of ``plugin_ids`` are registered, the toasts
+    shown after start-up, and the console errors."""
+    page = context.new_page()
+    console = ConsoleLog().attach(page)
+    try:
+        page.goto(f"{lab.base_url}/lab/workspaces/config-check?reset&token={lab.token}",
+                  wait_until="domcontentloaded", timeout=timeout * 1000)
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
+                               " && document.querySelector('#jp-main-dock-panel')",
+                               timeout=timeout * 1000, polling=250)
+        page.evaluate("() => window.jupyterapp.started")
+        page.wait_for_timeout(3000)  # the news prompt, when enabled, appears shortly after start
+        plugins = page.evaluate("(ids) => Object.fromEntries(ids.map("
+                                "id => [id, window.jupyterapp.hasPlugin(id)]))", plugin_ids)
+        toasts = page.locator(".Toastify__toast").all_text_contents()
+        return {"plugins": plugins, "toasts": toasts, "console_errors": list(console.errors)}
+    finally:
+        page.close()
