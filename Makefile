@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 # Keep the repo clean: no bytecode, no pytest cache, caches in the user's cache dir.
 export PYTHONDONTWRITEBYTECODE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export HYPOTHESIS_STORAGE_DIRECTORY ?= $(or $(TMPDIR),/tmp)/lmlessons-hypothesis
 PYTEST := $(PY) -m pytest
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
 

@@ -71,17 +71,30 @@ def check_labels(name: str, labels: object, vocab_size: int) -> torch.Tensor:
     return labels
 
 
-def check_num_items(num_items_in_batch: object) -> int | None:
-    """``num_items_in_batch`` is None or a positive count of target tokens (int or 0-dim tensor)."""
+def check_num_items(num_items_in_batch: object) -> float | int | None:
+    """``num_items_in_batch`` is None or a positive count of target tokens.
+
+    An int, a float or a one-element tensor (transformers' Trainer passes a tensor, a float one
+    when it divides the count by parallelism sizes) are accepted.
+    """
     if num_items_in_batch is None:
         return None
-    n = check_int("num_items_in_batch", num_items_in_batch)
-    if n <= 0:
+    value = num_items_in_batch
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.dtype.is_complex:
+            raise TypeError(
+                f"num_items_in_batch must be a number or a one-element tensor, got a {value.dtype} "
+                f"tensor of shape {tuple(value.shape)}"
+            )
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"num_items_in_batch must be a number, got {type(value).__name__}")
+    if not value > 0:
         raise ValueError(
-            f"num_items_in_batch must be a positive count of target tokens, got {n} "
+            f"num_items_in_batch must be a positive count of target tokens, got {value} "
             "(count the labels != -100 over all micro-batches; for CLM count after the shift)"
         )
-    return n
+    return value
 
 
 def check_generator(generator: object) -> torch.Generator | None:

@@ -49,6 +49,8 @@ def test_num_items_in_batch_is_sum_over_count():
     s = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum")
     torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=20), s / 20)
     torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=torch.tensor(20)), s / 20)
+    # transformers' Trainer may pass a float tensor (the count divided by parallelism sizes)
+    torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=torch.tensor(10.0)), s / 10)
     shifted = shift_labels(labels)
     s2 = F.cross_entropy(logits.reshape(-1, V), shifted.reshape(-1), ignore_index=-100, reduction="sum")
     torch.testing.assert_close(clm_loss(logits, labels, num_items_in_batch=7), s2 / 7)
@@ -93,7 +95,9 @@ def test_nsp_loss_convention_and_value():
         (lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), -5)), ValueError, "labels must hold ids"),
         (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=0), ValueError, "num_items_in_batch"),
         (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=-1), ValueError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=2.5), TypeError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch="2"), TypeError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=torch.tensor([1, 2])), TypeError, "num_items_in_batch"),
+        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=torch.tensor(0.0)), ValueError, "num_items_in_batch"),
         (lambda: clm_loss(torch.zeros(2, 3, V, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), TypeError, "logits"),
         (lambda: nsp_loss(torch.randn(2, 3), torch.tensor([0, 1])), ValueError, "2"),
         (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0, 2])), ValueError, "labels"),

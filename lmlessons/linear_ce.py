@@ -1,0 +1,219 @@
+"""Linear layer + cross-entropy without the (N, V) logits: sparse rows, then row chunks.
+
+The output layer of a language model turns N hidden states of size H into N x V logits. With
+V = 32,000 and N = 8,192 rows that is 1 GiB in float32 before the softmax, its gradient and its
+saved copies are counted. Two well-known fixes are combined here:
+
+1. Sparse prediction. Rows whose label is -100 contribute nothing to the loss, so they are
+   dropped *before* the matmul. Google's original BERT does this in ``run_pretraining.py``
+   (``gather_indexes`` picks the masked positions before the output transform and the tied
+   embedding matmul) and ModernBERT does it with ``sparse_prediction=True``. For MLM with 15%
+   masking that removes 85% of the head's work.
+2. Chunked cross-entropy with the gradient computed in the forward pass. The remaining rows are
+   processed ``chunk_size`` rows at a time: logits of one chunk, their softmax, and at once the
+   chunk's contribution to the gradients of the hidden states, the weight and the bias. Only the
+   gradients (the size of the inputs) are kept for the backward pass, never the logits. This is
+   the idea of Liger Kernel's fused linear cross-entropy (``LigerFusedLinearCrossEntropyLoss``)
+   and of Apple's Cut Cross-Entropy (Wijmans et al., 2024, "Cut Your Losses in Large-Vocabulary
+   Language Models"), written in plain PyTorch for the CPU.
+
+The result equals ``F.cross_entropy(hidden @ weight.T + bias, labels, ignore_index=-100)`` in value
+and in the gradients for ``hidden_states``, ``weight`` and ``bias`` (tested to 1e-4 relative in
+tests/test_linear_ce.py).
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+__all__ = ["linear_cross_entropy", "DEFAULT_CHUNK_SIZE"]
+
+IGNORE_INDEX = -100
+# Rows per chunk. 1024 rows x 32,000 classes x 4 bytes = 125 MiB for the chunk's logits; smaller
+# chunks save memory, larger ones amortise the matmul. Measured with `python -m lmlessons.bench`.
+DEFAULT_CHUNK_SIZE = 1024
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Sum of the cross-entropy over selected rows, divided by ``divisor``; gradients in forward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        hidden: torch.Tensor,  # (N, H), all rows
+        weight: torch.Tensor,  # (V, H)
+        bias: torch.Tensor | None,  # (V,)
+        rows: torch.Tensor,  # (M,) indices of the rows whose label is not -100
+        targets: torch.Tensor,  # (M,) their labels, in [0, V)
+        chunk_size: int,
+        divisor: float,
+        need_grads: bool,
+    ) -> torch.Tensor:
+        need_h = need_grads and ctx.needs_input_grad[0]
+        need_w = need_grads and ctx.needs_input_grad[1]
+        need_b = need_grads and bias is not None and ctx.needs_input_grad[2]
+        grad_hidden = torch.zeros_like(hidden) if need_h else None  # (N, H); dropped rows stay 0
+        grad_weight = torch.zeros_like(weight) if need_w else None  # (V, H)
+        grad_bias = torch.zeros_like(bias) if need_b else None  # (V,)
+        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # fp16/bf16 -> fp32, fp64 stays
+        loss_sum = torch.zeros((), dtype=acc_dtype, device=hidden.device)
+        weight_t = weight.t()  # (H, V), a view: addmm/mm pick the transposed BLAS call
+        inv_divisor = 1.0 / divisor
+        # One (chunk_size, V) buffer reused by every chunk: the only tensor as large as the logits.
+        buffer = torch.empty(min(chunk_size, rows.numel()), weight.shape[0], dtype=acc_dtype, device=hidden.device)
+
+        for start in range(0, rows.numel(), chunk_size):
+            idx = rows[start : start + chunk_size]  # (C,)
+            y = targets[start : start + chunk_size]  # (C,)
+            h = hidden.index_select(0, idx)  # (C, H), the sparse gather
+            logits = buffer[: idx.numel()]  # (C, V), contiguous rows of the buffer
+            if hidden.dtype == acc_dtype:
+                if bias is None:
+                    torch.mm(h, weight_t, out=logits)
+                else:
+                    torch.addmm(bias, h, weight_t, out=logits)
+            else:  # fp16/bf16: multiply in low precision, upcast like transformers' ForCausalLMLoss
+                logits.copy_(h @ weight_t if bias is None else torch.addmm(bias, h, weight_t))
+            # Log-softmax in place (one row-wise kernel): the chunk needs one (C, V) buffer only.
+            torch.log_softmax(logits, dim=1, out=logits)  # (C, V) log-probabilities
+            loss_sum -= logits.gather(1, y.unsqueeze(1)).sum()  # sum of -log p(target)
+            if not (need_h or need_w or need_b):
+                continue
+            # d(sum of CE)/d logits = softmax - one_hot(y), written over the log-probabilities.
+            grad_logits = logits.exp_()  # (C, V)
+            grad_logits[torch.arange(y.numel(), device=y.device), y] -= 1.0
+            grad_logits = grad_logits.to(weight.dtype)  # no copy for fp32
+            if need_h:  # (C, V) @ (V, H), scaled by 1/divisor, into this chunk's rows
+                grad_hidden.index_copy_(0, idx, torch.mm(grad_logits, weight).mul_(inv_divisor))
+            if need_w:  # (V, C) @ (C, H), accumulated over chunks
+                grad_weight.addmm_(grad_logits.t(), h, alpha=inv_divisor)
+            if need_b:
+                grad_bias.add_(grad_logits.sum(dim=0).to(grad_bias.dtype), alpha=inv_divisor)
+
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        return loss_sum / divisor  # float32 for fp16/bf16 inputs, as transformers upcasts the logits
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):  # type: ignore[override]
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        out = [None if g is None else g * grad_output.to(g.dtype) for g in (grad_hidden, grad_weight, grad_bias)]
+        return out[0], out[1], out[2], None, None, None, None, None
+
+
+def _check_tensor(name: str, value: object) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _divisor(num_items_in_batch: int | torch.Tensor | None, count: int) -> float:
+    if num_items_in_batch is None:
+        return float(max(count, 1))  # all rows ignored: the sum is 0, return 0 rather than NaN
+    if isinstance(num_items_in_batch, bool):
+        raise TypeError("`num_items_in_batch` must be an int or a one-element tensor, got bool")
+    if isinstance(num_items_in_batch, torch.Tensor):
+        if num_items_in_batch.numel() != 1 or num_items_in_batch.dtype == torch.bool:
+            raise TypeError(
+                "`num_items_in_batch` must be an int or a one-element numeric tensor, got a tensor of "
+                f"shape {tuple(num_items_in_batch.shape)} and dtype {num_items_in_batch.dtype}"
+            )
+        value = float(num_items_in_batch.item())
+    elif isinstance(num_items_in_batch, int):
+        value = float(num_items_in_batch)
+    else:
+        raise TypeError(
+            f"`num_items_in_batch` must be an int or a one-element tensor, got {type(num_items_in_batch).__name__}"
+        )
+    if not value > 0:  # also rejects NaN
+        raise ValueError(f"`num_items_in_batch` must be positive (the number of labelled tokens), got {value:g}")
+    return value
+
+
+def linear_cross_entropy(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy of ``hidden_states @ weight.T + bias`` against ``labels``, logits never stored.
+
+    Same value and gradients as ``F.cross_entropy(F.linear(hidden_states, weight, bias).flatten(0, -2),
+    labels.flatten(), ignore_index=-100)``, but rows labelled -100 are dropped before the matmul
+    (BERT ``run_pretraining.py`` ``gather_indexes``; ModernBERT ``sparse_prediction``) and the rest
+    is processed ``chunk_size`` rows at a time with the gradient computed chunk by chunk in the
+    forward pass (Liger Kernel fused linear cross-entropy; Apple Cut Cross-Entropy). Peak memory is
+    one (chunk_size, V) buffer plus gradients the size of the inputs, instead of several (N, V).
+
+    Args:
+        hidden_states: (B, T, H) or (N, H) floating tensor, the input of the output layer.
+        weight: (V, H) output-layer weight (``nn.Linear(H, V).weight``, or a tied embedding).
+        labels: (B, T) or (N,) integer class ids in [0, V), -100 where no loss is taken.
+            MLM: the labels as they come from the masking. CLM: ``shift_labels(labels)`` first,
+            so that position t is scored against token t + 1 (as transformers' ForCausalLMLoss).
+        bias: optional (V,) output-layer bias.
+        chunk_size: rows per chunk (>= 1). Smaller saves memory, larger is faster per row.
+        num_items_in_batch: if given, return sum / num_items_in_batch (transformers' convention
+            for gradient accumulation and data parallelism: the number of labelled tokens of the
+            whole optimisation step). If None, the mean over the labelled rows.
+
+    Returns:
+        A scalar tensor (float32 for fp16/bf16 inputs, like transformers' upcast logits). If every
+        label is -100 the loss is 0 (not NaN) and all gradients are 0.
+    """
+    _check_tensor("hidden_states", hidden_states)
+    _check_tensor("weight", weight)
+    _check_tensor("labels", labels)
+    if not hidden_states.is_floating_point():
+        raise TypeError(f"`hidden_states` must be a floating tensor, got dtype {hidden_states.dtype}")
+    if hidden_states.dim() not in (2, 3):
+        raise ValueError(f"`hidden_states` must have shape (B, T, H) or (N, H), got {tuple(hidden_states.shape)}")
+    if weight.dim() != 2:
+        raise ValueError(f"`weight` must have shape (V, H), got {tuple(weight.shape)}")
+    vocab_size, hidden_size = weight.shape
+    if hidden_states.shape[-1] != hidden_size:
+        raise ValueError(
+            f"`weight` has H={hidden_size} columns but `hidden_states` has last dimension {hidden_states.shape[-1]}"
+        )
+    if vocab_size == 0:
+        raise ValueError("`weight` must have at least one row (V >= 1)")
+    if weight.dtype != hidden_states.dtype:
+        raise TypeError(f"`weight` dtype {weight.dtype} must equal `hidden_states` dtype {hidden_states.dtype}")
+    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
+        raise TypeError(f"`labels` must be an integer tensor, got dtype {labels.dtype}")
+    if tuple(labels.shape) != tuple(hidden_states.shape[:-1]):
+        raise ValueError(
+            f"`labels` must have shape {tuple(hidden_states.shape[:-1])} to match `hidden_states` "
+            f"{tuple(hidden_states.shape)}, got {tuple(labels.shape)}"
+        )
+    if bias is not None:
+        _check_tensor("bias", bias)
+        if tuple(bias.shape) != (vocab_size,):
+            raise ValueError(f"`bias` must have shape ({vocab_size},), got {tuple(bias.shape)}")
+        if bias.dtype != hidden_states.dtype:
+            raise TypeError(f"`bias` dtype {bias.dtype} must equal `hidden_states` dtype {hidden_states.dtype}")
+    for name, t in (("weight", weight), ("labels", labels), ("bias", bias)):
+        if t is not None and t.device != hidden_states.device:
+            raise ValueError(f"`{name}` is on {t.device} but `hidden_states` is on {hidden_states.device}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"`chunk_size` must be an int, got {type(chunk_size).__name__}")
+    if chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
+
+    hidden = hidden_states.reshape(-1, hidden_size)  # (N, H); autograd maps the gradient back
+    flat_labels = labels.reshape(-1).long()  # (N,)
+    keep = flat_labels != IGNORE_INDEX  # (N,)
+    rows = keep.nonzero().squeeze(1)  # (M,)
+    targets = flat_labels.index_select(0, rows)  # (M,)
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
+        bad = targets[(targets < 0) | (targets >= vocab_size)][0].item()
+        raise ValueError(f"`labels` must be -100 or in [0, {vocab_size}), found {bad}")
+    divisor = _divisor(num_items_in_batch, targets.numel())
+
+    need_grads = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (hidden, weight, bias)
+    )
+    return _LinearCrossEntropy.apply(hidden, weight, bias, rows, targets, chunk_size, divisor, need_grads)
