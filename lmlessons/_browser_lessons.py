@@ -68,6 +68,7 @@ LESSONS: list[Lesson] = [
     Lesson("04_*.ipynb",              TODO,                            TODO),
     Lesson("05_*.ipynb",              TODO,                            TODO),
     Lesson("06_*.ipynb",              TODO,                            TODO),
-    Lesson("07_loss_at_scale.ipynb",  TODO,                            TODO),
+    Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),  # 32,000 -> 50,257 (GPT-2)
+           "[widget] vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
 ]
 # fmt: on

@@ -1,0 +1,261 @@
+"""Batches for each training objective, built from documents and a tokenizer, seeded.
+
+* :func:`mlm_batches`: packed ``[CLS] sentences... [SEP]`` sequences, masked afresh each time
+  with :func:`lmlessons.mask_tokens` (RoBERTa's *dynamic* masking; BERT masked once, offline).
+* :func:`nsp_batches`: ``[CLS] A [SEP] B [SEP]`` pairs from :func:`lmlessons.make_nsp_pairs`
+  (new pairs every epoch), then masked: the inputs of ``BertForPreTraining``.
+* :func:`clm_batches`: packed sequences with ``labels = input_ids.clone()`` and -100 on padding.
+  The labels are *not* shifted: the model (or :func:`lmlessons.clm_loss`) shifts them.
+
+Every function takes ``generator=`` (a ``torch.Generator``): the same seed gives the same
+batches, in the same order, on every machine. The defaults (16 sequences of at most 64 tokens)
+are sized for live runs of tiny models on a laptop CPU; BERT itself used 256 x 128, then 512. ``epochs=None`` repeats forever (for training
+with a step or time budget); ``epochs=1`` makes one pass (for evaluation).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ._checks import check_generator, check_int, check_probability
+from .corpus import Corpus
+from .masking import mask_tokens
+from .pairs import make_nsp_pairs
+
+__all__ = ["tokenize_documents", "pack_sequences", "mlm_batches", "nsp_batches", "clm_batches"]
+
+Batch = dict[str, torch.Tensor]
+
+
+def _documents(documents: object) -> list[list[str]]:
+    if isinstance(documents, Corpus):
+        return documents.train
+    if not isinstance(documents, Sequence) or isinstance(documents, (str, bytes)):
+        raise TypeError(
+            "documents must be a Corpus or a list of documents (lists of sentence strings), "
+            f"got {type(documents).__name__}"
+        )
+    if len(documents) == 0:
+        raise ValueError("documents must not be empty")
+    for i, doc in enumerate(documents):
+        if isinstance(doc, str) or not isinstance(doc, Sequence):
+            raise TypeError(
+                f"documents[{i}] must be a list of sentence strings, got {type(doc).__name__} "
+                "(wrap a single text as [[text]])"
+            )
+        for j, s in enumerate(doc):
+            if not isinstance(s, str):
+                raise TypeError(f"documents[{i}][{j}] must be a str, got {type(s).__name__}")
+    return [list(doc) for doc in documents]
+
+
+def _check_tokenizer(tokenizer: Any) -> None:
+    for attr in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids"):
+        if getattr(tokenizer, attr, None) is None:
+            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())")
+
+
+def tokenize_documents(documents: Corpus | Sequence[Sequence[str]], tokenizer: Any) -> list[list[list[int]]]:
+    """Token ids of every sentence (no special tokens), keeping the document structure.
+    Sentences that tokenize to nothing are dropped, and then documents left empty."""
+    docs = _documents(documents)
+    _check_tokenizer(tokenizer)
+    flat = [s for doc in docs for s in doc]
+    ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+    out, k = [], 0
+    for doc in docs:
+        sents = [ids[k + j] for j in range(len(doc)) if ids[k + j]]
+        k += len(doc)
+        if sents:
+            out.append(sents)
+    if not out:
+        raise ValueError("documents hold no text the tokenizer turns into tokens")
+    return out
+
+
+def pack_sequences(
+    token_documents: Sequence[Sequence[Sequence[int]]], *, max_length: int, cls_token_id: int, sep_token_id: int
+) -> list[list[int]]:
+    """Pack consecutive sentences of each document into ``[CLS] ... [SEP]`` sequences of at most
+    ``max_length`` tokens (RoBERTa's DOC-SENTENCES packing: a sequence never crosses a document
+    boundary). A sentence longer than the room left is cut into pieces."""
+    max_length = check_int("max_length", max_length, minimum=3)
+    room = max_length - 2
+    sequences: list[list[int]] = []
+    for doc in token_documents:
+        current: list[int] = []
+        for sent in doc:
+            sent = list(sent)
+            if current and len(current) + len(sent) > room:
+                sequences.append(current)
+                current = []
+            while len(sent) > room:  # an over-long sentence fills whole sequences by itself
+                sequences.append(sent[:room])
+                sent = sent[room:]
+            current.extend(sent)
+        if current:
+            sequences.append(current)
+    return [[cls_token_id, *seq, sep_token_id] for seq in sequences]
+
+
+def _pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # (B, T)
+    for i, s in enumerate(sequences):
+        input_ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention_mask[i, : len(s)] = 1
+    return input_ids, attention_mask
+
+
+def _check_common(batch_size: object, max_length: object, epochs: object, generator: object) -> tuple[int, int, int | None]:
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    max_length = check_int("max_length", max_length, minimum=5)
+    if epochs is not None:
+        epochs = check_int("epochs", epochs, minimum=1)
+    check_generator(generator)
+    return batch_size, max_length, epochs
+
+
+def _epochs(epochs: int | None) -> Iterator[int]:
+    e = 0
+    while epochs is None or e < epochs:
+        yield e
+        e += 1
+
+
+def _mask(batch: Batch, tokenizer: Any, special_ids: torch.Tensor, p: tuple[float, float, float], g: torch.Generator | None) -> Batch:
+    special = torch.isin(batch["input_ids"], special_ids)  # (B, T) [CLS], [SEP], [PAD] never selected
+    masked, labels = mask_tokens(
+        batch["input_ids"],
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        special_tokens_mask=special,
+        mlm_probability=p[0],
+        mask_replace_prob=p[1],
+        random_replace_prob=p[2],
+        generator=g,
+    )
+    return {**batch, "input_ids": masked, "labels": labels}
+
+
+def mlm_batches(
+    documents: Corpus | Sequence[Sequence[str]],
+    tokenizer: Any,
+    *,
+    batch_size: int = 16,
+    max_length: int = 64,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    epochs: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Batch]:
+    """Masked-LM batches: ``input_ids``, ``token_type_ids`` (zeros), ``attention_mask`` and
+    ``labels`` (original id where selected, -100 elsewhere), each ``(B, T)``.
+
+    ``documents``: a :class:`~lmlessons.corpus.Corpus` (its training split) or a list of
+    documents (lists of sentences). Sequences are shuffled every epoch and re-masked every time.
+    """
+    batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
+    probs = tuple(check_probability(n, v) for n, v in (
+        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
+        ("random_replace_prob", random_replace_prob)))
+    if probs[1] + probs[2] > 1.0 + 1e-12:
+        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
+    _check_tokenizer(tokenizer)
+    sequences = pack_sequences(
+        tokenize_documents(documents, tokenizer), max_length=max_length,
+        cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+    )
+    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    def batches() -> Iterator[Batch]:
+        for _ in _epochs(epochs):
+            order = torch.randperm(len(sequences), generator=generator).tolist()
+            for start in range(0, len(order), batch_size):
+                input_ids, attention_mask = _pad([sequences[i] for i in order[start : start + batch_size]], tokenizer.pad_token_id)
+                batch = {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids), "attention_mask": attention_mask}
+                yield _mask(batch, tokenizer, special_ids, probs, generator)
+
+    return batches()
+
+
+def nsp_batches(
+    documents: Corpus | Sequence[Sequence[str]],
+    tokenizer: Any,
+    *,
+    batch_size: int = 16,
+    max_length: int = 64,
+    nsp_probability: float = 0.5,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    epochs: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Batch]:
+    """BERT pretraining batches (MLM + NSP): ``input_ids`` (masked), ``token_type_ids`` (0 for
+    ``[CLS] A [SEP]``, 1 for ``B [SEP]``), ``attention_mask``, ``labels`` ``(B, T)`` and
+    ``next_sentence_label`` ``(B,)`` (0 = IsNext, 1 = NotNext). Each epoch draws new pairs.
+    With ``mlm_probability=0`` nothing is masked (NSP only; ``labels`` are all -100)."""
+    batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
+    probs = tuple(check_probability(n, v) for n, v in (
+        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
+        ("random_replace_prob", random_replace_prob)))
+    if probs[1] + probs[2] > 1.0 + 1e-12:
+        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
+    nsp_probability = check_probability("nsp_probability", nsp_probability)
+    _check_tokenizer(tokenizer)
+    token_docs = tokenize_documents(documents, tokenizer)
+    if len(token_docs) < 2:
+        raise ValueError("NSP needs at least 2 documents (NotNext segments come from another document)")
+    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    def batches() -> Iterator[Batch]:
+        for _ in _epochs(epochs):
+            pairs = make_nsp_pairs(
+                token_docs, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+                pad_token_id=tokenizer.pad_token_id, max_length=max_length,
+                nsp_probability=nsp_probability, generator=generator,
+            )
+            n = pairs["input_ids"].shape[0]
+            for start in range(0, n, batch_size):
+                rows = slice(start, start + batch_size)
+                width = int(pairs["attention_mask"][rows].sum(dim=1).max())  # trim shared padding
+                batch = {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")}
+                batch["next_sentence_label"] = pairs["next_sentence_label"][rows]
+                yield _mask(batch, tokenizer, special_ids, probs, generator)
+
+    return batches()
+
+
+def clm_batches(
+    documents: Corpus | Sequence[Sequence[str]],
+    tokenizer: Any,
+    *,
+    batch_size: int = 16,
+    max_length: int = 64,
+    epochs: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Batch]:
+    """Causal-LM batches: ``input_ids``, ``attention_mask`` and ``labels = input_ids.clone()``
+    with -100 on padding, each ``(B, T)``. Not shifted (the model shifts). No
+    ``token_type_ids``: GPT-2 would add them as extra token embeddings."""
+    batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
+    _check_tokenizer(tokenizer)
+    sequences = pack_sequences(
+        tokenize_documents(documents, tokenizer), max_length=max_length,
+        cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+    )
+
+    def batches() -> Iterator[Batch]:
+        for _ in _epochs(epochs):
+            order = torch.randperm(len(sequences), generator=generator).tolist()
+            for start in range(0, len(order), batch_size):
+                input_ids, attention_mask = _pad([sequences[i] for i in order[start : start + batch_size]], tokenizer.pad_token_id)
+                labels = input_ids.masked_fill(attention_mask == 0, -100)  # (B, T) a copy; [SEP] stays a target
+                yield {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    return batches()

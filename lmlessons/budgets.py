@@ -1,0 +1,123 @@
+"""Measure the course's speed budgets: ``python -m lmlessons.budgets [--seconds 30]``.
+
+Prints (and with ``--json`` writes) the numbers the README quotes:
+
+* ``load_corpus("course")`` and ``load_tokenizer()`` wall time (target: < 1 s each);
+* a live MLM run of ``seconds`` (default 30): ``tiny_bert_mlm`` on ``mlm_batches`` with the
+  package defaults; target: final loss >= 30% below ``ln(vocab)``;
+* a live causal run (``BertLMHeadModel(is_decoder=True)`` on ``clm_batches``); target >= 40%;
+* the leaky decoder, ``BertLMHeadModel(is_decoder=False)`` on the same batches: its loss
+  collapses toward 0 (it can see the token it predicts), while the causal one does not.
+
+"Final loss" is the mean training loss of the last 20 steps. Time budgets are not
+deterministic: the step count depends on the machine and its load, which is printed too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+
+
+def _load_times() -> dict[str, float]:
+    from transformers import BertTokenizerFast  # noqa: F401  (import cost reported separately)
+
+    from . import corpus as corpus_module
+    from . import tokenizer as tokenizer_module
+
+    corpus_module._course_documents.cache_clear()
+    start = time.perf_counter()
+    corpus_module.load_corpus("course")
+    corpus_s = time.perf_counter() - start
+    start = time.perf_counter()
+    corpus_module.load_corpus("python-docs")  # from the user cache after the first time
+    pydocs_s = time.perf_counter() - start
+    tokenizer_module._tokenizer_json.cache_clear()
+    start = time.perf_counter()
+    tokenizer_module.load_tokenizer()
+    tokenizer_s = time.perf_counter() - start
+    return {"load_corpus_course_s": corpus_s, "load_corpus_python_docs_s": pydocs_s, "load_tokenizer_s": tokenizer_s}
+
+
+def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
+    from .batches import clm_batches, mlm_batches
+    from .corpus import load_corpus
+    from .models import tiny_bert_lm_head, tiny_bert_mlm
+    from .tokenizer import load_tokenizer
+    from .training import train
+
+    corpus, tok = load_corpus("course"), load_tokenizer()
+    g = torch.Generator().manual_seed(seed)
+    if kind == "mlm":
+        model, batches = tiny_bert_mlm(tok, seed=seed), mlm_batches(corpus, tok, generator=g)
+    else:
+        model = tiny_bert_lm_head(tok, is_decoder=(kind == "causal"), seed=seed)
+        batches = clm_batches(corpus, tok, generator=g)
+    history = train(model, batches, max_seconds=seconds, live=live, title=kind)
+    final = history.final("loss", 20)
+    return {
+        "steps": history.num_steps,
+        "seconds": round(history.wall_time[-1], 2),
+        "first_loss": history.loss[0],
+        "final_loss": final,
+        "ln_vocab": history.uniform_loss,
+        "drop_below_ln_vocab": 1.0 - final / history.uniform_loss,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lmlessons.budgets", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each live run (default 30)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--only-loads", action="store_true", help="skip the three training runs")
+    parser.add_argument("--no-live", action="store_true", help="no progress bars")
+    parser.add_argument("--json", type=str, default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    results: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        }
+    }
+    results["loads"] = loads = _load_times()
+    print(f"machine: {results['machine']}")
+    print(f"load_corpus('course'):      {loads['load_corpus_course_s']:.3f} s  (budget < 1 s)")
+    print(f"load_corpus('python-docs'): {loads['load_corpus_python_docs_s']:.3f} s  (cached parse)")
+    print(f"load_tokenizer():           {loads['load_tokenizer_s']:.3f} s  (budget < 1 s)")
+    ok = loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
+    if not args.only_loads:
+        for kind, target in (("mlm", 0.30), ("causal", 0.40), ("leaky", None)):
+            r = results[kind] = _run(kind, args.seconds, args.seed, live=not args.no_live)
+            line = (f"{kind:6s} {r['steps']:5d} steps in {r['seconds']:.1f} s: loss {r['first_loss']:.3f} -> "
+                    f"{r['final_loss']:.3f} (ln V = {r['ln_vocab']:.3f}, {100 * r['drop_below_ln_vocab']:.1f}% below)")
+            if target is not None:
+                passed = r["drop_below_ln_vocab"] >= target
+                ok &= passed
+                line += f"  target >= {100 * target:.0f}%: {'PASS' if passed else 'FAIL'}"
+            print(line, flush=True)
+        leaky, causal = results["leaky"]["final_loss"], results["causal"]["final_loss"]
+        collapsed = leaky < 0.1 * results["leaky"]["ln_vocab"] and causal > 4 * leaky
+        ok &= collapsed
+        print(f"leaky decoder collapses toward 0 ({leaky:.3f}) while the causal one does not ({causal:.3f}): "
+              f"{'PASS' if collapsed else 'FAIL'}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""The course's small pretrained models: saved as safetensors + config JSON + metrics JSON.
+
+Three checkpoints ship in ``lmlessons/checkpoints/`` (built by ``python -m lmlessons.pretrain``):
+
+* ``"bert"``: ``BertForPreTraining`` trained with MLM + NSP on the course corpus,
+* ``"bert-causal"``: ``BertLMHeadModel(is_decoder=True)`` trained on next-token prediction,
+* ``"gpt2"``: a tiny ``GPT2LMHeadModel`` trained on next-token prediction.
+
+Loading never unpickles anything: the config is JSON, the model class comes from a fixed table
+(not from the file), and the weights are read with ``safetensors`` (plain tensors, no code).
+Each ``<name>.metrics.json`` records held-out metrics computed by :func:`heldout_metrics` on the
+validation split with a fixed generator, so a test can recompute and compare them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_model, save_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CHECKPOINT_NAMES",
+    "load_checkpoint",
+    "checkpoint_metrics",
+    "save_checkpoint",
+    "heldout_metrics",
+]
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+# name -> (model class, config class, objective): transformers classes chosen here, never read
+# from a file (a config's "architectures" field could name anything).
+_ARCHITECTURES: dict[str, tuple[str, str, str]] = {
+    "bert": ("BertForPreTraining", "BertConfig", "pretraining"),
+    "bert-causal": ("BertLMHeadModel", "BertConfig", "clm"),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", "clm"),
+}
+
+
+def _classes(name: str) -> tuple[type, type]:
+    import transformers
+
+    model_class, config_class, _ = _ARCHITECTURES[name]
+    return getattr(transformers, model_class), getattr(transformers, config_class)
+CHECKPOINT_NAMES = tuple(_ARCHITECTURES)
+EVAL_SEED = 1234  # the generator seed of the held-out metrics (masking and NSP pairs)
+# Held-out sequences are as long as the training ones (see lmlessons.pretrain.RECIPES).
+EVAL_MAX_LENGTH = {"bert": 64, "bert-causal": 128, "gpt2": 128}
+EVAL_EPOCHS = 4  # passes over the validation documents (each with new masks / pairs)
+
+
+def _paths(name: str, directory: str | Path | None) -> tuple[Path, Path, Path]:
+    if name not in _ARCHITECTURES:
+        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    d = CHECKPOINT_DIR if directory is None else Path(directory).expanduser()
+    return d / f"{name}.safetensors", d / f"{name}.config.json", d / f"{name}.metrics.json"
+
+
+def save_checkpoint(
+    model: PreTrainedModel, name: str, directory: str | Path, *, metrics: dict[str, Any] | None = None
+) -> list[Path]:
+    """Write ``<name>.safetensors``, ``<name>.config.json`` and (if given) ``<name>.metrics.json``
+    into ``directory``; returns the paths. Tied weights are stored once (``save_model``)."""
+    if name not in _ARCHITECTURES:
+        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    model_class, _ = _classes(name)
+    if type(model) is not model_class:
+        raise TypeError(f"checkpoint {name!r} holds a {model_class.__name__}, got a {type(model).__name__}")
+    weights, config, metrics_path = _paths(name, directory)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(weights), metadata={"format": "pt", "lmlessons_checkpoint": name})
+    config.write_text(model.config.to_json_string(use_diff=False), encoding="utf-8")
+    written = [weights, config]
+    if metrics is not None:
+        metrics_path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(metrics_path)
+    return written
+
+
+def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTrainedModel:
+    """Load a course checkpoint in eval mode: ``model = lmlessons.load_checkpoint("bert")``.
+
+    ``name``: ``"bert"``, ``"bert-causal"`` or ``"gpt2"``. ``directory``: where to read from
+    (default: the checkpoints shipped in the package).
+    """
+    weights, config_path, _ = _paths(name, directory)
+    model_class, config_class = _classes(name)
+    if not weights.is_file() or not config_path.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {name!r} not found in {str(weights.parent)!r}; build it with "
+            f"`python -m lmlessons.pretrain {name} --out DIR`"
+        )
+    config_dict = json.loads(config_path.read_text(encoding="utf-8"))
+    config_dict.pop("transformers_version", None)
+    config = config_class.from_dict(config_dict)
+    config._attn_implementation = "eager"
+    model = model_class(config)
+    missing, unexpected = load_model(model, str(weights), strict=True)
+    if missing or unexpected:  # strict=True raises first; kept as a guard for older safetensors
+        raise ValueError(f"checkpoint {name!r} does not match its config: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
+
+def checkpoint_metrics(name: str, *, directory: str | Path | None = None) -> dict[str, Any]:
+    """The held-out metrics recorded when the checkpoint was trained."""
+    _, _, path = _paths(name, directory)
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics for checkpoint {name!r} at {str(path)!r}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def heldout_metrics(
+    model: PreTrainedModel,
+    *,
+    name: str,
+    corpus: Any = None,
+    tokenizer: Any = None,
+    max_length: int | None = None,
+) -> dict[str, float]:
+    """Metrics on the validation split of the course corpus, deterministic (fixed generator).
+
+    ``"bert"``: masked-token top-1 accuracy and MLM loss on masked NSP pairs, NSP accuracy;
+    causal checkpoints: next-token perplexity and top-1 accuracy on packed sequences.
+    ``max_length`` defaults to the length the checkpoint was trained on (``EVAL_MAX_LENGTH``).
+    """
+    from .batches import clm_batches, nsp_batches
+    from .corpus import load_corpus
+    from .tokenizer import load_tokenizer
+    from .training import evaluate
+
+    if name not in _ARCHITECTURES:
+        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    corpus = load_corpus("course") if corpus is None else corpus
+    tokenizer = load_tokenizer() if tokenizer is None else tokenizer
+    objective = _ARCHITECTURES[name][2]
+    max_length = EVAL_MAX_LENGTH[name] if max_length is None else max_length
+    g = torch.Generator().manual_seed(EVAL_SEED)
+    if objective == "pretraining":
+        batches = nsp_batches(corpus.validation, tokenizer, batch_size=64, max_length=max_length, epochs=EVAL_EPOCHS, generator=g)
+    else:
+        batches = clm_batches(corpus.validation, tokenizer, batch_size=64, max_length=max_length, epochs=1, generator=g)
+    metrics = evaluate(model, batches, objective=objective)
+    if objective == "clm":
+        metrics["uniform_perplexity"] = float(len(tokenizer))  # a model with no knowledge
+    else:
+        metrics["uniform_mlm_loss"] = math.log(len(tokenizer))
+    return metrics

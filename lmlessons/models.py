@@ -1,0 +1,177 @@
+"""Tiny transformers models built from configs (nothing is downloaded), sized to a tokenizer.
+
+Each factory builds the real Hugging Face class, so everything a lesson shows about its loss and
+its label conventions holds for the full-size model too:
+
+* :func:`tiny_bert_mlm` -> ``BertForMaskedLM`` (masked-LM head only),
+* :func:`tiny_bert_pretraining` -> ``BertForPreTraining`` (MLM head + NSP head, BERT's recipe),
+* :func:`tiny_bert_lm_head` -> ``BertLMHeadModel``: BERT with a next-token head. With
+  ``is_decoder=True`` its self-attention is causal; with ``is_decoder=False`` it is not, so each
+  position can *see* the token it is asked to predict (the "leaky decoder" of lesson 03;
+  transformers logs a warning then),
+* :func:`tiny_gpt2` -> ``GPT2LMHeadModel``.
+
+Vocabulary size and special-token ids come from the tokenizer, never from constants. Dropout is
+0 by default: tiny models trained for seconds underfit, they do not overfit, and a model without
+dropout gives the same loss in ``train()`` and ``eval()`` mode.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # imported inside the factories: importing transformers takes seconds
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertForPreTraining,
+        BertLMHeadModel,
+        GPT2Config,
+        GPT2LMHeadModel,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
+
+__all__ = [
+    "tiny_bert_config",
+    "tiny_gpt2_config",
+    "tiny_bert_mlm",
+    "tiny_bert_pretraining",
+    "tiny_bert_lm_head",
+    "tiny_gpt2",
+    "count_parameters",
+]
+
+HIDDEN_SIZE = 128
+NUM_LAYERS = 2
+NUM_HEADS = 2
+INTERMEDIATE_SIZE = 256
+MAX_POSITIONS = 128
+
+
+def _tokenizer_or_default(tokenizer: PreTrainedTokenizerBase | None) -> PreTrainedTokenizerBase:
+    if tokenizer is None:
+        from .tokenizer import load_tokenizer
+
+        return load_tokenizer()
+    for attr in ("pad_token_id", "cls_token_id", "sep_token_id"):
+        if getattr(tokenizer, attr, None) is None:
+            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())")
+    return tokenizer
+
+
+def tiny_bert_config(
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    hidden_size: int = HIDDEN_SIZE,
+    num_hidden_layers: int = NUM_LAYERS,
+    num_attention_heads: int = NUM_HEADS,
+    intermediate_size: int = INTERMEDIATE_SIZE,
+    max_position_embeddings: int = MAX_POSITIONS,
+    dropout: float = 0.0,
+    is_decoder: bool = False,
+    **overrides: Any,
+) -> BertConfig:
+    """A small ``BertConfig`` whose vocabulary and pad id are the tokenizer's (default: the course
+    tokenizer). ``overrides`` go to ``BertConfig`` unchanged."""
+    tok = _tokenizer_or_default(tokenizer)
+    if hidden_size % num_attention_heads:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be a multiple of num_attention_heads ({num_attention_heads})"
+        )
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        pad_token_id=tok.pad_token_id,
+        is_decoder=is_decoder,
+        attn_implementation="eager",
+        **overrides,
+    )
+
+
+def tiny_gpt2_config(
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    n_embd: int = HIDDEN_SIZE,
+    n_layer: int = NUM_LAYERS,
+    n_head: int = NUM_HEADS,
+    n_positions: int = MAX_POSITIONS,
+    dropout: float = 0.0,
+    **overrides: Any,
+) -> GPT2Config:
+    """A small ``GPT2Config`` for the BERT-style course tokenizer: [CLS] starts a sequence
+    (``bos_token_id``), [SEP] ends it (``eos_token_id``), [PAD] pads it (``pad_token_id``)."""
+    tok = _tokenizer_or_default(tokenizer)
+    if n_embd % n_head:
+        raise ValueError(f"n_embd ({n_embd}) must be a multiple of n_head ({n_head})")
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=len(tok),
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_positions=n_positions,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        pad_token_id=tok.pad_token_id,
+        attn_implementation="eager",
+        **overrides,
+    )
+
+
+def _build(model_class: str, config: Any, seed: int) -> PreTrainedModel:
+    """Initialise ``model_class(config)`` from ``seed`` without touching the global RNG state."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    import transformers
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = getattr(transformers, model_class)(config)
+    return model
+
+
+def tiny_bert_mlm(tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any) -> BertForMaskedLM:
+    """A tiny ``BertForMaskedLM``; ``config`` keywords go to :func:`tiny_bert_config`."""
+    return _build("BertForMaskedLM", tiny_bert_config(tokenizer, **config), seed)
+
+
+def tiny_bert_pretraining(
+    tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
+) -> BertForPreTraining:
+    """A tiny ``BertForPreTraining`` (MLM + NSP heads). Note: transformers only returns its
+    ``loss`` when *both* ``labels`` and ``next_sentence_label`` are given."""
+    return _build("BertForPreTraining", tiny_bert_config(tokenizer, **config), seed)
+
+
+def tiny_bert_lm_head(
+    tokenizer: PreTrainedTokenizerBase | None = None, *, is_decoder: bool = True, seed: int = 0, **config: Any
+) -> BertLMHeadModel:
+    """A tiny ``BertLMHeadModel``. ``is_decoder=True`` makes self-attention causal; ``False``
+    builds the leaky decoder (bidirectional attention, next-token labels), on purpose."""
+    if not isinstance(is_decoder, bool):
+        raise TypeError(f"is_decoder must be a bool, got {type(is_decoder).__name__}")
+    return _build("BertLMHeadModel", tiny_bert_config(tokenizer, is_decoder=is_decoder, **config), seed)
+
+
+def tiny_gpt2(tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any) -> GPT2LMHeadModel:
+    """A tiny ``GPT2LMHeadModel``; ``config`` keywords go to :func:`tiny_gpt2_config`."""
+    return _build("GPT2LMHeadModel", tiny_gpt2_config(tokenizer, **config), seed)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied input/output embeddings counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

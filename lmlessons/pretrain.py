@@ -1,0 +1,142 @@
+"""Train the course checkpoints: ``python -m lmlessons.pretrain NAME [--out DIR]``.
+
+``NAME`` is ``bert`` (``BertForPreTraining``, MLM + NSP), ``bert-causal``
+(``BertLMHeadModel(is_decoder=True)``), ``gpt2`` (``GPT2LMHeadModel``), ``all`` (the three), or
+``tokenizer`` (train the WordPiece tokenizer on the course corpus and write ``tokenizer.json``).
+Each run is seeded and uses a fixed step budget, so it is deterministic on a given machine and
+thread count. Without ``--out`` the files go to the user cache folder, never into the
+repository. The shipped files were made with::
+
+    python -m lmlessons.pretrain tokenizer --out lmlessons/data
+    python -m lmlessons.pretrain all --out lmlessons/checkpoints
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ._cache import user_cache_dir
+from .batches import clm_batches, nsp_batches
+from .checkpoints import CHECKPOINT_NAMES, heldout_metrics, load_checkpoint, save_checkpoint
+from .corpus import load_corpus
+from .models import count_parameters, tiny_bert_lm_head, tiny_bert_pretraining, tiny_gpt2
+from .tokenizer import COURSE_WHOLE_WORDS, DEFAULT_VOCAB_SIZE, load_tokenizer, train_tokenizer
+from .training import train
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one checkpoint is trained (each takes about 5 CPU-minutes with one thread)."""
+
+    build: Callable[..., Any]
+    batches: Callable[..., Any]
+    max_steps: int
+    batch_size: int = 16
+    max_length: int = 128
+    lr: float = 1e-3
+    warmup_steps: int = 100
+    dropout: float = 0.0
+
+
+RECIPES: dict[str, Recipe] = {
+    # MLM learns context slowly (measured: thousands of steps to leave the unigram plateau), so
+    # BERT gets many short steps; dynamic masking and fresh NSP pairs keep it from memorising.
+    "bert": Recipe(build=tiny_bert_pretraining, batches=nsp_batches, max_steps=5000, max_length=64),
+    # Causal models learn fast and then memorise the small corpus: fewer, longer steps, dropout.
+    "bert-causal": Recipe(
+        build=lambda tok, **kw: tiny_bert_lm_head(tok, is_decoder=True, **kw),
+        batches=clm_batches, max_steps=1200, lr=2e-3, dropout=0.1,
+    ),
+    "gpt2": Recipe(build=tiny_gpt2, batches=clm_batches, max_steps=1200, lr=2e-3, dropout=0.1),
+}
+
+
+def default_out_dir() -> Path:
+    return user_cache_dir() / "checkpoints"
+
+
+def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_steps: int | None = None, live: bool = True) -> dict[str, Any]:
+    """Train checkpoint ``name`` and save it to ``out``; returns the metrics that were saved."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    recipe = RECIPES[name]
+    out = default_out_dir() if out is None else Path(out)
+    steps = recipe.max_steps if max_steps is None else max_steps
+    corpus, tokenizer = load_corpus("course"), load_tokenizer()
+    model = recipe.build(tokenizer, seed=seed, dropout=recipe.dropout)
+    batches = recipe.batches(
+        corpus.train, tokenizer, batch_size=recipe.batch_size, max_length=recipe.max_length,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    start, cpu_start = time.perf_counter(), time.process_time()
+    history = train(
+        model, batches, max_steps=steps, lr=recipe.lr, warmup_steps=min(recipe.warmup_steps, steps // 10),
+        schedule="cosine", live=live, title=f"pretrain {name}",
+    )
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    save_checkpoint(model, name, out)
+    reloaded = load_checkpoint(name, directory=out)  # measure exactly what users will load
+    metrics = {
+        "name": name,
+        "architecture": type(model).__name__,
+        "parameters": count_parameters(model),
+        "command": f"python -m lmlessons.pretrain {name} --seed {seed}" + (f" --steps {steps}" if max_steps else ""),
+        "seed": seed,
+        "steps": history.num_steps,
+        "batch_size": recipe.batch_size,
+        "max_length": recipe.max_length,
+        "lr": recipe.lr,
+        "warmup_steps": min(recipe.warmup_steps, steps // 10),
+        "dropout": recipe.dropout,
+        "schedule": "cosine",
+        "train_seconds": round(seconds, 1),
+        "train_cpu_seconds": round(cpu_seconds, 1),
+        "train_loss_last_50_steps": history.final("loss", 50),
+        "heldout": heldout_metrics(reloaded, name=name, corpus=corpus, tokenizer=tokenizer, max_length=recipe.max_length),
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
+    if history.objective == "pretraining":
+        metrics["train_nsp_accuracy_last_50_steps"] = history.final("nsp_accuracy", 50)
+    save_checkpoint(reloaded, name, out, metrics=metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lmlessons.pretrain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", choices=[*CHECKPOINT_NAMES, "all", "tokenizer"])
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_out_dir()})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None, help="override the recipe's step budget")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = default_out_dir() if args.out is None else args.out
+    if args.name == "tokenizer":
+        tokenizer = train_tokenizer(load_corpus("course"), vocab_size=DEFAULT_VOCAB_SIZE, whole_words=COURSE_WHOLE_WORDS)
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"), pretty=False)
+        print(f"saved a {len(tokenizer):,}-token WordPiece tokenizer to {out / 'tokenizer.json'}")
+        return 0
+    names = CHECKPOINT_NAMES if args.name == "all" else (args.name,)
+    for name in names:
+        m = pretrain(name, out=out, seed=args.seed, max_steps=args.steps, live=not args.quiet)
+        size = sum((out / f"{name}{ext}").stat().st_size for ext in (".safetensors", ".config.json", ".metrics.json"))
+        held = ", ".join(f"{k} {v:.4g}" for k, v in m["heldout"].items() if isinstance(v, float))
+        print(f"{name}: {m['steps']} steps in {m['train_seconds']} s ({m['train_cpu_seconds']} s CPU), {m['parameters']:,} parameters, "
+              f"{size / 1e6:.2f} MB in {out}\n  held-out: {held}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,525 @@
+"""A small training loop for every model of the course, with a live loss plot in notebooks.
+
+:func:`train` runs AdamW on batches from :mod:`lmlessons.batches` for a step budget or a time
+budget and returns a :class:`History`. The loss is computed by the package's own functions
+(:func:`lmlessons.mlm_loss`, :func:`lmlessons.clm_loss`, :func:`lmlessons.nsp_loss`) from the
+model's logits, so it is the loss the lessons derive, for every model:
+
+* ``"mlm"`` (``BertForMaskedLM``): cross-entropy over the masked positions;
+* ``"pretraining"`` (``BertForPreTraining``): MLM + NSP, both curves recorded;
+* ``"clm"`` (``GPT2LMHeadModel``, ``BertLMHeadModel``): next-token cross-entropy, labels
+  shifted inside :func:`lmlessons.clm_loss`.
+
+Gradient accumulation follows transformers' fix of October 2024: the K micro-batches of one
+optimizer step are fetched first, their target tokens counted (``num_items_in_batch``; for CLM
+after the shift), and each micro-batch loss is ``sum / num_items_in_batch``. Summed over the K
+micro-batches this is exactly the full-batch mean, not the mean of K means.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from ._checks import IGNORE_INDEX, check_int
+from .losses import clm_loss, mlm_loss, nsp_loss
+
+__all__ = ["History", "train", "evaluate", "infer_objective", "OBJECTIVES"]
+
+OBJECTIVES = ("mlm", "pretraining", "clm")
+_REQUIRED_KEYS = {
+    "mlm": ("input_ids", "labels"),
+    "pretraining": ("input_ids", "labels", "next_sentence_label"),
+    "clm": ("input_ids", "labels"),
+}
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# --------------------------------------------------------------------------------------------
+# History
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """What happened at each optimizer step of :func:`train`.
+
+    ``loss`` is the full-batch training loss (MLM + NSP for ``"pretraining"``); ``mlm_loss``,
+    ``nsp_loss`` and ``nsp_accuracy`` are filled for ``"pretraining"`` only. ``num_items`` is
+    the step's ``num_items_in_batch`` (target tokens), ``tokens_seen`` the running count of
+    non-padding input tokens, ``wall_time`` seconds since the start (after the step).
+    """
+
+    objective: str
+    vocab_size: int
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    mlm_loss: list[float] = field(default_factory=list)
+    nsp_loss: list[float] = field(default_factory=list)
+    nsp_accuracy: list[float] = field(default_factory=list)
+    num_items: list[int] = field(default_factory=list)
+    tokens_seen: list[int] = field(default_factory=list)
+    wall_time: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    stopped_by: str = ""
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step)
+
+    @property
+    def uniform_loss(self) -> float:
+        """``ln(vocab_size)``: the loss of a model that spreads its bets evenly over the vocabulary
+        (where an untrained model starts)."""
+        return math.log(self.vocab_size)
+
+    def final(self, key: str = "loss", window: int = 20) -> float:
+        """Mean of the last ``window`` values of ``key`` (a less noisy "final loss")."""
+        values = getattr(self, key)
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"history has no {key!r} values (objective {self.objective!r})")
+        tail = values[-window:]
+        return sum(tail) / len(tail)
+
+    def smoothed(self, key: str = "loss", beta: float = 0.9) -> list[float]:
+        """Exponential moving average with bias correction (what TensorBoard's slider shows)."""
+        out, avg = [], 0.0
+        for i, v in enumerate(getattr(self, key), start=1):
+            avg = beta * avg + (1 - beta) * v
+            out.append(avg / (1 - beta**i))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def plot(self, ax: Any = None, *, x: str = "step", reference: bool = True) -> Any:
+        """Plot the loss curve(s) on ``ax`` (a new figure if None); returns the axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3), dpi=80)
+        _draw_losses(ax, self, x=x, reference=reference)
+        return ax
+
+
+def _draw_losses(ax: Any, h: History, *, x: str = "step", reference: bool = True) -> None:
+    xs = getattr(h, x)
+    label = {"mlm": "MLM loss", "clm": "causal LM loss", "pretraining": "MLM + NSP loss"}[h.objective]
+    ax.plot(xs, h.loss, color="C0", alpha=0.25, lw=1)
+    ax.plot(xs, h.smoothed("loss"), color="C0", lw=2, label=label)
+    if h.objective == "pretraining":
+        ax.plot(xs, h.smoothed("mlm_loss"), color="C1", lw=1.5, label="MLM term")
+        ax.plot(xs, h.smoothed("nsp_loss"), color="C2", lw=1.5, label="NSP term")
+        ax.axhline(math.log(2), color="C2", ls=":", lw=1, label="ln 2 (NSP coin flip)")
+    if reference:
+        ax.axhline(h.uniform_loss, color="gray", ls="--", lw=1, label=f"ln(vocab) = {h.uniform_loss:.2f}")
+    ax.set_xlabel({"step": "optimizer step", "wall_time": "seconds", "tokens_seen": "tokens seen"}.get(x, x))
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+
+
+# --------------------------------------------------------------------------------------------
+# Live display: one progress bar and one figure, updated in place
+# --------------------------------------------------------------------------------------------
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where a live plot can be shown)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class _LivePlot:
+    """A figure shown once through an IPython display handle and redrawn in place (never one
+    figure per step). Rendered to PNG with Agg, so it works with any matplotlib backend."""
+
+    def __init__(self, history: History, title: str) -> None:
+        from IPython.display import display
+        from matplotlib.figure import Figure
+
+        self.history, self.title = history, title
+        self.figure = Figure(figsize=(6.5, 3), dpi=80)
+        self.ax = self.figure.add_subplot()
+        self.ax2 = self.ax.twinx() if history.objective == "pretraining" else None
+        self.handle = display(self._image(), display_id=True)
+
+    def _image(self) -> Any:
+        from IPython.display import Image
+
+        h = self.history
+        self.ax.clear()
+        if h.num_steps:
+            _draw_losses(self.ax, h)
+            if self.ax2 is not None:
+                self.ax2.clear()
+                self.ax2.plot(h.step, _moving_mean(h.nsp_accuracy, 20), color="C3", lw=1.5, label="NSP accuracy")
+                self.ax2.set_ylim(0, 1)
+                self.ax2.set_ylabel("NSP accuracy")
+                self.ax2.legend(fontsize=8, loc="lower left")
+            last = f"step {h.step[-1]}, {h.wall_time[-1]:.0f} s, loss {h.final('loss', 10):.3f}"
+            self.ax.set_title(f"{self.title}: {last}", fontsize=10)
+        else:
+            self.ax.set_title(f"{self.title}: starting...", fontsize=10)
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", bbox_inches="tight")
+        return Image(data=buffer.getvalue(), format="png")
+
+    def update(self) -> None:
+        if self.handle is not None:
+            self.handle.update(self._image())
+
+
+def _moving_mean(values: list[float], window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Loss of one micro-batch
+# --------------------------------------------------------------------------------------------
+
+
+def infer_objective(model: torch.nn.Module) -> str:
+    """``"pretraining"`` for ``*ForPreTraining``, ``"mlm"`` for ``*ForMaskedLM``, ``"clm"`` for
+    ``*LMHeadModel`` / ``*ForCausalLM`` (including ``BertLMHeadModel(is_decoder=False)``)."""
+    name = type(model).__name__
+    if name.endswith("ForPreTraining"):
+        return "pretraining"
+    if name.endswith("ForMaskedLM"):
+        return "mlm"
+    if name.endswith(("LMHeadModel", "ForCausalLM")):
+        return "clm"
+    raise ValueError(f"cannot tell the objective of a {name}; pass objective= one of {OBJECTIVES}")
+
+
+def _num_targets(batch: dict[str, torch.Tensor], objective: str) -> int:
+    labels = batch["labels"]
+    if objective == "clm":
+        labels = labels[..., 1:]  # after the shift: the first label is never a target
+    return int((labels != IGNORE_INDEX).sum())
+
+
+def _forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+    return model(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
+
+
+def _supports_sparse(model: torch.nn.Module) -> bool:
+    head = getattr(model, "cls", None)
+    return hasattr(model, "bert") and hasattr(head, "predictions")
+
+
+def _mlm_logits(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], objective: str, sparse: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """MLM logits with matching labels (and NSP logits for ``"pretraining"``).
+
+    ``sparse``: run only the masked positions through the output layer, as Google BERT's
+    ``run_pretraining.py`` (``gather_indexes``) and ModernBERT (``sparse_prediction``) do:
+    the loss is the same sum over the same positions, at a fraction of the head's cost (the
+    ``(B, T, V)`` logits are never built). Returns ``(N, V)`` logits and ``(N,)`` labels then;
+    else the model's own ``(B, T, V)`` logits and ``(B, T)`` labels.
+    """
+    labels = batch["labels"]
+    if not sparse:
+        out = _forward(model, batch)
+        if objective == "pretraining":
+            return out.prediction_logits, labels, out.seq_relationship_logits
+        return out.logits, labels, None
+    out = model.bert(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
+    keep = labels != IGNORE_INDEX  # (B, T)
+    hidden = out.last_hidden_state[keep]  # (N, H)
+    if objective == "pretraining":
+        return model.cls.predictions(hidden), labels[keep], model.cls.seq_relationship(out.pooler_output)
+    return model.cls.predictions(hidden), labels[keep], None  # (N, V), (N,)
+
+
+def _micro_batch_loss(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    objective: str,
+    num_items_in_batch: int,
+    num_sequences: int,
+    sparse: bool,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """This micro-batch's share of the full-batch loss, and its parts (already shares)."""
+    n = num_items_in_batch if num_items_in_batch > 0 else None  # no target at all: loss 0
+    if objective == "clm":
+        out = _forward(model, batch)
+        loss = clm_loss(out.logits, batch["labels"], num_items_in_batch=n)  # (B, T, V) -> ()
+        return loss, {}
+    logits, labels, nsp_logits = _mlm_logits(model, batch, objective, sparse)
+    mlm = mlm_loss(logits, labels, num_items_in_batch=n)  # (B, T, V) or sparse (N, V)
+    if objective == "mlm":
+        return mlm, {}
+    nsp_labels = batch["next_sentence_label"]
+    share = nsp_labels.shape[0] / num_sequences  # NSP is a mean over sequences: weight by rows
+    nsp = nsp_loss(nsp_logits, nsp_labels) * share  # (B, 2)
+    correct = (nsp_logits.argmax(-1) == nsp_labels).sum().item()
+    return mlm + nsp, {"mlm_loss": mlm.item(), "nsp_loss": nsp.item(), "nsp_correct": correct}
+
+
+def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.Tensor]:
+    if not isinstance(batch, dict):
+        raise TypeError(f"batches must yield dicts of tensors, got {type(batch).__name__} at batch {index}")
+    missing = [k for k in _REQUIRED_KEYS[objective] if k not in batch]
+    if missing:
+        hint = {
+            "mlm": "use lmlessons.mlm_batches",
+            "pretraining": "use lmlessons.nsp_batches",
+            "clm": "use lmlessons.clm_batches",
+        }[objective]
+        raise ValueError(f"objective {objective!r} needs batch keys {list(_REQUIRED_KEYS[objective])}; missing {missing} ({hint})")
+    return batch
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+def _schedule(schedule: str, warmup_steps: int, max_steps: int | None) -> Callable[[int], float]:
+    def factor(step: int) -> float:  # step = number of optimizer steps taken so far
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, (max_steps or 1) - warmup_steps))
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+
+    return factor
+
+
+def train(
+    model: torch.nn.Module,
+    batches: Iterable[dict[str, torch.Tensor]],
+    *,
+    objective: str | None = None,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    lr: float = 2e-3,
+    weight_decay: float = 0.01,
+    warmup_steps: int = 20,
+    schedule: str = "constant",
+    grad_accum_steps: int = 1,
+    max_grad_norm: float | None = 1.0,
+    optimizer: torch.optim.Optimizer | None = None,
+    sparse_prediction: bool = True,
+    live: bool = True,
+    plot_every: float = 1.5,
+    title: str | None = None,
+) -> History:
+    """Train ``model`` on ``batches`` until a budget runs out; return the :class:`History`.
+
+    Args:
+        model: any model of :mod:`lmlessons.models` (or another transformers MLM/CLM model).
+        batches: an iterable of batch dicts, e.g. ``lmlessons.mlm_batches(corpus, tokenizer)``.
+            One optimizer step uses ``grad_accum_steps`` of them.
+        objective: ``"mlm"``, ``"pretraining"`` (MLM + NSP) or ``"clm"``; None infers it from the
+            model class (:func:`infer_objective`).
+        max_steps: stop after this many optimizer steps (deterministic given the seeds).
+        max_seconds: stop once this much wall time has passed (not deterministic: the number of
+            steps depends on the machine). Give either or both; with neither, ``batches`` must
+            be finite.
+        lr, weight_decay: AdamW's (ignored when ``optimizer`` is given). 2e-3 suits the tiny
+            models (measured: 5e-3 stalls post-LayerNorm BERT at the unigram plateau).
+        warmup_steps, schedule: linear warm-up, then ``"constant"``, ``"linear"`` or ``"cosine"``
+            decay to 0 at ``max_steps`` (the decays need ``max_steps``). The warm-up also
+            scales the learning rate of an ``optimizer`` you pass.
+        grad_accum_steps: micro-batches per optimizer step, combined with ``num_items_in_batch``
+            so the step equals one step on the concatenated batch.
+        max_grad_norm: clip the gradient norm (None: no clipping).
+        optimizer: your own optimizer (e.g. to continue training with its state).
+        sparse_prediction: for BERT MLM / pretraining models, send only the masked positions
+            through the output layer (same loss, about half the time of a step here).
+        live: show a tqdm progress bar and, in a notebook, a loss plot redrawn in place every
+            ``plot_every`` seconds. False shows nothing (tests, scripts).
+        title: the plot's title (default: the model class).
+
+    The model is left in eval mode.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if objective is None:
+        objective = infer_objective(model)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if max_steps is not None:
+        max_steps = check_int("max_steps", max_steps, minimum=1)
+    if max_seconds is not None:
+        if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)):
+            raise TypeError(f"max_seconds must be a number of seconds, got {type(max_seconds).__name__}")
+        if not max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    if max_steps is None and max_seconds is None and not hasattr(batches, "__len__"):
+        raise ValueError("give max_steps or max_seconds (batches may be endless), or a finite list of batches")
+    grad_accum_steps = check_int("grad_accum_steps", grad_accum_steps, minimum=1)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+    if schedule not in ("constant", "linear", "cosine"):
+        raise ValueError(f"schedule must be 'constant', 'linear' or 'cosine', got {schedule!r}")
+    if schedule != "constant" and max_steps is None:
+        raise ValueError(f"schedule={schedule!r} decays to 0 at max_steps: give max_steps")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"batches must be an iterable of batch dicts, got {type(batches).__name__}")
+
+    sparse = bool(sparse_prediction) and objective != "clm" and _supports_sparse(model)
+    vocab_size = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    history = History(objective=objective, vocab_size=max(vocab_size, 1))
+    device = next(model.parameters()).device
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(schedule, warmup_steps, max_steps))
+
+    from tqdm.auto import tqdm
+
+    by_time = max_steps is None and max_seconds is not None
+    total = math.ceil(max_seconds) if by_time else (max_steps or len(batches) // grad_accum_steps)  # type: ignore[arg-type]
+    bar = tqdm(total=total, disable=not live, unit="s" if by_time else "step", desc=title or type(model).__name__,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]")
+    plot = _LivePlot(history, title or type(model).__name__) if live and in_notebook() else None
+    last_plot = time.perf_counter()
+
+    iterator: Iterator[dict[str, torch.Tensor]] = iter(batches)
+    model.train()
+    start = time.perf_counter()
+    tokens, index = 0, 0
+    try:
+        while True:
+            if max_steps is not None and history.num_steps >= max_steps:
+                history.stopped_by = "max_steps"
+                break
+            if max_seconds is not None and time.perf_counter() - start >= max_seconds:
+                history.stopped_by = "max_seconds"
+                break
+            micro = []
+            for _ in range(grad_accum_steps):
+                try:
+                    batch = _check_batch(next(iterator), objective, index)
+                except StopIteration:
+                    break
+                index += 1
+                micro.append({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()})
+            if len(micro) < grad_accum_steps:  # batches ran out: drop an incomplete step
+                history.stopped_by = "batches"
+                break
+
+            # num_items_in_batch: the targets of the whole step, counted before any forward pass.
+            num_items = sum(_num_targets(b, objective) for b in micro)
+            num_sequences = sum(b["input_ids"].shape[0] for b in micro)
+            step_loss, parts = 0.0, {"mlm_loss": 0.0, "nsp_loss": 0.0, "nsp_correct": 0}
+            for b in micro:
+                loss, p = _micro_batch_loss(model, b, objective, num_items, num_sequences, sparse)
+                loss.backward()
+                step_loss += loss.item()
+                for k, v in p.items():
+                    parts[k] += v
+                mask = b.get("attention_mask")
+                tokens += int(mask.sum()) if mask is not None else b["input_ids"].numel()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            history.lr.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            history.step.append(history.num_steps + 1)
+            history.loss.append(step_loss)
+            if objective == "pretraining":
+                history.mlm_loss.append(parts["mlm_loss"])
+                history.nsp_loss.append(parts["nsp_loss"])
+                history.nsp_accuracy.append(parts["nsp_correct"] / num_sequences)
+            history.num_items.append(num_items)
+            history.tokens_seen.append(tokens)
+            now = time.perf_counter()
+            history.wall_time.append(now - start)
+
+            if live:
+                bar.set_postfix_str(f"step {history.num_steps}, loss {step_loss:.3f}", refresh=False)
+                bar.update((min(now - start, total) if by_time else history.num_steps) - bar.n)
+            if plot is not None and now - last_plot >= plot_every:
+                plot.update()
+                last_plot = time.perf_counter()
+    finally:
+        model.eval()
+        if live:
+            if by_time and history.stopped_by:
+                bar.n = bar.total
+            bar.close()
+        if plot is not None:
+            plot.update()
+    return history
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module, batches: Iterable[dict[str, torch.Tensor]], *, objective: str | None = None
+) -> dict[str, float]:
+    """Held-out metrics over a *finite* iterable of batches (e.g. ``epochs=1``), token-weighted.
+
+    Returns for ``"mlm"``: ``mlm_loss``, ``mlm_accuracy`` (top-1 on masked positions);
+    ``"pretraining"``: those plus ``nsp_loss``, ``nsp_accuracy`` and ``loss`` (the sum);
+    ``"clm"``: ``clm_loss``, ``perplexity`` (``exp(clm_loss)``), ``next_token_accuracy``.
+    Also ``num_targets`` (and ``num_sequences``).
+    """
+    if objective is None:
+        objective = infer_objective(model)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    ce_sum, correct, targets = 0.0, 0, 0
+    nsp_sum, nsp_correct, sequences = 0.0, 0, 0
+    for i, batch in enumerate(batches):
+        batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in _check_batch(batch, objective, i).items()}
+        if objective == "clm":
+            logits = _forward(model, batch).logits  # (B, T, V)
+            labels = torch.nn.functional.pad(batch["labels"][..., 1:], (0, 1), value=IGNORE_INDEX)  # shifted
+        else:
+            logits, labels, nsp_logits = _mlm_logits(model, batch, objective, _supports_sparse(model))
+        keep = labels != IGNORE_INDEX
+        rows, gold = logits[keep].float(), labels[keep]  # (N, V), (N,)
+        ce_sum += torch.nn.functional.cross_entropy(rows, gold, reduction="sum").item()
+        correct += int((rows.argmax(-1) == gold).sum())
+        targets += int(keep.sum())
+        sequences += batch["input_ids"].shape[0]
+        if objective == "pretraining":
+            nsl = batch["next_sentence_label"]
+            nsp_sum += torch.nn.functional.cross_entropy(nsp_logits.float(), nsl, reduction="sum").item()
+            nsp_correct += int((nsp_logits.argmax(-1) == nsl).sum())
+    model.train(was_training)
+    if targets == 0:
+        raise ValueError("batches held no target tokens to evaluate")
+    loss = ce_sum / targets
+    if objective == "clm":
+        return {"clm_loss": loss, "perplexity": math.exp(loss), "next_token_accuracy": correct / targets,
+                "num_targets": targets, "num_sequences": sequences}
+    metrics = {"mlm_loss": loss, "mlm_accuracy": correct / targets, "num_targets": targets, "num_sequences": sequences}
+    if objective == "pretraining":
+        metrics.update(nsp_loss=nsp_sum / sequences, nsp_accuracy=nsp_correct / sequences)
+        metrics["loss"] = metrics["mlm_loss"] + metrics["nsp_loss"]
+    return metrics

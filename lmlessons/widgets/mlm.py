@@ -1,0 +1,147 @@
+"""Lesson 02 (MLM loss): fill in [MASK] with a trained model, as numbers and as a bar chart.
+
+:func:`fill_mask` returns the top-k tokens and probabilities at every [MASK] of a sentence (what
+transformers' ``fill-mask`` pipeline does, without the pipeline). :func:`mlm_widget` is a Text box:
+type a sentence with [MASK], press Enter, and see the predictions as bars; its callback writes a
+marker line ``[widget] masks=1 top1=ball text=the dog chased the [MASK] .`` for a browser test.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import torch
+
+from ..display import COLORS
+
+__all__ = ["normalize_mask_text", "fill_mask", "plot_top_k", "mlm_marker", "mlm_widget"]
+
+_MASK_ANY_CASE = re.compile(r"\[mask\]", re.IGNORECASE)
+
+
+def normalize_mask_text(text: str, mask_token: str = "[MASK]") -> str:
+    """Collapse white space and write every ``[mask]`` (any case) as the tokenizer's mask token:
+    the tokenizer lower-cases words, but it only recognises its special tokens written exactly."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return " ".join(_MASK_ANY_CASE.sub(mask_token, text).split())
+
+
+@torch.no_grad()
+def fill_mask(model: Any, tokenizer: Any, text: str, *, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each [MASK] in ``text`` (left to right): the ``top_k`` most likely tokens and their
+    probabilities (softmax over the whole vocabulary at that position).
+
+    ``model``: a masked-LM (``BertForMaskedLM``; ``BertForPreTraining`` works too, through its
+    ``prediction_logits``). The model is run in eval mode and left as it was.
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise ValueError("tokenizer must define mask_token_id")
+    text = normalize_mask_text(text, tokenizer.mask_token)
+    max_len = int(getattr(getattr(model, "config", None), "max_position_embeddings", 512))
+    enc = tokenizer(text, truncation=True, max_length=max_len, return_tensors="pt")
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
+    finally:
+        model.train(was_training)
+    logits = out.logits if hasattr(out, "logits") else out.prediction_logits  # (1, T, V)
+    positions = (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten().tolist()
+    result = []
+    for t in positions:
+        probs = logits[0, t].float().softmax(-1)  # (V,)
+        top = probs.topk(min(top_k, probs.numel()))
+        tokens = tokenizer.convert_ids_to_tokens(top.indices.tolist())
+        result.append([(tok, float(p)) for tok, p in zip(tokens, top.values.tolist())])
+    return result
+
+
+def plot_top_k(ax: Any, predictions: Sequence[tuple[str, float]], *, title: str = "") -> Any:
+    """Horizontal bars of one [MASK]'s predictions, the most likely on top."""
+    labels = [tok for tok, _ in predictions][::-1]
+    values = [p for _, p in predictions][::-1]
+    colors = [COLORS["mask"]] * len(values)
+    if colors:
+        colors[-1] = COLORS["kept"]  # the top-1 prediction
+    ax.barh(range(len(values)), values, color=colors, edgecolor="#555")
+    ax.set_yticks(range(len(values)), labels)
+    for y, v in enumerate(values):
+        ax.text(v + 0.01, y, f"{v:.3f}", va="center", fontsize=8)
+    ax.set_xlim(0, min(1.0, max(0.05, 1.3 * max(values, default=0.0))))  # room for the labels
+    ax.set_xlabel("probability")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def mlm_marker(text: str, predictions: Sequence[Sequence[tuple[str, float]]]) -> str:
+    """The widget's marker line: number of masks, the top-1 token at each, and the text."""
+    top1 = ",".join(p[0][0] for p in predictions if p)
+    return f"[widget] masks={len(predictions)} top1={top1} text={text}"
+
+
+def _figure_png(predictions: Sequence[Sequence[tuple[str, float]]], max_plots: int = 3) -> bytes:
+    from matplotlib.figure import Figure  # no pyplot: nothing is shown twice, any backend works
+
+    n = min(len(predictions), max_plots)
+    fig = Figure(figsize=(3.2 * n, 2.2), dpi=80)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for i, ax in enumerate(axes):
+        plot_top_k(ax, predictions[i], title=f"[MASK] #{i + 1}")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def mlm_widget(
+    model: Any,
+    tokenizer: Any,
+    *,
+    text: str = "the dog chased the [MASK] across the park .",
+    top_k: int = 5,
+) -> widgets.VBox:
+    """A Text box (description ``sentence``): type a sentence with [MASK] and press Enter to see
+    the model's top-k predictions at every [MASK] as a bar chart (up to three masks drawn).
+
+    The returned ``VBox`` carries ``.text`` (the Text widget), ``.output`` and ``.redraw()``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    box_text = widgets.Text(value=text, description="sentence", continuous_update=False,
+                            style={"description_width": "80px"}, layout=widgets.Layout(width="640px"))
+    out = widgets.Output()
+
+    def redraw(*_: Any) -> None:
+        typed = normalize_mask_text(box_text.value, tokenizer.mask_token)
+        preds = fill_mask(model, tokenizer, typed, top_k=top_k)
+        outputs: list[dict[str, Any]] = [
+            {"output_type": "stream", "name": "stdout", "text": mlm_marker(typed, preds) + "\n"}
+        ]
+        if not preds:
+            outputs.append({"output_type": "stream", "name": "stdout",
+                            "text": f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed.\n"})
+        else:
+            lines = [
+                f"[MASK] #{i + 1}: " + ", ".join(f"{tok} {p:.3f}" for tok, p in pred)
+                for i, pred in enumerate(preds)
+            ]
+            png = base64.b64encode(_figure_png(preds)).decode("ascii")
+            outputs.append({"output_type": "display_data",
+                            "data": {"image/png": png, "text/plain": "\n".join(lines)}, "metadata": {}})
+        out.outputs = tuple(outputs)
+
+    box_text.observe(redraw, names="value")
+    redraw()
+    box = widgets.VBox([box_text, out])
+    box.text = box_text  # type: ignore[attr-defined]
+    box.output = out  # type: ignore[attr-defined]
+    box.redraw = redraw  # type: ignore[attr-defined]
+    return box

@@ -1,0 +1,195 @@
+"""Lesson 06 (the combined loss): what ``mlm_weight`` and ``nsp_weight`` do to the gradient.
+
+BERT's loss is ``mlm_weight * MLM + nsp_weight * NSP`` (both weights 1 in BERT and
+``BertForPreTraining``). The gradient is linear in the weights,
+``g = mlm_weight * g_mlm + nsp_weight * g_nsp``, so :func:`term_gradients` computes ``g_mlm`` and
+``g_nsp`` once on a fixed batch (two backward passes) and every slider move is then exact and
+instant: ``|g|^2 = a^2 |g_mlm|^2 + 2ab <g_mlm, g_nsp> + b^2 |g_nsp|^2``.
+
+:func:`loss_weights_widget` shows the weighted loss, each term's share of it, each term's share
+of the gradient norm on the shared encoder (``model.base_model``: embeddings, layers, pooler;
+the part both heads pull on) and the cosine between the two gradients. Every redraw writes one
+marker line, e.g. ``[widget] mlm_weight=1.00 nsp_weight=1.00 loss=8.567 mlm_grad_share=0.998``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import torch
+
+from ..losses import mlm_loss, nsp_loss
+
+__all__ = ["TermGradients", "term_gradients", "weighted_terms", "pretraining_marker", "loss_weights_widget"]
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class TermGradients:
+    """The two terms of BERT's loss on one batch and the geometry of their gradients.
+
+    ``mlm_loss`` is a mean over ``num_masked`` masked tokens, ``nsp_loss`` a mean over
+    ``num_sequences`` sequences. ``mlm_sq = |g_mlm|^2``, ``nsp_sq = |g_nsp|^2`` and
+    ``dot = <g_mlm, g_nsp>`` over the chosen parameters (``num_parameters`` numbers).
+    """
+
+    mlm_loss: float
+    nsp_loss: float
+    mlm_sq: float
+    nsp_sq: float
+    dot: float
+    num_masked: int
+    num_sequences: int
+    num_parameters: int
+
+    @property
+    def cosine(self) -> float:
+        """Cosine between ``g_mlm`` and ``g_nsp`` (0 when one of them is zero)."""
+        denom = math.sqrt(self.mlm_sq * self.nsp_sq)
+        return self.dot / denom if denom > 0 else 0.0
+
+
+def term_gradients(
+    model: torch.nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    parameters: Iterable[torch.nn.Parameter] | None = None,
+) -> TermGradients:
+    """Gradients of the MLM term and the NSP term of a ``BertForPreTraining`` on ``batch``.
+
+    Args:
+        model: a ``BertForPreTraining`` (e.g. :func:`lmlessons.models.tiny_bert_pretraining`).
+        batch: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 where not
+            masked) and ``next_sentence_label`` (0 = IsNext), e.g. from
+            :func:`lmlessons.batches.nsp_batches`.
+        parameters: where to measure the gradients; default ``model.base_model.parameters()``
+            (the encoder both heads share).
+
+    The model's ``.grad`` fields are not touched (``torch.autograd.grad``).
+    """
+    for key in ("input_ids", "labels", "next_sentence_label"):
+        if key not in batch:
+            raise ValueError(f"batch must hold {key!r} (e.g. from lmlessons.batches.nsp_batches)")
+    params = [p for p in (model.base_model.parameters() if parameters is None else parameters) if p.requires_grad]
+    if not params:
+        raise ValueError("parameters holds no trainable parameter")
+    out = model(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
+    mlm = mlm_loss(out.prediction_logits, batch["labels"])  # (B, T, V) -> () mean over masked tokens
+    nsp = nsp_loss(out.seq_relationship_logits, batch["next_sentence_label"])  # (B, 2) -> () mean over sequences
+    g_mlm = torch.autograd.grad(mlm, params, retain_graph=True, allow_unused=True)
+    g_nsp = torch.autograd.grad(nsp, params, allow_unused=True)
+
+    def flat(grads: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).double()
+                          for g, p in zip(grads, params)])
+
+    gm, gn = flat(g_mlm), flat(g_nsp)  # (P,), (P,)
+    return TermGradients(
+        mlm_loss=mlm.item(), nsp_loss=nsp.item(),
+        mlm_sq=float(gm @ gm), nsp_sq=float(gn @ gn), dot=float(gm @ gn),
+        num_masked=int((batch["labels"] != -100).sum()), num_sequences=int(batch["input_ids"].shape[0]),
+        num_parameters=int(gm.numel()),
+    )
+
+
+def _check_weight(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return float(value)
+
+
+def weighted_terms(terms: TermGradients, mlm_weight: float, nsp_weight: float) -> dict[str, float]:
+    """Loss and gradient norms for ``mlm_weight * MLM + nsp_weight * NSP``.
+
+    Returns ``loss``, ``mlm_part`` / ``nsp_part`` (the weighted terms), ``grad_norm`` (of the
+    sum), ``mlm_grad_norm`` / ``nsp_grad_norm`` (of each weighted term) and ``mlm_grad_share``
+    = ``|a g_mlm| / (|a g_mlm| + |b g_nsp|)`` (0.5 when both are zero), ``nsp_grad_share`` = 1 - it.
+    """
+    a, b = _check_weight("mlm_weight", mlm_weight), _check_weight("nsp_weight", nsp_weight)
+    m_norm, n_norm = a * math.sqrt(terms.mlm_sq), b * math.sqrt(terms.nsp_sq)
+    total_sq = a * a * terms.mlm_sq + 2 * a * b * terms.dot + b * b * terms.nsp_sq
+    share = m_norm / (m_norm + n_norm) if m_norm + n_norm > 0 else 0.5
+    return {
+        "loss": a * terms.mlm_loss + b * terms.nsp_loss,
+        "mlm_part": a * terms.mlm_loss,
+        "nsp_part": b * terms.nsp_loss,
+        "grad_norm": math.sqrt(max(total_sq, 0.0)),
+        "mlm_grad_norm": m_norm,
+        "nsp_grad_norm": n_norm,
+        "mlm_grad_share": share,
+        "nsp_grad_share": 1.0 - share,
+    }
+
+
+def pretraining_marker(mlm_weight: float, nsp_weight: float, result: Mapping[str, float]) -> str:
+    """The widget's deterministic state line (what a browser test waits for)."""
+    return (f"[widget] mlm_weight={mlm_weight:.2f} nsp_weight={nsp_weight:.2f} "
+            f"loss={result['loss']:.3f} mlm_grad_share={result['mlm_grad_share']:.3f}")
+
+
+def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
+    total = sum(v for _, v, _ in parts)
+    cells = []
+    for name, value, color in parts:
+        pct = 100.0 * value / total if total > 0 else 0.0
+        cells.append(f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
+                     f'display:inline-block;font-size:11px;overflow:hidden;white-space:nowrap">'
+                     f"&nbsp;{name} {pct:.0f}%</div>")
+    return (f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
+            f'<div style="width:420px;border:1px solid #bbb;line-height:0">{"".join(cells)}</div></div>')
+
+
+_MLM_COLOR, _NSP_COLOR = "#f4a582", "#92c5de"
+
+
+def loss_weights_widget(
+    terms: TermGradients, *, mlm_weight: float = 1.0, nsp_weight: float = 1.0, max_weight: float = 10.0
+) -> widgets.VBox:
+    """Sliders for ``mlm_weight`` (the first) and ``nsp_weight``, showing the weighted loss and
+    each term's share of the loss and of the encoder's gradient norm, for the batch of
+    ``terms`` (from :func:`term_gradients`)."""
+    if not isinstance(terms, TermGradients):
+        raise TypeError(f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}")
+    mlm_weight, nsp_weight = _check_weight("mlm_weight", mlm_weight), _check_weight("nsp_weight", nsp_weight)
+    max_weight = _check_weight("max_weight", max_weight)
+    if not max_weight >= max(mlm_weight, nsp_weight, 0.1):
+        raise ValueError(f"max_weight must be >= both weights, got {max_weight}")
+    style = {"description_width": "initial"}
+    mlm_slider = widgets.FloatSlider(value=mlm_weight, min=0.0, max=max_weight, step=0.1, description="mlm_weight",
+                                     readout_format=".2f", continuous_update=False, style=style)
+    nsp_slider = widgets.FloatSlider(value=nsp_weight, min=0.0, max=max_weight, step=0.1, description="nsp_weight",
+                                     readout_format=".2f", continuous_update=False, style=style)
+    out = widgets.Output()
+
+    def redraw(_: object = None) -> None:
+        a, b = mlm_slider.value, nsp_slider.value
+        r = weighted_terms(terms, a, b)
+        marker = pretraining_marker(a, b, r)
+        body = (
+            f'<div style="font-size:12px;font-family:monospace">loss = {a:.2f} x {terms.mlm_loss:.4f} (MLM, mean over '
+            f"{terms.num_masked} masked tokens) + {b:.2f} x {terms.nsp_loss:.4f} (NSP, mean over "
+            f"{terms.num_sequences} sequences) = {r['loss']:.4f}<br>"
+            f"encoder gradient norm = {r['grad_norm']:.4f} (MLM term {r['mlm_grad_norm']:.4f}, NSP term "
+            f"{r['nsp_grad_norm']:.4f}, cosine between them {terms.cosine:+.3f})</div>"
+            + _bar([("MLM", r["mlm_part"], _MLM_COLOR), ("NSP", r["nsp_part"], _NSP_COLOR)], "share of the loss")
+            + _bar([("MLM", r["mlm_grad_norm"], _MLM_COLOR), ("NSP", r["nsp_grad_norm"], _NSP_COLOR)],
+                   "share of the gradient norm (encoder)")
+        )
+        out.outputs = (
+            {"output_type": "display_data", "data": {"text/html": body, "text/plain": marker}, "metadata": {}},
+            {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
+        )
+
+    mlm_slider.observe(redraw, names="value")
+    nsp_slider.observe(redraw, names="value")
+    redraw()
+    box = widgets.VBox([widgets.HBox([mlm_slider, nsp_slider]), out])
+    box.sliders = (mlm_slider, nsp_slider)  # type: ignore[attr-defined]  # for tests
+    box.output = out  # type: ignore[attr-defined]
+    box.terms = terms  # type: ignore[attr-defined]
+    return box

@@ -1,0 +1,134 @@
+"""lmlessons.checkpoints / lmlessons.pretrain: the shipped models load, match their config and
+reproduce their recorded held-out metrics; saving and the pretrain command never touch the repo."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from lmlessons import checkpoint_metrics, heldout_metrics, load_checkpoint, load_corpus, load_tokenizer, tiny_gpt2
+from lmlessons.checkpoints import CHECKPOINT_DIR, CHECKPOINT_NAMES, EVAL_MAX_LENGTH, save_checkpoint
+from lmlessons.pretrain import RECIPES
+
+EXPECTED_CLASSES = {"bert": "BertForPreTraining", "bert-causal": "BertLMHeadModel", "gpt2": "GPT2LMHeadModel"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy shared machine two OpenMP
+    threads can be 50x slower than one. Restored after this module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus("course")
+
+
+def test_shipped_files_are_small_and_pickle_free() -> None:
+    files = sorted(p.name for p in CHECKPOINT_DIR.iterdir() if not p.name.startswith("."))
+    expected = sorted(f"{n}{ext}" for n in CHECKPOINT_NAMES for ext in (".safetensors", ".config.json", ".metrics.json"))
+    assert files == expected  # no .bin / .pt / .pkl next to them
+    total = sum(p.stat().st_size for p in CHECKPOINT_DIR.iterdir())
+    assert total <= 10_000_000, f"{total / 1e6:.2f} MB"
+    for name in CHECKPOINT_NAMES:
+        with safe_open(str(CHECKPOINT_DIR / f"{name}.safetensors"), framework="pt") as f:
+            assert f.metadata()["lmlessons_checkpoint"] == name
+            assert all(f.get_slice(k).get_dtype() == "F32" for k in f.keys())
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_NAMES)
+def test_checkpoint_loads_matches_config_and_metrics(name: str, tok, corpus) -> None:
+    model = load_checkpoint(name)
+    assert type(model).__name__ == EXPECTED_CLASSES[name]
+    assert not model.training
+    stored = json.loads((CHECKPOINT_DIR / f"{name}.config.json").read_text())
+    loaded = json.loads(model.config.to_json_string(use_diff=False))
+    stored.pop("transformers_version", None), loaded.pop("transformers_version", None)
+    assert loaded == stored
+    assert model.config.vocab_size == len(tok) and model.config.pad_token_id == tok.pad_token_id
+    if name == "bert-causal":
+        assert model.config.is_decoder is True
+
+    recorded = checkpoint_metrics(name)
+    assert recorded["name"] == name and recorded["architecture"] == EXPECTED_CLASSES[name]
+    assert recorded["max_length"] == EVAL_MAX_LENGTH[name] == RECIPES[name].max_length
+    measured = heldout_metrics(model, name=name, corpus=corpus, tokenizer=tok)
+    for key, value in recorded["heldout"].items():
+        if key.startswith("num_"):
+            assert measured[key] == value, key
+        elif "accuracy" in key:
+            assert measured[key] == pytest.approx(value, abs=2e-3), key  # a near-tie may flip
+        else:
+            assert measured[key] == pytest.approx(value, rel=1e-4), key
+
+
+def test_checkpoints_learned_something(tok) -> None:
+    bert = checkpoint_metrics("bert")["heldout"]
+    assert bert["mlm_accuracy"] > 0.2 and bert["nsp_accuracy"] > 0.6
+    assert bert["mlm_loss"] < 0.7 * math.log(len(tok))
+    for name in ("bert-causal", "gpt2"):
+        m = checkpoint_metrics(name)["heldout"]
+        assert m["perplexity"] < len(tok) / 20
+
+
+def test_bert_fills_the_blank_sensibly(tok) -> None:
+    model = load_checkpoint("bert")
+    batch = tok("The dog chased the [MASK].", return_tensors="pt")
+    position = batch["input_ids"][0].tolist().index(tok.mask_token_id)
+    with torch.no_grad():
+        logits = model(**batch).prediction_logits[0, position]  # (V,)
+    top5 = tok.convert_ids_to_tokens(logits.topk(5).indices.tolist())
+    nouns = {"ball", "cat", "dog", "bird", "birds", "cats", "rabbit", "rabbits", "squirrel", "sheep", "stick", "fox",
+             "mouse", "ducks", "boy", "girl", "car", "bus", "hen", "hens", "chickens", "kite", "cow", "cows"}
+    assert nouns & set(top5), top5
+
+
+def test_save_and_load_roundtrip(tmp_path, tok) -> None:
+    model = tiny_gpt2(tok, seed=3, n_embd=32, n_layer=1, n_head=2)
+    written = save_checkpoint(model, "gpt2", tmp_path, metrics={"heldout": {"perplexity": 1.0}})
+    assert [p.name for p in written] == ["gpt2.safetensors", "gpt2.config.json", "gpt2.metrics.json"]
+    loaded = load_checkpoint("gpt2", directory=tmp_path)
+    assert loaded.config.n_embd == 32
+    for (k, v), w in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(v, w), k
+    assert checkpoint_metrics("gpt2", directory=tmp_path) == {"heldout": {"perplexity": 1.0}}
+
+
+def test_errors(tmp_path, tok) -> None:
+    with pytest.raises(ValueError, match="unknown checkpoint"):
+        load_checkpoint("roberta")
+    with pytest.raises(FileNotFoundError, match="python -m lmlessons.pretrain gpt2"):
+        load_checkpoint("gpt2", directory=tmp_path)
+    with pytest.raises(TypeError, match="holds a BertForPreTraining"):
+        save_checkpoint(tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2), "bert", tmp_path)
+    (tmp_path / "gpt2.safetensors").write_bytes(b"not a safetensors file")
+    (tmp_path / "gpt2.config.json").write_text(tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2).config.to_json_string())
+    with pytest.raises(Exception):  # safetensors refuses it; nothing is unpickled
+        load_checkpoint("gpt2", directory=tmp_path)
+
+
+def test_pretrain_command_writes_only_where_asked(tmp_path, monkeypatch) -> None:
+    from lmlessons import pretrain
+
+    monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path / "cache"))
+    assert pretrain.default_out_dir() == tmp_path / "cache" / "checkpoints"
+    before = {p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()}
+    assert pretrain.main(["gpt2", "--steps", "2", "--quiet"]) == 0
+    out = tmp_path / "cache" / "checkpoints"
+    metrics = json.loads((out / "gpt2.metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["seed"] == 0 and metrics["heldout"]["perplexity"] > 1
+    assert {p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()} == before  # the repo is untouched
+    reloaded = load_checkpoint("gpt2", directory=out)
+    assert heldout_metrics(reloaded, name="gpt2")["perplexity"] == pytest.approx(metrics["heldout"]["perplexity"], rel=1e-4)

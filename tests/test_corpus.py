@@ -1,0 +1,204 @@
+"""lmlessons.corpus: the course corpus, python-docs, any text file; splits and errors."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmlessons import corpus as corpus_module
+from lmlessons import load_corpus, split_sentences
+from lmlessons.corpus import Corpus
+
+TOPICS = {"animals", "cooking", "weather", "sport", "travel", "school", "gardening", "music", "health", "space", "farming", "sea"}
+
+
+@pytest.fixture(scope="module")
+def course() -> Corpus:
+    return load_corpus("course")
+
+
+def test_course_corpus_size_and_topics(course: Corpus) -> None:
+    assert len(course) >= 300
+    assert course.num_words >= 40_000
+    assert set(course.topics) == TOPICS
+    assert len(course.topics) == len(course.documents)
+    assert min(len(doc) for doc in course.documents) >= 4  # every document has >= 4 sentences
+    assert all(isinstance(s, str) and s == s.strip() and s for doc in course.documents for s in doc)
+
+
+def test_course_files_are_one_sentence_per_line() -> None:
+    # The shipped format (BERT's create_pretraining_data.py input): no empty "sentences".
+    for path in sorted(corpus_module.DATA_DIR.glob("course_*.txt")):
+        text = path.read_text(encoding="utf-8")
+        assert "\t" not in text, path.name
+        assert text.strip(), path.name
+
+
+def test_split_is_by_document_deterministic_and_stratified(course: Corpus) -> None:
+    train, val = set(course.train_indices), set(course.validation_indices)
+    assert not train & val
+    assert train | val == set(range(len(course)))
+    assert 0.07 < len(val) / len(course) < 0.13
+    assert set(course.validation_topics) == TOPICS  # every topic is held out
+    again = load_corpus("course")
+    assert again.validation_indices == course.validation_indices
+    assert again.validation == course.validation
+    other = load_corpus("course", seed=1)
+    assert other.validation_indices != course.validation_indices
+    assert load_corpus("course", validation_fraction=0.0).validation == []
+
+
+def test_returned_documents_are_fresh_copies(course: Corpus) -> None:
+    fresh = load_corpus("course")
+    fresh.documents[0].append("A sentence a learner added.")
+    assert load_corpus("course").documents[0] == course.documents[0]
+
+
+def test_course_loads_under_one_second() -> None:
+    corpus_module._course_documents.cache_clear()  # time a real parse, not the memo
+    start = time.perf_counter()
+    load_corpus("course")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_repr_summarises(course: Corpus) -> None:
+    text = repr(course)
+    assert "course" in text and "documents" in text and "12 topics" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Any text file
+
+
+def test_text_file_documents_and_sentences(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text(
+        "\ufeffThe first document starts here. It has two sentences!\n"
+        "And a third one on a new line?\r\n"
+        "   \n\n"
+        "Dr. Smith wrote the second document. It cites e.g. one book.\n",
+        encoding="utf-8",
+    )
+    c = load_corpus(path, validation_fraction=0.5)
+    assert c.documents == [
+        ["The first document starts here.", "It has two sentences!", "And a third one on a new line?"],
+        ["Dr. Smith wrote the second document.", "It cites e.g. one book."],
+    ]
+    assert c.topics == ["notes", "notes"]
+    assert len(c.train) == 1 and len(c.validation) == 1
+    lines = load_corpus(str(path), one_sentence_per_line=True)
+    assert lines.documents[0] == ["The first document starts here. It has two sentences!", "And a third one on a new line?"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("One. Two! Three? Four", ["One.", "Two!", "Three?", "Four"]),
+        ("Mr. Brown met J. Smith. They talked.", ["Mr. Brown met J. Smith.", "They talked."]),
+        ("Pi is 3.14 and e is 2.72. Nice.", ["Pi is 3.14 and e is 2.72.", "Nice."]),
+        ('She said "Stop." Then left.', ['She said "Stop."', "Then left."]),
+        ("no capital after. stays together", ["no capital after. stays together"]),
+        ("  spaced\n out\ttext.  ", ["spaced out text."]),
+        ("", []),
+    ],
+)
+def test_split_sentences(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+def test_split_sentences_rejects_non_text() -> None:
+    with pytest.raises(TypeError, match="text must be a str"):
+        split_sentences(b"bytes")  # type: ignore[arg-type]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file.*built-in corpora"):
+        load_corpus(tmp_path / "nope.txt")
+    with pytest.raises(FileNotFoundError):
+        load_corpus("corse")  # a typo of "course" is a missing file, with the hint
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "is empty"),
+        (b" \n\n\t\n", "is empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a text file"),
+        ("caf\u00e9 cr\u00e8me".encode("latin-1"), "not UTF-8"),
+    ],
+)
+def test_bad_files(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        load_corpus(path)
+
+
+def test_directory_and_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a directory"):
+        load_corpus(tmp_path)
+    with pytest.raises(TypeError, match="source must be"):
+        load_corpus(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="validation_fraction"):
+        load_corpus("course", validation_fraction=1.0)
+    with pytest.raises(TypeError, match="validation_fraction"):
+        load_corpus("course", validation_fraction="0.1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seed"):
+        load_corpus("course", seed=1.5)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# python-docs
+
+
+def test_python_docs_cached_and_never_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docstrings are read with ast: the modules are never imported. The result is cached in
+    the user cache dir (here a temp dir) and read back fast and identical."""
+    real_files = corpus_module._stdlib_files
+    watched = {"tkinter", "turtle", "smtplib", "imaplib", "mailbox", "xmlrpc"}
+    monkeypatch.setattr(
+        corpus_module, "_stdlib_files", lambda root: [(m, p) for m, p in real_files(root) if m in watched | {"json", "textwrap"}]
+    )
+    monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path))
+    corpus_module._python_docs_documents.cache_clear()
+    before = set(sys.modules)
+    try:
+        c = load_corpus("python-docs")
+        assert not {m for m in set(sys.modules) - before if m.split(".")[0] in watched}
+        assert {"reference", "json", "textwrap", "turtle", "smtplib"} <= set(c.topics)
+        assert min(len(d) for d in c.documents) >= 2
+        assert list(tmp_path.glob("python-docs-*.json")), "the parsed docs were not cached"
+        corpus_module._python_docs_documents.cache_clear()
+        start = time.perf_counter()
+        again = load_corpus("python-docs")
+        assert time.perf_counter() - start < 1.0
+        assert again.documents == c.documents and again.validation_indices == c.validation_indices
+    finally:
+        corpus_module._python_docs_documents.cache_clear()
+
+
+def test_python_docs_full() -> None:
+    """The real thing (parsed once into the user cache folder, a few seconds the first time)."""
+    c = load_corpus("python-docs")
+    assert len(c) > 1000 and c.num_words > 50_000
+    assert {"reference", "json", "collections"} <= set(c.topics)
+    assert len(c.validation) > 50
+
+
+def test_prose_filter_drops_code_and_markup() -> None:
+    doc = (
+        "Title\n=====\n\n"
+        "This function does a thing. It is useful for many reasons.\n\n"
+        ">>> f(1)\n2\n\n"
+        "   indented_code = True\n\n"
+        ":param x: the value\n\n"
+        "expr ::= atom | call\n\n"
+        "The result is returned as a new list.\n"
+    )
+    assert corpus_module._prose_sentences(doc) == [
+        "This function does a thing.",
+        "It is useful for many reasons.",
+        "The result is returned as a new list.",
+    ]

@@ -1,0 +1,165 @@
+"""The lesson-01 masking widget: its callback redraws when a control's value is set, and what it
+shows is what mask_tokens does with the same seed."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from lmlessons import mask_tokens
+from lmlessons.tokenizer import train_tokenizer
+from lmlessons.widgets.masking import (
+    binomial_pmf,
+    masking_widget,
+    measure_rates,
+    token_categories,
+)
+
+SENTENCES = [
+    "The dog chased the ball across the green park on a sunny morning.",
+    "Cats sleep for many hours and wake up when the light is low.",
+    "The farmer planted tomatoes, beans and potatoes in the spring.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = SENTENCES * 3 + ["A small garden needs water, sun and patience.", "Music fills the quiet room."]
+    return train_tokenizer(texts, vocab_size=200, min_frequency=1)
+
+
+def _marker(box) -> str:
+    first = box.output.outputs[0]
+    assert first["output_type"] == "stream"
+    (line,) = [l for l in first["text"].splitlines() if l.startswith("[widget] ")]
+    return line
+
+
+def _fields(box) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in _marker(box).removeprefix("[widget] ").split())
+
+
+def _html(box) -> str:
+    return box.output.outputs[1]["data"]["text/html"]
+
+
+def _expected(tokenizer, sentence, p, pm, pr, seed):
+    ids = torch.tensor(tokenizer(sentence)["input_ids"])
+    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    masked, labels = mask_tokens(ids[None], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                                 special_tokens_mask=special[None], mlm_probability=p, mask_replace_prob=pm,
+                                 random_replace_prob=pr, generator=torch.Generator().manual_seed(seed))
+    cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
+    return {c: cats.count(c) for c in ("mask", "random", "kept", "special", "plain")}, ids, special
+
+
+def test_initial_marker_matches_mask_tokens(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES)
+    f = _fields(box)
+    assert (f["mlm_probability"], f["mask_replace_prob"], f["random_replace_prob"], f["seed"], f["sentence"]) == (
+        "0.15", "0.80", "0.10", "0", "0")
+    exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.15, 0.8, 0.1, 0)
+    assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
+    assert (int(f["mask"]), int(f["random"]), int(f["kept"])) == (exp["mask"], exp["random"], exp["kept"])
+
+
+def test_first_slider_is_mlm_probability_and_one_step_is_0_05(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES)
+    first = next(c for c in box.children if hasattr(c, "step"))
+    assert first.description == "mlm_probability" and first.step == pytest.approx(0.05)
+    before = _marker(box)
+    first.value = first.value + first.step  # what one ArrowRight does in the browser
+    after = _marker(box)
+    assert after != before
+    assert "mlm_probability=0.20 " in after
+    f = _fields(box)
+    exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.20, 0.8, 0.1, 0)
+    assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
+
+
+def test_extreme_probabilities(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES)
+    c = box.controls
+    c["mlm_probability"].value = 0.0
+    assert _fields(box)["selected"] == "0"
+    c["mlm_probability"].value = 1.0
+    _, ids, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
+    assert int(_fields(box)["selected"]) == int((~special).sum()), "p = 1 selects every non-special token"
+    c["mask_replace_prob"].value = 0.0
+    c["random_replace_prob"].value = 0.0
+    f = _fields(box)
+    assert f["mask"] == "0" and f["random"] == "0" and int(f["kept"]) == int((~special).sum())
+    c["mask_replace_prob"].value = 1.0
+    f = _fields(box)
+    assert int(f["mask"]) == int((~special).sum()) and f["kept"] == "0"
+
+
+def test_random_slider_is_capped_by_mask_slider(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES)
+    c = box.controls
+    c["random_replace_prob"].value = 0.2  # max is 1 - 0.8
+    assert c["random_replace_prob"].value == pytest.approx(0.2)
+    c["mask_replace_prob"].value = 0.95
+    assert c["random_replace_prob"].max == pytest.approx(0.05)
+    assert c["random_replace_prob"].value == pytest.approx(0.05)
+    f = _fields(box)
+    assert float(f["mask_replace_prob"]) + float(f["random_replace_prob"]) <= 1.0
+
+
+def test_sentence_and_seed_change_the_table(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.5)
+    html0 = _html(box)
+    box.controls["sentence"].value = 2
+    assert _fields(box)["sentence"] == "2"
+    assert "farmer" in _html(box) and "farmer" not in html0
+    markers = set()
+    for seed in range(6):
+        box.controls["seed"].value = seed
+        assert _fields(box)["seed"] == str(seed)
+        markers.add(_marker(box))
+    assert len(markers) > 1, "different seeds give different draws"
+
+
+def test_table_shows_labels_and_measured_rates(tokenizer):
+    box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.4, n_draws=3000)
+    html = _html(box)
+    assert "labels" in html and "-100" in html and "[CLS]" in html
+    assert "measured over 3,000 draws" in html
+    rows = dict(re.findall(r"<th[^>]*>([^<]+)</th><td[^>]*>[^<]*<span[^>]*>[^<]*</span></td><td[^>]*>([0-9.]+)</td>", html))
+    assert abs(float(rows["selected (of eligible tokens)"]) - 0.4) < 0.03
+    assert abs(float(rows["[MASK] (of selected)"]) - 0.8) < 0.03
+
+
+def test_measure_rates_match_requested(tokenizer):
+    ids = torch.tensor(tokenizer(SENTENCES[1])["input_ids"])
+    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    r = measure_rates(ids, special, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                      mlm_probability=0.3, mask_replace_prob=0.5, random_replace_prob=0.3, n_draws=4000, seed=1)
+    assert abs(r["selected"] - 0.3) < 0.02
+    assert abs(r["mask"] - 0.5) < 0.03 and abs(r["random"] - 0.3) < 0.03 and abs(r["kept"] - 0.2) < 0.03
+    assert r["mask"] + r["random"] + r["kept"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="n_draws"):
+        measure_rates(ids, special, mask_token_id=4, vocab_size=len(tokenizer), mlm_probability=0.1,
+                      mask_replace_prob=0.8, random_replace_prob=0.1, n_draws=0)
+
+
+def test_binomial_pmf():
+    pmf = binomial_pmf(20, 0.15)
+    assert sum(pmf) == pytest.approx(1.0) and pmf[3] == pytest.approx(0.2428, abs=1e-4)
+    assert binomial_pmf(3, 0.0) == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError):
+        binomial_pmf(-1, 0.5)
+
+
+def test_bad_arguments(tokenizer):
+    with pytest.raises(ValueError, match="sentences"):
+        masking_widget(tokenizer, [])
+    with pytest.raises(ValueError, match="sentences"):
+        masking_widget(tokenizer, "one sentence")
+    with pytest.raises(TypeError, match="sentences"):
+        masking_widget(tokenizer, ["ok", ""])
+    with pytest.raises(ValueError, match="n_draws"):
+        masking_widget(tokenizer, SENTENCES, n_draws=0)
+    with pytest.raises(ValueError, match="mask_token_id"):
+        masking_widget(object(), SENTENCES)

@@ -1,0 +1,118 @@
+"""Lesson 06 widget: the loss-weights sliders, and the gradient geometry behind them."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import BertForPreTraining
+
+from lmlessons import bert_pretraining_loss
+from lmlessons.widgets.pretraining import (
+    TermGradients,
+    loss_weights_widget,
+    pretraining_marker,
+    term_gradients,
+    weighted_terms,
+)
+
+from _tiny import VOCAB, bert_config, seeded
+
+
+@pytest.fixture(scope="module")
+def model_and_batch():
+    model = seeded(BertForPreTraining, bert_config(), seed=0)
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, VOCAB, (4, 12), generator=g)  # (B, T)
+    labels = torch.full_like(input_ids, -100)
+    picked = torch.rand(input_ids.shape, generator=g) < 0.3
+    labels[picked] = input_ids[picked]
+    batch = {
+        "input_ids": input_ids,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "attention_mask": torch.ones_like(input_ids),
+        "labels": labels,
+        "next_sentence_label": torch.tensor([0, 1, 1, 0]),
+    }
+    return model, batch
+
+
+def _direct(model, batch, a, b):
+    """Loss and encoder-gradient norm of a * MLM + b * NSP, by an ordinary backward pass."""
+    model.zero_grad(set_to_none=True)
+    out = model(**{k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+    loss = bert_pretraining_loss(out.prediction_logits, out.seq_relationship_logits, batch["labels"],
+                                 batch["next_sentence_label"], mlm_weight=a, nsp_weight=b)
+    loss.backward()
+    sq = sum(float((p.grad.double() ** 2).sum()) for p in model.bert.parameters() if p.grad is not None)
+    model.zero_grad(set_to_none=True)
+    return loss.item(), math.sqrt(sq)
+
+
+def test_terms_match_the_model_loss(model_and_batch):
+    model, batch = model_and_batch
+    terms = term_gradients(model, batch)
+    out = model(**batch)  # BertForPreTraining's own loss: MLM + NSP
+    assert terms.mlm_loss + terms.nsp_loss == pytest.approx(out.loss.item(), abs=1e-5)
+    assert terms.num_masked == int((batch["labels"] != -100).sum()) and terms.num_sequences == 4
+    assert terms.num_parameters == sum(p.numel() for p in model.bert.parameters())
+    assert all(p.grad is None for p in model.parameters()), ".grad must not be touched"
+
+
+@pytest.mark.parametrize("a,b", [(1.0, 1.0), (0.3, 1.7), (2.0, 0.0), (0.0, 0.5)])
+def test_weighted_terms_equal_a_real_backward(model_and_batch, a, b):
+    model, batch = model_and_batch
+    terms = term_gradients(model, batch)
+    loss, norm = _direct(model, batch, a, b)
+    r = weighted_terms(terms, a, b)
+    assert r["loss"] == pytest.approx(loss, abs=1e-5)
+    assert r["grad_norm"] == pytest.approx(norm, rel=1e-5)
+    assert r["mlm_grad_share"] + r["nsp_grad_share"] == pytest.approx(1.0)
+    if b == 0:
+        assert r["mlm_grad_share"] == 1.0
+    if a == 0:
+        assert r["mlm_grad_share"] == 0.0
+
+
+def test_widget_sliders_change_loss_and_share(model_and_batch):
+    model, batch = model_and_batch
+    terms = term_gradients(model, batch)
+    box = loss_weights_widget(terms)
+    mlm_slider, nsp_slider = box.sliders
+    assert mlm_slider.description == "mlm_weight" and nsp_slider.description == "nsp_weight"
+
+    def marker():
+        texts = [o["text"] for o in box.output.outputs if o.get("output_type") == "stream"]
+        assert len(texts) == 1
+        return texts[0].strip()
+
+    before = marker()
+    assert before == pretraining_marker(1.0, 1.0, weighted_terms(terms, 1.0, 1.0))
+    mlm_slider.value = 1.1  # one ArrowRight press (step 0.1)
+    after = marker()
+    assert after != before and "mlm_weight=1.10" in after
+    assert after == pretraining_marker(1.1, 1.0, weighted_terms(terms, 1.1, 1.0))
+    share = lambda m: float(m.rsplit("mlm_grad_share=", 1)[1])  # noqa: E731
+    assert share(after) >= share(before)
+    nsp_slider.value = 0.0
+    assert share(marker()) == 1.0
+    assert f"loss={1.1 * terms.mlm_loss:.3f} " in marker()
+    html = "".join(o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data")
+    assert "masked tokens" in html and "sequences" in html
+
+
+def test_bad_input(model_and_batch):
+    model, batch = model_and_batch
+    terms = term_gradients(model, batch)
+    with pytest.raises(ValueError, match="mlm_weight"):
+        weighted_terms(terms, -1.0, 1.0)
+    with pytest.raises(TypeError, match="nsp_weight"):
+        weighted_terms(terms, 1.0, "1")
+    with pytest.raises(TypeError, match="terms"):
+        loss_weights_widget({"mlm_loss": 1.0})
+    with pytest.raises(ValueError, match="next_sentence_label"):
+        term_gradients(model, {k: v for k, v in batch.items() if k != "next_sentence_label"})
+    with pytest.raises(ValueError, match="max_weight"):
+        loss_weights_widget(terms, mlm_weight=12.0)
+    zero = TermGradients(1.0, 1.0, 0.0, 0.0, 0.0, 1, 1, 1)
+    assert zero.cosine == 0.0 and weighted_terms(zero, 1.0, 1.0)["mlm_grad_share"] == 0.5
