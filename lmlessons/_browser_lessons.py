@@ -58,16 +58,21 @@ TODO = None  # a row not filled in yet
 # fmt: off
 LESSONS: list[Lesson] = [
     #      notebook                   main widget and how to move it   marker line after the move
-    Lesson("00_start_here.ipynb",     Slider("example", presses=2),    # example 0 -> 2
-           "[widget] example=2 objective=MLM seed=0 tokens=24 targets=3"),
-    Lesson("01_mlm_masking.ipynb",    Slider("mlm_probability", presses=3),  # 0.15 -> 0.30
-           "[widget] mlm_probability=0.30 mask_replace_prob=0.80 random_replace_prob=0.10 seed=0 "
-           "sentence=0 selected=5 mask=4 random=0 kept=1"),
-    Lesson("02_*.ipynb",              TODO,                            TODO),
-    Lesson("03_*.ipynb",              TODO,                            TODO),
-    Lesson("04_*.ipynb",              TODO,                            TODO),
-    Lesson("05_*.ipynb",              TODO,                            TODO),
-    Lesson("06_*.ipynb",              TODO,                            TODO),
+    Lesson("00_start_here.ipynb",     Slider("example", presses=1),    # example 0 -> 1
+           "[widget] example=1 objective=MLM seed=0 tokens=17 targets=3"),
+    Lesson("01_mlm_masking.ipynb",    Slider("mlm_probability", presses=1),  # 0.15 -> 0.20
+           "[widget] mlm_probability=0.20 mask_replace_prob=0.80 random_replace_prob=0.10 seed=0 "
+           "sentence=0 selected=4 mask=3 random=1 kept=0"),
+    Lesson("02_mlm_loss.ipynb",       TextInput("sentence", "it rained all [mask] day ."),
+           "[widget] masks=1 top1=the text=it rained all [MASK] day ."),
+    Lesson("03_clm_label_shift.ipynb", Slider("position", presses=2),  # position 3 -> 5
+           "[widget] position=5 sees=6 predicts=across sees_answer=False"),
+    Lesson("04_bert_as_decoder.ipynb", Slider("position", presses=1),  # position 3 -> 4
+           "[widget] is_decoder=True position=4 sees=5 predicts=ball sees_answer=False"),
+    Lesson("05_nsp_pairs.ipynb",      Slider("nsp_probability", presses=1),  # 0.50 -> 0.55
+           "[widget] nsp_probability=0.55 pair=0 label=NotNext notnext_rate=0.56"),
+    Lesson("06_combined_loss.ipynb",  Slider("mlm_weight", presses=1),  # 1.00 -> 1.10
+           "[widget] mlm_weight=1.10 nsp_weight=1.00 loss=9.354 mlm_grad_share=0.999"),
     Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),  # 32,000 -> 50,257 (GPT-2)
            "[widget] vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
 ]

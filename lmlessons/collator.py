@@ -23,8 +23,8 @@ class MLMCollator:
         mlm_probability, mask_replace_prob, random_replace_prob: as in :func:`mask_tokens`.
         max_length: truncate texts to this many tokens (special tokens included).
         generator: a ``torch.Generator`` used for every batch (seed it to reproduce a run).
-            Unlike ``DataCollatorForLanguageModeling(seed=0)``, which silently ignores a seed of
-            0 (``if self.seed``), any seed works.
+            transformers' collator takes ``seed=`` instead (early versions tested ``if self.seed``
+            and so ignored a seed of 0; 5.x tests ``is not None``).
 
     Calling it on a list of strings, of ``{"input_ids": [...]}`` dicts, or of id lists returns
     ``input_ids`` ``(B, T)``, ``attention_mask`` ``(B, T)``, ``labels`` ``(B, T)`` (-100 where not

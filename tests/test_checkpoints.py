@@ -75,7 +75,9 @@ def test_checkpoint_loads_matches_config_and_metrics(name: str, tok, corpus) -> 
 
 
 def test_checkpoints_learned_something(tok) -> None:
-    bert = checkpoint_metrics("bert")["heldout"]
+    recorded = checkpoint_metrics("bert")
+    assert recorded["causal_warm_start"]["steps"] == RECIPES["bert"].causal_warm_start_steps > 0
+    bert = recorded["heldout"]
     assert bert["mlm_accuracy"] > 0.2 and bert["nsp_accuracy"] > 0.6
     assert bert["mlm_loss"] < 0.7 * math.log(len(tok))
     for name in ("bert-causal", "gpt2"):

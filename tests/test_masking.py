@@ -165,7 +165,7 @@ def test_collator_truncates_and_rejects_bad_input():
         MLMCollator(NoMask())
 
 
-def test_collator_seed_zero_works_unlike_transformers():
+def test_collator_seed_zero_is_reproducible():
     tok = _word_tokenizer()
     texts = _texts(16, seed=5)
     a = MLMCollator(tok, generator=torch.Generator().manual_seed(0))(texts)

@@ -139,7 +139,7 @@ def test_batch_argument_errors(tok, docs) -> None:
 def test_mlm_loss_decreases_and_is_deterministic(tok, docs) -> None:
     def run() -> History:
         model = tiny_bert_mlm(tok, seed=0, **SMALL_BERT)
-        return train(model, mlm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=25, lr=3e-3, live=False)
+        return train(model, mlm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=25, lr=3e-3, warmup_steps=0, live=False)
 
     h = run()
     assert h.objective == "mlm" and h.num_steps == 25 and h.stopped_by == "max_steps"
@@ -152,7 +152,7 @@ def test_mlm_loss_decreases_and_is_deterministic(tok, docs) -> None:
 
 def test_pretraining_records_both_terms(tok, docs) -> None:
     model = tiny_bert_pretraining(tok, **SMALL_BERT)
-    h = train(model, nsp_batches(docs, tok, batch_size=16, max_length=48, generator=g()), max_steps=12, lr=3e-3, live=False)
+    h = train(model, nsp_batches(docs, tok, batch_size=16, max_length=48, generator=g()), max_steps=12, lr=3e-3, warmup_steps=0, live=False)
     assert h.objective == "pretraining"
     assert len(h.mlm_loss) == len(h.nsp_loss) == len(h.nsp_accuracy) == 12
     for total, mlm, nsp in zip(h.loss, h.mlm_loss, h.nsp_loss):
@@ -165,7 +165,7 @@ def test_pretraining_records_both_terms(tok, docs) -> None:
 @pytest.mark.parametrize("factory", [tiny_gpt2, tiny_bert_lm_head])
 def test_causal_loss_decreases(tok, docs, factory) -> None:
     model = factory(tok, **(SMALL_GPT2 if factory is tiny_gpt2 else SMALL_BERT))
-    h = train(model, clm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=20, lr=3e-3, live=False)
+    h = train(model, clm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=20, lr=3e-3, warmup_steps=0, live=False)
     assert h.objective == "clm"
     assert h.final(window=5) < h.loss[0] - 1.0
     assert not model.training  # left in eval mode

@@ -77,7 +77,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             "What does `F.cross_entropy(logits, labels)` (reduction='mean') return when every label in the batch "
             "is -100?",
             ("0", False, "It would be convenient, but the mean over zero targets is 0 / 0."),
-            ("NaN", True, "0 / 0 = NaN, silently, and one NaN loss ruins the weights at the next optimizer step. "
+            ("NaN", True, "0 / 0 = NaN, silently. Its gradient is zero, but the NaN ruins the logged loss and any "
+             "sum it enters; with a weighted loss sum(w*nll)/sum(w) the weights themselves become NaN. "
              "`lmlessons.mlm_loss` returns sum / max(count, 1) = 0, which still backpropagates."),
             ("An error", False, "No error is raised; the NaN arrives silently."),
             ("The mean over all positions", False, "-100 positions are never counted, whatever the reduction."),
