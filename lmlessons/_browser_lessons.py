@@ -65,8 +65,8 @@ LESSONS: list[Lesson] = [
            "sentence=0 selected=4 mask=3 random=1 kept=0"),
     Lesson("02_mlm_loss.ipynb",       TextInput("sentence", "it rained all [mask] day ."),
            "[widget] masks=1 top1=the text=it rained all [MASK] day ."),
-    Lesson("03_clm_label_shift.ipynb", Slider("position", presses=2),  # position 3 -> 5
-           "[widget] position=5 sees=6 predicts=across sees_answer=False"),
+    Lesson("03_clm_label_shift.ipynb", Slider("position", presses=1),  # position 3 -> 4
+           "[widget] position=4 sees=5 predicts=ball sees_answer=False"),
     Lesson("04_bert_as_decoder.ipynb", Slider("position", presses=1),  # position 3 -> 4
            "[widget] is_decoder=True position=4 sees=5 predicts=ball sees_answer=False"),
     Lesson("05_nsp_pairs.ipynb",      Slider("nsp_probability", presses=1),  # 0.50 -> 0.55

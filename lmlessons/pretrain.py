@@ -56,12 +56,14 @@ RECIPES: dict[str, Recipe] = {
     "bert": Recipe(
         build=tiny_bert_pretraining, batches=nsp_batches, max_steps=3000, max_length=64, causal_warm_start_steps=600
     ),
-    # Causal models learn fast and then memorise the small corpus: fewer, longer steps, dropout.
+    # Causal models learn fast and then memorise the small corpus (measured for bert-causal,
+    # dropout 0.1: held-out perplexity 269, 178, 173, 194, 224 after 100..500 steps while the
+    # training loss keeps falling; dropout 0.3 is no better), so they stop early.
     "bert-causal": Recipe(
         build=lambda tok, **kw: tiny_bert_lm_head(tok, is_decoder=True, **kw),
-        batches=clm_batches, max_steps=1200, lr=2e-3, dropout=0.1,
+        batches=clm_batches, max_steps=400, lr=2e-3, warmup_steps=50, dropout=0.1,
     ),
-    "gpt2": Recipe(build=tiny_gpt2, batches=clm_batches, max_steps=1200, lr=2e-3, dropout=0.1),
+    "gpt2": Recipe(build=tiny_gpt2, batches=clm_batches, max_steps=400, lr=2e-3, warmup_steps=50, dropout=0.1),
 }
 
 
@@ -110,7 +112,8 @@ def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_ste
         "name": name,
         "architecture": type(model).__name__,
         "parameters": count_parameters(model),
-        "command": f"python -m lmlessons.pretrain {name} --seed {seed}" + (f" --steps {steps}" if max_steps else ""),
+        "command": f"python -m lmlessons.pretrain {name} --seed {seed} --threads {torch.get_num_threads()}"
+        + (f" --steps {steps}" if max_steps else ""),
         "seed": seed,
         "steps": history.num_steps,
         "batch_size": recipe.batch_size,

@@ -82,7 +82,8 @@ def test_checkpoints_learned_something(tok) -> None:
     assert bert["mlm_loss"] < 0.7 * math.log(len(tok))
     for name in ("bert-causal", "gpt2"):
         m = checkpoint_metrics(name)["heldout"]
-        assert m["perplexity"] < len(tok) / 20
+        assert m["perplexity"] < len(tok) / 10  # 10x better than uniform guessing on unseen text
+        assert m["next_token_accuracy"] > 0.15
 
 
 def test_bert_fills_the_blank_sensibly(tok) -> None:
