@@ -73,7 +73,7 @@ LESSONS: list[Lesson] = [
            "[widget] nsp_probability=0.55 pair=0 label=NotNext notnext_rate=0.56"),
     Lesson("06_combined_loss.ipynb",  Slider("mlm_weight", presses=1),  # 1.00 -> 1.10
            "[widget] mlm_weight=1.10 nsp_weight=1.00 loss=9.354 mlm_grad_share=0.999"),
-    Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),  # 32,000 -> 50,257 (GPT-2)
-           "[widget] vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
+    Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),  # the page's first vocab_size slider
+           "[widget] vocab_size=256000 chunk_size=256 peak_MiB=2378 dense_MiB=50128"),  # 128,256 -> 256,000
 ]
 # fmt: on

@@ -8,13 +8,12 @@ thread count. Without ``--out`` the files go to the user cache folder, never int
 repository. The shipped files were made with::
 
     python -m lmlessons.pretrain tokenizer --out lmlessons/data
-    python -m lmlessons.pretrain all --out lmlessons/checkpoints
+    python -m lmlessons.pretrain all --threads 1 --out lmlessons/checkpoints
 """
 from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from .training import train
 
 @dataclass(frozen=True)
 class Recipe:
-    """How one checkpoint is trained (each takes about 5 CPU-minutes with one thread)."""
+    """How one checkpoint is trained (at most about 5 CPU-minutes with one thread)."""
 
     build: Callable[..., Any]
     batches: Callable[..., Any]

@@ -83,7 +83,7 @@ def test_checkpoints_learned_something(tok) -> None:
     for name in ("bert-causal", "gpt2"):
         m = checkpoint_metrics(name)["heldout"]
         assert m["perplexity"] < len(tok) / 10  # 10x better than uniform guessing on unseen text
-        assert m["next_token_accuracy"] > 0.1  # the most frequent token alone scores ~0.06
+        assert m["next_token_accuracy"] > 0.1  # always guessing "the" scores 0.05
 
 
 def test_bert_fills_the_blank_sensibly(tok) -> None:
