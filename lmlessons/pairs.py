@@ -82,6 +82,65 @@ def _check_documents(documents: object) -> list[list[list[int]]]:
     return out
 
 
+def _check_pair_args(
+    cls_token_id: object, sep_token_id: object, pad_token_id: object, max_length: object
+) -> tuple[dict[str, int], int]:
+    """The special-token ids (by name) and ``max_length`` of a pair builder, checked."""
+    ids = {
+        name: check_int(name, value, minimum=0)
+        for name, value in (("cls_token_id", cls_token_id), ("sep_token_id", sep_token_id), ("pad_token_id", pad_token_id))
+    }
+    max_length = check_int("max_length", max_length)
+    if max_length < 5:
+        raise ValueError(
+            f"max_length must be >= 5 to fit [CLS] A [SEP] B [SEP] with one token each in A and B, got {max_length}"
+        )
+    return ids, max_length
+
+
+def _target_length(max_num_tokens: int, short_seq_prob: float, g: torch.Generator | None) -> int:
+    """A chunk's target length: ``max_num_tokens``, or with probability ``short_seq_prob`` a
+    random shorter one (Google's ``short_seq_prob``)."""
+    target_len = max_num_tokens
+    if _uniform(g) < short_seq_prob:
+        target_len = _randint(2, max_num_tokens, g)
+    return target_len
+
+
+def _shuffled(
+    examples: list[tuple[list[int], list[int], int]], g: torch.Generator | None
+) -> list[tuple[list[int], list[int], int]]:
+    """The examples in a random order (Google shuffles instances too); none at all is an error."""
+    if not examples:
+        raise ValueError("documents produced no pairs: give documents with at least two sentences")
+    order = torch.randperm(len(examples), generator=g).tolist()
+    return [examples[k] for k in order]
+
+
+def _pad_pairs(
+    examples: list[tuple[list[int], list[int], int]], ids: dict[str, int], label_key: str
+) -> dict[str, torch.Tensor]:
+    """``(A, B, label)`` examples as ``[CLS] A [SEP] B [SEP]`` LongTensors padded with
+    ``ids["pad_token_id"]`` to the longest: ``input_ids``, ``token_type_ids`` (1 for ``B [SEP]``),
+    ``attention_mask`` ``(N, L)`` and the labels ``(N,)`` under ``label_key``."""
+    width = max(len(a) + len(b) + 3 for a, b, _ in examples)
+    n = len(examples)
+    input_ids = torch.full((n, width), ids["pad_token_id"], dtype=torch.long)  # (N, L)
+    token_type_ids = torch.zeros((n, width), dtype=torch.long)  # (N, L)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)  # (N, L)
+    for row, (a, b, _) in enumerate(examples):
+        seq = [ids["cls_token_id"], *a, ids["sep_token_id"], *b, ids["sep_token_id"]]
+        input_ids[row, : len(seq)] = torch.tensor(seq)
+        token_type_ids[row, len(a) + 2 : len(seq)] = 1
+        attention_mask[row, : len(seq)] = 1
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        label_key: torch.tensor([lab for _, _, lab in examples], dtype=torch.long),  # (N,)
+    }
+
+
 def make_nsp_pairs(
     documents: Sequence[Sequence[Sequence[int]]],
     *,
@@ -110,15 +169,7 @@ def make_nsp_pairs(
         ``next_sentence_label`` ``(N,)`` (0 = IsNext, 1 = NotNext, as in BERT and transformers).
     """
     docs = _check_documents(documents)
-    ids = {
-        name: check_int(name, value, minimum=0)
-        for name, value in (("cls_token_id", cls_token_id), ("sep_token_id", sep_token_id), ("pad_token_id", pad_token_id))
-    }
-    max_length = check_int("max_length", max_length)
-    if max_length < 5:
-        raise ValueError(
-            f"max_length must be >= 5 to fit [CLS] A [SEP] B [SEP] with one token each in A and B, got {max_length}"
-        )
+    ids, max_length = _check_pair_args(cls_token_id, sep_token_id, pad_token_id, max_length)
     nsp_probability = check_probability("nsp_probability", nsp_probability)
     short_seq_prob = check_probability("short_seq_prob", short_seq_prob)
     g = check_generator(generator)
@@ -128,9 +179,7 @@ def make_nsp_pairs(
     max_num_tokens = max_length - 3  # room for [CLS], [SEP], [SEP]
     examples: list[tuple[list[int], list[int], int]] = []
     for doc_index, doc in enumerate(docs):
-        target_len = max_num_tokens
-        if _uniform(g) < short_seq_prob:
-            target_len = _randint(2, max_num_tokens, g)
+        target_len = _target_length(max_num_tokens, short_seq_prob, g)
         chunk: list[list[int]] = []
         chunk_len = 0
         i = 0
@@ -167,24 +216,4 @@ def make_nsp_pairs(
                 chunk, chunk_len = [], 0
             i += 1
 
-    if not examples:
-        raise ValueError("documents produced no pairs: give documents with at least two sentences")
-    order = torch.randperm(len(examples), generator=g).tolist()  # Google shuffles instances too
-    examples = [examples[k] for k in order]
-
-    width = max(len(a) + len(b) + 3 for a, b, _ in examples)
-    n = len(examples)
-    input_ids = torch.full((n, width), ids["pad_token_id"], dtype=torch.long)  # (N, L)
-    token_type_ids = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    for row, (a, b, _) in enumerate(examples):
-        seq = [ids["cls_token_id"], *a, ids["sep_token_id"], *b, ids["sep_token_id"]]
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        token_type_ids[row, len(a) + 2 : len(seq)] = 1
-        attention_mask[row, : len(seq)] = 1
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": attention_mask,
-        "next_sentence_label": torch.tensor([lab for _, _, lab in examples], dtype=torch.long),  # (N,)
-    }
+    return _pad_pairs(_shuffled(examples, g), ids, "next_sentence_label")

@@ -30,18 +30,18 @@ import torch
 
 from ._checks import check_generator, check_int, check_probability
 from .masking import mask_tokens
-from .pairs import _check_documents, truncate_seq_pair
+from .pairs import (
+    _check_documents,
+    _check_pair_args,
+    _pad_pairs,
+    _randint,
+    _shuffled,
+    _target_length,
+    _uniform,
+    truncate_seq_pair,
+)
 
 __all__ = ["make_sop_pairs", "sop_batches"]
-
-
-def _uniform(g: torch.Generator | None) -> float:
-    return float(torch.rand((), generator=g))
-
-
-def _randint(low: int, high: int, g: torch.Generator | None) -> int:
-    """A random int in [low, high], both inclusive."""
-    return int(torch.randint(low, high + 1, (), generator=g))
 
 
 def make_sop_pairs(
@@ -75,15 +75,7 @@ def make_sop_pairs(
         ``(N,)`` (0 = in order, 1 = swapped, as ``AlbertForPreTraining``).
     """
     docs = _check_documents(documents)
-    ids = {
-        name: check_int(name, value, minimum=0)
-        for name, value in (("cls_token_id", cls_token_id), ("sep_token_id", sep_token_id), ("pad_token_id", pad_token_id))
-    }
-    max_length = check_int("max_length", max_length)
-    if max_length < 5:
-        raise ValueError(
-            f"max_length must be >= 5 to fit [CLS] A [SEP] B [SEP] with one token each in A and B, got {max_length}"
-        )
+    ids, max_length = _check_pair_args(cls_token_id, sep_token_id, pad_token_id, max_length)
     swap_probability = check_probability("swap_probability", swap_probability)
     short_seq_prob = check_probability("short_seq_prob", short_seq_prob)
     g = check_generator(generator)
@@ -91,9 +83,7 @@ def make_sop_pairs(
     max_num_tokens = max_length - 3  # room for [CLS], [SEP], [SEP]
     examples: list[tuple[list[int], list[int], int]] = []
     for doc in docs:
-        target_len = max_num_tokens
-        if _uniform(g) < short_seq_prob:
-            target_len = _randint(2, max_num_tokens, g)
+        target_len = _target_length(max_num_tokens, short_seq_prob, g)
         chunk: list[list[int]] = []
         chunk_len = 0
         i = 0
@@ -120,27 +110,7 @@ def make_sop_pairs(
                 chunk, chunk_len = [], 0
             i += 1
 
-    if not examples:
-        raise ValueError("documents produced no pairs: give documents with at least two sentences")
-    order = torch.randperm(len(examples), generator=g).tolist()
-    examples = [examples[k] for k in order]
-
-    width = max(len(a) + len(b) + 3 for a, b, _ in examples)
-    n = len(examples)
-    input_ids = torch.full((n, width), ids["pad_token_id"], dtype=torch.long)  # (N, L)
-    token_type_ids = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    for row, (a, b, _) in enumerate(examples):
-        seq = [ids["cls_token_id"], *a, ids["sep_token_id"], *b, ids["sep_token_id"]]
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        token_type_ids[row, len(a) + 2 : len(seq)] = 1
-        attention_mask[row, : len(seq)] = 1
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": attention_mask,
-        "sentence_order_label": torch.tensor([lab for _, _, lab in examples], dtype=torch.long),  # (N,)
-    }
+    return _pad_pairs(_shuffled(examples, g), ids, "sentence_order_label")
 
 
 def sop_batches(
