@@ -26,7 +26,7 @@ elsewhere, exactly like :func:`lmlessons.mask_tokens`, so :func:`lmlessons.mlm_l
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -224,6 +224,23 @@ def select_exact_count(
     return selected[0] if squeeze else selected
 
 
+def _word_inputs(
+    special_tokens_mask: object, is_continuation: object, attention_mask: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+    """The checked masks of a word-level selection, as 2-D: ``(eligible, word ids, attention_mask
+    or None, squeeze)``; ``word ids`` is :func:`word_ids` (-1 off words), ``squeeze`` is True
+    when the input was 1-D."""
+    special = _required_mask("special_tokens_mask", special_tokens_mask)
+    cont = _check_bool_mask("is_continuation", is_continuation, special.shape, allow_none=False)
+    attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
+    special2, squeeze = _as_2d("special_tokens_mask", special)
+    cont2 = _as_2d("is_continuation", cont)[0]
+    attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
+    eligible = _eligible(special2.shape, special2, attn2)  # (B, T)
+    wids = word_ids(cont2, ~eligible)  # (B, T), -1 off words
+    return eligible, wids, attn2, squeeze
+
+
 def select_whole_words(
     special_tokens_mask: torch.Tensor,
     is_continuation: torch.Tensor,
@@ -242,16 +259,9 @@ def select_whole_words(
     """
     p, max_pred = _check_count_args(mlm_probability, max_predictions_per_seq)
     generator = check_generator(generator)
-    special = _required_mask("special_tokens_mask", special_tokens_mask)
-    cont = _check_bool_mask("is_continuation", is_continuation, special.shape, allow_none=False)
-    attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
-    special2, squeeze = _as_2d("special_tokens_mask", special)
-    cont2 = _as_2d("is_continuation", cont)[0]
-    attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
-    eligible = _eligible(special2.shape, special2, attn2)
-    wids = word_ids(cont2, ~eligible)  # (B, T), -1 off words
+    eligible, wids, attn2, squeeze = _word_inputs(special_tokens_mask, is_continuation, attention_mask)
     selected = torch.zeros_like(eligible)
-    for row, length in enumerate(_lengths(special2.shape, attn2)):
+    for row, length in enumerate(_lengths(eligible.shape, attn2)):
         budget = num_to_predict(length, p, max_pred)
         n_words = int(wids[row].max()) + 1
         if budget == 0 or n_words <= 0:
@@ -329,14 +339,7 @@ def select_spans(
     p = check_probability("mlm_probability", mlm_probability)
     geometric_p, max_span_length = _check_span_args(geometric_p, max_span_length)
     generator = check_generator(generator)
-    special = _required_mask("special_tokens_mask", special_tokens_mask)
-    cont = _check_bool_mask("is_continuation", is_continuation, special.shape, allow_none=False)
-    attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
-    special2, squeeze = _as_2d("special_tokens_mask", special)
-    cont2 = _as_2d("is_continuation", cont)[0]
-    attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
-    eligible = _eligible(special2.shape, special2, attn2)
-    wids = word_ids(cont2, ~eligible)
+    eligible, wids, _, squeeze = _word_inputs(special_tokens_mask, is_continuation, attention_mask)
     pmf = span_length_pmf(geometric_p, max_span_length).float()
     selected = torch.zeros_like(eligible)
     for row in range(eligible.shape[0]):
@@ -453,6 +456,29 @@ def _prepare(
     return input_ids, torch.zeros(input_ids.shape, dtype=torch.bool) if special is None else special
 
 
+def _select_and_replace(
+    select: Callable[[torch.Tensor], torch.Tensor],
+    input_ids: object,
+    special_tokens_mask: torch.Tensor | None,
+    mask_token_id: int,
+    vocab_size: int,
+    mask_replace_prob: float,
+    random_replace_prob: float,
+    per_span: bool,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one-call versions: :func:`_prepare`, then ``select(special_tokens_mask)`` for the
+    ``(B, T)`` selection, then :func:`replace_selected` on it (the random draws in that order)."""
+    input_ids, special = _prepare(
+        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
+    )
+    return replace_selected(
+        input_ids, select(special), mask_token_id=mask_token_id, vocab_size=vocab_size,
+        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, per_span=per_span,
+        generator=generator,
+    )
+
+
 def mask_tokens_exact_count(
     input_ids: torch.Tensor,
     *,
@@ -471,16 +497,13 @@ def mask_tokens_exact_count(
     Same arguments and return value as :func:`lmlessons.mask_tokens`, plus ``attention_mask``
     (row lengths for the count) and ``max_predictions_per_seq``.
     """
-    input_ids, special = _prepare(
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
-    )
-    selected = select_exact_count(
-        special, attention_mask=attention_mask,
-        mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
-    )
-    return replace_selected(
-        input_ids, selected, mask_token_id=mask_token_id, vocab_size=vocab_size,
-        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, generator=generator,
+    return _select_and_replace(
+        lambda special: select_exact_count(
+            special, attention_mask=attention_mask,
+            mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
+        ),
+        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
+        per_span=False, generator=generator,
     )
 
 
@@ -504,16 +527,13 @@ def mask_whole_words(
     (transformers' ``DataCollatorForLanguageModeling(whole_word_mask=True)`` instead forces
     ``mask_replace_prob=1``: every chosen piece becomes [MASK].)
     """
-    input_ids, special = _prepare(
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
-    )
-    selected = select_whole_words(
-        special, is_continuation, attention_mask=attention_mask,
-        mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
-    )
-    return replace_selected(
-        input_ids, selected, mask_token_id=mask_token_id, vocab_size=vocab_size,
-        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, generator=generator,
+    return _select_and_replace(
+        lambda special: select_whole_words(
+            special, is_continuation, attention_mask=attention_mask,
+            mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
+        ),
+        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
+        per_span=False, generator=generator,
     )
 
 
@@ -533,16 +553,12 @@ def mask_spans(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SpanBERT's masking: :func:`select_spans`, then 80/10/10 once per span."""
-    input_ids, special = _prepare(
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
-    )
-    selected = select_spans(
-        special, is_continuation, attention_mask=attention_mask,
-        mlm_probability=mlm_probability, geometric_p=geometric_p, max_span_length=max_span_length,
-        generator=generator,
-    )
-    return replace_selected(
-        input_ids, selected, mask_token_id=mask_token_id, vocab_size=vocab_size,
-        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, per_span=True,
-        generator=generator,
+    return _select_and_replace(
+        lambda special: select_spans(
+            special, is_continuation, attention_mask=attention_mask,
+            mlm_probability=mlm_probability, geometric_p=geometric_p, max_span_length=max_span_length,
+            generator=generator,
+        ),
+        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
+        per_span=True, generator=generator,
     )
