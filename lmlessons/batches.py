@@ -126,6 +126,34 @@ def _epochs(epochs: int | None) -> Iterator[int]:
         e += 1
 
 
+def _special_ids(tokenizer: Any) -> torch.Tensor:
+    """The tokenizer's special-token ids, sorted, as a LongTensor (for ``torch.isin``)."""
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+
+def _check_mask_probs(
+    mlm_probability: object, mask_replace_prob: object, random_replace_prob: object
+) -> tuple[float, float, float]:
+    """``(mlm_probability, mask_replace_prob, random_replace_prob)``, checked."""
+    probs = tuple(check_probability(n, v) for n, v in (
+        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
+        ("random_replace_prob", random_replace_prob)))
+    if probs[1] + probs[2] > 1.0 + 1e-12:
+        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
+    return probs
+
+
+def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
+    """Consecutive ``batch_size`` rows of padded pairs (``make_nsp_pairs`` / ``make_sop_pairs``):
+    yields ``(rows, batch)``, ``batch`` holding ``input_ids``, ``token_type_ids`` and
+    ``attention_mask`` of those rows with the padding they all share trimmed off."""
+    n = pairs["input_ids"].shape[0]
+    for start in range(0, n, batch_size):
+        rows = slice(start, start + batch_size)
+        width = int(pairs["attention_mask"][rows].sum(dim=1).max())  # trim shared padding
+        yield rows, {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")}
+
+
 def _mask(batch: Batch, tokenizer: Any, special_ids: torch.Tensor, p: tuple[float, float, float], g: torch.Generator | None) -> Batch:
     special = torch.isin(batch["input_ids"], special_ids)  # (B, T) [CLS], [SEP], [PAD] never selected
     masked, labels = mask_tokens(
@@ -160,17 +188,13 @@ def mlm_batches(
     documents (lists of sentences). Sequences are shuffled every epoch and re-masked every time.
     """
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
-    probs = tuple(check_probability(n, v) for n, v in (
-        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
-        ("random_replace_prob", random_replace_prob)))
-    if probs[1] + probs[2] > 1.0 + 1e-12:
-        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
+    probs = _check_mask_probs(mlm_probability, mask_replace_prob, random_replace_prob)
     _check_tokenizer(tokenizer)
     sequences = pack_sequences(
         tokenize_documents(documents, tokenizer), max_length=max_length,
         cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
     )
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    special_ids = _special_ids(tokenizer)
 
     def batches() -> Iterator[Batch]:
         for _ in _epochs(epochs):
@@ -201,17 +225,13 @@ def nsp_batches(
     ``next_sentence_label`` ``(B,)`` (0 = IsNext, 1 = NotNext). Each epoch draws new pairs.
     With ``mlm_probability=0`` nothing is masked (NSP only; ``labels`` are all -100)."""
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
-    probs = tuple(check_probability(n, v) for n, v in (
-        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
-        ("random_replace_prob", random_replace_prob)))
-    if probs[1] + probs[2] > 1.0 + 1e-12:
-        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
+    probs = _check_mask_probs(mlm_probability, mask_replace_prob, random_replace_prob)
     nsp_probability = check_probability("nsp_probability", nsp_probability)
     _check_tokenizer(tokenizer)
     token_docs = tokenize_documents(documents, tokenizer)
     if len(token_docs) < 2:
         raise ValueError("NSP needs at least 2 documents (NotNext segments come from another document)")
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    special_ids = _special_ids(tokenizer)
 
     def batches() -> Iterator[Batch]:
         for _ in _epochs(epochs):
@@ -220,11 +240,7 @@ def nsp_batches(
                 pad_token_id=tokenizer.pad_token_id, max_length=max_length,
                 nsp_probability=nsp_probability, generator=generator,
             )
-            n = pairs["input_ids"].shape[0]
-            for start in range(0, n, batch_size):
-                rows = slice(start, start + batch_size)
-                width = int(pairs["attention_mask"][rows].sum(dim=1).max())  # trim shared padding
-                batch = {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")}
+            for rows, batch in _pair_rows(pairs, batch_size):
                 batch["next_sentence_label"] = pairs["next_sentence_label"][rows]
                 yield _mask(batch, tokenizer, special_ids, probs, generator)
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ._checks import check_generator, check_int, check_probability
+from .batches import _pair_rows, _special_ids
 from .masking import mask_tokens
 from .pairs import (
     _check_documents,
@@ -147,7 +148,7 @@ def sop_batches(
         if getattr(tokenizer, attr, None) is None:
             raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.tokenizer.load_tokenizer())")
     docs = _check_documents(token_documents)
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    special_ids = _special_ids(tokenizer)
     # fail now, not at the first next(): the pair arguments and "some document has 2 sentences"
     max_length = check_int("max_length", max_length)
     if max_length < 5:
@@ -165,11 +166,7 @@ def sop_batches(
                 pad_token_id=tokenizer.pad_token_id, max_length=max_length,
                 swap_probability=swap_probability, generator=generator,
             )
-            n = pairs["input_ids"].shape[0]
-            for start in range(0, n, batch_size):
-                rows = slice(start, start + batch_size)
-                width = int(pairs["attention_mask"][rows].sum(dim=1).max())  # trim shared padding
-                batch = {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")}
+            for rows, batch in _pair_rows(pairs, batch_size):
                 special = torch.isin(batch["input_ids"], special_ids)  # (B, T) never selected
                 batch["input_ids"], batch["labels"] = mask_tokens(
                     batch["input_ids"], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
