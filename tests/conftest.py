@@ -8,6 +8,7 @@ import tempfile
 # point it at a temp dir so tests never write into the repo (the Makefile sets it too).
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "lmlessons-hypothesis"))
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 # No .hypothesis/ example database in the work tree; deterministic, CI-sized runs.
@@ -15,3 +16,29 @@ settings.register_profile("lmlessons", database=None, deadline=None, max_example
 settings.load_profile("lmlessons")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# Fixtures shared by several modules. Module-scoped, as they were in each module; a module that
+# defines a fixture of the same name uses its own. torch and lmlessons are imported only when a
+# fixture is used, so collecting the other modules does not import them.
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy shared machine two OpenMP
+    threads can be 50x slower than one. Restored after the module. Not autouse: a module opts in
+    with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The course tokenizer (``lmlessons.load_tokenizer()``), loaded once per module."""
+    from lmlessons import load_tokenizer
+
+    return load_tokenizer()

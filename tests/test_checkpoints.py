@@ -9,26 +9,14 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from lmlessons import checkpoint_metrics, heldout_metrics, load_checkpoint, load_corpus, load_tokenizer, tiny_gpt2
+from lmlessons import checkpoint_metrics, heldout_metrics, load_checkpoint, load_corpus, tiny_gpt2
 from lmlessons.checkpoints import CHECKPOINT_DIR, CHECKPOINT_NAMES, EVAL_MAX_LENGTH, save_checkpoint
 from lmlessons.pretrain import RECIPES
 
 EXPECTED_CLASSES = {"bert": "BertForPreTraining", "bert-causal": "BertLMHeadModel", "gpt2": "GPT2LMHeadModel"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine two OpenMP
-    threads can be 50x slower than one. Restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from transformers import BertForMaskedLM, BertForPreTraining, BertLMHeadModel, G
 
 from lmlessons import (
     count_parameters,
-    load_tokenizer,
     tiny_bert_config,
     tiny_bert_lm_head,
     tiny_bert_mlm,
@@ -24,19 +23,7 @@ FACTORIES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine two OpenMP
-    threads can be 50x slower than one. Restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.mark.parametrize(("factory", "cls"), FACTORIES)

@@ -8,47 +8,19 @@ from hypothesis import strategies as st
 
 from lmlessons import make_nsp_pairs, truncate_seq_pair
 
-CLS, SEP, PAD = 1, 2, 0
-
-
-def _docs(n_docs=40, seed=0):
-    """Each document uses its own id range, so we can tell where every token came from."""
-    g = torch.Generator().manual_seed(seed)
-    docs = []
-    for d in range(n_docs):
-        base = 1000 * (d + 1)
-        n_sent = int(torch.randint(1, 8, (), generator=g))
-        sents, k = [], 0
-        for _ in range(n_sent):
-            length = int(torch.randint(1, 9, (), generator=g))
-            sents.append([base + k + i for i in range(length)])
-            k += length
-        docs.append(sents)
-    return docs
-
-
-def _split(row_ids, row_types, row_mask):
-    n = int(row_mask.sum())
-    ids = row_ids[:n].tolist()
-    assert ids[0] == CLS and ids[-1] == SEP and ids.count(SEP) == 2
-    first_sep = ids.index(SEP)
-    a, b = ids[1:first_sep], ids[first_sep + 1 : -1]
-    expected_types = [0] * (first_sep + 1) + [1] * (n - first_sep - 1)
-    assert row_types[:n].tolist() == expected_types
-    assert row_types[n:].eq(0).all() and row_ids[n:].eq(PAD).all()
-    return a, b
+from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 
 
 @pytest.mark.parametrize("max_length", [8, 16, 64])
 def test_structure_and_sources(max_length):
-    docs = _docs()
+    docs = make_docs()
     out = make_nsp_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=max_length,
                          generator=torch.Generator().manual_seed(0))
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "next_sentence_label"}
     assert all(v.dtype == torch.long for v in out.values())
     assert out["input_ids"].shape[1] <= max_length
     for row in range(out["input_ids"].shape[0]):
-        a, b = _split(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
+        a, b = split_pair(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
         assert a and b
         doc_a, doc_b = {t // 1000 for t in a}, {t // 1000 for t in b}
         assert len(doc_a) == 1 and len(doc_b) == 1
@@ -59,7 +31,7 @@ def test_structure_and_sources(max_length):
 
 
 def test_label_rate_matches_nsp_probability():
-    docs = _docs(400, seed=1)
+    docs = make_docs(400, seed=1)
     for p in (0.5, 0.2):
         out = make_nsp_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=24,
                              nsp_probability=p, generator=torch.Generator().manual_seed(2))
@@ -70,7 +42,7 @@ def test_label_rate_matches_nsp_probability():
 
 
 def test_deterministic_with_generator():
-    docs = _docs()
+    docs = make_docs()
     kw = dict(cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=32)
     a = make_nsp_pairs(docs, **kw, generator=torch.Generator().manual_seed(5))
     b = make_nsp_pairs(docs, **kw, generator=torch.Generator().manual_seed(5))
@@ -109,7 +81,7 @@ def test_truncate_seq_pair(a, b, max_tokens, seed):
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(documents=_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
+    base = dict(documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
     base.update(kwargs)
     docs = base.pop("documents")
     with pytest.raises(exc, match=match):

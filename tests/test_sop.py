@@ -6,34 +6,9 @@ import torch
 
 from lmlessons.sop import make_sop_pairs, sop_batches
 
-CLS, SEP, PAD, MASK = 1, 2, 0, 3
+from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 
-
-def _docs(n_docs=40, seed=0, min_sent=1):
-    """Each document uses its own id range, increasing along the text: a token tells its document
-    and its position."""
-    g = torch.Generator().manual_seed(seed)
-    docs = []
-    for d in range(n_docs):
-        base = 1000 * (d + 1)
-        n_sent = int(torch.randint(min_sent, 8, (), generator=g))
-        sents, k = [], 0
-        for _ in range(n_sent):
-            length = int(torch.randint(1, 9, (), generator=g))
-            sents.append([base + k + i for i in range(length)])
-            k += length
-        docs.append(sents)
-    return docs
-
-
-def _split(row_ids, row_types, row_mask):
-    n = int(row_mask.sum())
-    ids = row_ids[:n].tolist()
-    assert ids[0] == CLS and ids[-1] == SEP and ids.count(SEP) == 2
-    first_sep = ids.index(SEP)
-    assert row_types[:n].tolist() == [0] * (first_sep + 1) + [1] * (n - first_sep - 1)
-    assert row_types[n:].eq(0).all() and row_ids[n:].eq(PAD).all() and row_mask[n:].eq(0).all()
-    return ids[1:first_sep], ids[first_sep + 1 : -1]
+MASK = 3
 
 
 def _pairs(docs, **kw):
@@ -45,14 +20,14 @@ def _pairs(docs, **kw):
 
 @pytest.mark.parametrize("max_length", [6, 16, 64])
 def test_structure_same_document_and_order(max_length):
-    out = _pairs(_docs(), max_length=max_length)
+    out = _pairs(make_docs(), max_length=max_length)
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "sentence_order_label"}
     assert all(v.dtype == torch.long for v in out.values())
     assert out["input_ids"].shape[1] <= max_length
     labels = out["sentence_order_label"].tolist()
     assert set(labels) == {0, 1}
     for row, label in enumerate(labels):
-        a, b = _split(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
+        a, b = split_pair(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
         assert a and b
         assert len({t // 1000 for t in a + b}) == 1, "both segments come from one document"
         assert a == sorted(a) and b == sorted(b), "each segment is text in its order"
@@ -63,19 +38,19 @@ def test_structure_same_document_and_order(max_length):
 
 
 def test_swapped_is_the_same_pair_reversed_without_truncation():
-    docs = _docs(30, seed=3)
+    docs = make_docs(30, seed=3)
     kw = dict(max_length=200, short_seq_prob=0.0)
     keep, swap = _pairs(docs, swap_probability=0.0, **kw), _pairs(docs, swap_probability=1.0, **kw)
     assert keep["sentence_order_label"].eq(0).all() and swap["sentence_order_label"].eq(1).all()
     assert keep["input_ids"].shape[0] == swap["input_ids"].shape[0]
     for row in range(keep["input_ids"].shape[0]):
-        a, b = _split(keep["input_ids"][row], keep["token_type_ids"][row], keep["attention_mask"][row])
-        a2, b2 = _split(swap["input_ids"][row], swap["token_type_ids"][row], swap["attention_mask"][row])
+        a, b = split_pair(keep["input_ids"][row], keep["token_type_ids"][row], keep["attention_mask"][row])
+        a2, b2 = split_pair(swap["input_ids"][row], swap["token_type_ids"][row], swap["attention_mask"][row])
         assert (a2, b2) == (b, a)
 
 
 def test_swap_rate_matches_swap_probability():
-    docs = _docs(400, seed=1)
+    docs = make_docs(400, seed=1)
     for p in (0.5, 0.2):
         labels = _pairs(docs, swap_probability=p, generator=torch.Generator().manual_seed(2))["sentence_order_label"]
         sd = (p * (1 - p) / labels.numel()) ** 0.5
@@ -90,7 +65,7 @@ def test_single_document_is_enough_and_lone_sentences_give_nothing():
 
 
 def test_deterministic_with_generator_and_inputs_unchanged():
-    docs = _docs()
+    docs = make_docs()
     before = [[list(s) for s in d] for d in docs]
     a = _pairs(docs, generator=torch.Generator().manual_seed(5))
     b = _pairs(docs, generator=torch.Generator().manual_seed(5))
@@ -101,7 +76,7 @@ def test_deterministic_with_generator_and_inputs_unchanged():
 
 
 def test_short_seq_prob_gives_shorter_examples():
-    docs = _docs(200, seed=4, min_sent=6)
+    docs = make_docs(200, seed=4, min_sent=6)
     lengths = {}
     for p in (0.0, 1.0):
         out = _pairs(docs, max_length=40, short_seq_prob=p, generator=torch.Generator().manual_seed(0))
@@ -125,7 +100,7 @@ def test_short_seq_prob_gives_shorter_examples():
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(documents=_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
+    base = dict(documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
     base.update(kwargs)
     docs = base.pop("documents")
     with pytest.raises(exc, match=match):
@@ -143,7 +118,7 @@ class _Tok:
 
 
 def test_sop_batches_keys_masking_and_one_epoch():
-    docs = _docs(30, seed=2)
+    docs = make_docs(30, seed=2)
     n_pairs = _pairs(docs, max_length=32)["input_ids"].shape[0]
     batches = list(sop_batches(docs, _Tok(), batch_size=8, max_length=32, mlm_probability=0.3, epochs=1,
                                generator=torch.Generator().manual_seed(0)))
@@ -164,13 +139,13 @@ def test_sop_batches_keys_masking_and_one_epoch():
 
 def test_sop_batches_bad_input():
     with pytest.raises(ValueError, match="max_length"):
-        sop_batches(_docs(3), _Tok(), max_length=3)
+        sop_batches(make_docs(3), _Tok(), max_length=3)
     with pytest.raises(ValueError, match="swap_probability"):
-        sop_batches(_docs(3), _Tok(), swap_probability=2.0)
+        sop_batches(make_docs(3), _Tok(), swap_probability=2.0)
     with pytest.raises(ValueError, match="two sentences"):
         sop_batches([[[5, 6]], [[7]]], _Tok())
     with pytest.raises(ValueError, match="pad_token_id"):
-        sop_batches(_docs(3), object())
+        sop_batches(make_docs(3), object())
 
 
 def test_sop_batches_train_a_bert_pair_head():

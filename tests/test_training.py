@@ -28,19 +28,7 @@ SMALL_BERT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, in
 SMALL_GPT2 = dict(n_embd=32, n_layer=1, n_head=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine two OpenMP
-    threads can be 50x slower than one. Restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")
