@@ -7,7 +7,7 @@ its label conventions holds for the full-size model too:
 * :func:`tiny_bert_pretraining` -> ``BertForPreTraining`` (MLM head + NSP head, BERT's recipe),
 * :func:`tiny_bert_lm_head` -> ``BertLMHeadModel``: BERT with a next-token head. With
   ``is_decoder=True`` its self-attention is causal; with ``is_decoder=False`` it is not, so each
-  position can *see* the token it is asked to predict (the "leaky decoder" of lesson 03;
+  position can *see* the token it is asked to predict (the "leaky decoder" of lesson 04;
   transformers logs a warning then),
 * :func:`tiny_gpt2` -> ``GPT2LMHeadModel``.
 

@@ -350,5 +350,8 @@ def test_budgets_command(tmp_path, capsys) -> None:
 
     loads = json.loads(out.read_text())["loads"]
     assert loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
+    assert loads["cold_import_and_load_corpus_s"] > loads["load_corpus_course_s"]  # a fresh process imports torch
     run = budgets._run("leaky", 0.3, 0, live=False)
     assert run["steps"] >= 1 and run["ln_vocab"] == pytest.approx(math.log(len(load_tokenizer())))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        budgets._run("mlm-50%", 0.3, 0, live=False)
