@@ -138,7 +138,8 @@ def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
     for name, value, color in parts:
         pct = 100.0 * value / total if total > 0 else 0.0
         cells.append(f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
-                     f'display:inline-block;font-size:11px;overflow:hidden;white-space:nowrap">'
+                     f'line-height:18px;vertical-align:top;display:inline-block;font-size:11px;overflow:hidden;'
+                     f'white-space:nowrap">'
                      f"&nbsp;{name} {pct:.0f}%</div>")
     return (f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
             f'<div style="width:420px;border:1px solid #bbb;line-height:0">{"".join(cells)}</div></div>')
