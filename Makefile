@@ -51,10 +51,10 @@ screenshots: setup
 	$(PY) -m lmlessons.screenshots
 
 bench: setup
-	$(PY) -m lmlessons.bench
+	$(PY) -m lmlessons.bench $(BENCH_ARGS)
 
 budgets: setup
-	$(PY) -m lmlessons.budgets --threads 1
+	$(PY) -m lmlessons.budgets --no-live
 
 # Wall time of each lesson executed top to bottom in a fresh kernel (outputs go to a temp dir).
 lesson-times: setup
