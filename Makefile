@@ -29,8 +29,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
+# JupyterLab refuses to run as root (containers, Binder-like set-ups) without --allow-root.
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
 test: setup
 	$(PYTEST) tests notebooks $(NBVAL)
