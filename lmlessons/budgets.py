@@ -23,6 +23,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -44,9 +46,6 @@ print(t1 - t0, t2 - t1)
 
 def _cold_load_times() -> dict[str, float]:
     """The two loads in a fresh interpreter, ``import lmlessons`` (torch) and transformers included."""
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", _COLD], check=True, capture_output=True, text=True).stdout
     corpus_s, tokenizer_s = (float(v) for v in out.split())
     return {"cold_import_and_load_corpus_s": corpus_s, "cold_import_and_load_tokenizer_s": tokenizer_s}
