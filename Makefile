@@ -8,17 +8,14 @@ STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export HYPOTHESIS_STORAGE_DIRECTORY ?= $(or $(TMPDIR),/tmp)/lmlessons-hypothesis
-# Reproducible numbers on every x86-64 CPU: the stored notebook outputs were computed with torch's
-# AVX2 kernels, MKL's AVX2 code path (Conditional Numerical Reproducibility) and oneDNN capped at
-# AVX2. Without these, a CPU with AVX-512 or AMX rounds differently and a loss printed after
-# 120 training steps can differ in its last digit (then strict nbval fails). Costs little speed.
-export ATEN_CPU_CAPABILITY := avx2
-export MKL_CBWR := AVX2
-export ONEDNN_MAX_CPU_ISA := AVX2
 PYTEST := $(PY) -m pytest
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
+# The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and oneDNN
+# held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
+# so strict nbval under both proves that no stored output depends on that order.
+SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 
-.PHONY: setup lab test test-unit test-notebooks test-browser student screenshots bench budgets lesson-times clean
+.PHONY: setup lab test test-unit test-notebooks test-portable test-browser execute student screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +32,7 @@ lab: setup
 
 test: setup
 	$(PYTEST) tests notebooks $(NBVAL)
+	$(MAKE) --no-print-directory test-portable
 
 test-unit: setup
 	$(PYTEST) tests -m "not browser"
@@ -42,8 +40,16 @@ test-unit: setup
 test-notebooks: setup
 	$(PYTEST) notebooks $(NBVAL)
 
+# Strict nbval again, with the scalar kernels (see SCALAR_KERNELS).
+test-portable: setup
+	$(SCALAR_KERNELS) $(PYTEST) notebooks $(NBVAL)
+
 test-browser: setup
 	$(PYTEST) tests -m browser
+
+# Re-execute every lesson in a fresh kernel, store its outputs (no timestamps), regenerate student/.
+execute: setup
+	$(PY) tools/execute.py
 
 student: setup
 	$(PY) -m lmlessons.student

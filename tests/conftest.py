@@ -17,12 +17,6 @@ settings.load_profile("lmlessons")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The nbval kernels (and the browser test's JupyterLab) inherit these: the stored notebook outputs
-# were computed with AVX2 kernels, so they reproduce on any x86-64 CPU with AVX2 (see the Makefile,
-# which sets the same values). Must be set before a kernel starts; torch reads them at start-up.
-for _name, _value in (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_CBWR", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")):
-    os.environ.setdefault(_name, _value)
-
 
 # Fixtures shared by several modules. Module-scoped, as they were in each module; a module that
 # defines a fixture of the same name uses its own. torch and lmlessons are imported only when a
