@@ -49,19 +49,19 @@ test-browser: setup
 
 # Re-execute every lesson in a fresh kernel, store its outputs (no timestamps), regenerate student/.
 execute: setup
-	$(PY) tools/execute.py
+	$(PY) -m tools.execute
 
 student: setup
-	$(PY) -m lmlessons.student
+	$(PY) -m tools.student
 
 screenshots: setup
-	$(PY) -m lmlessons.screenshots
+	$(PY) -m tools.screenshots
 
 bench: setup
-	$(PY) -m lmlessons.bench $(BENCH_ARGS)
+	$(PY) -m tools.bench $(BENCH_ARGS)
 
 budgets: setup
-	$(PY) -m lmlessons.budgets --no-live
+	$(PY) -m tools.budgets --no-live
 
 # Wall time of each lesson executed top to bottom in a fresh kernel (outputs go to a temp dir).
 lesson-times: setup

@@ -3,18 +3,72 @@
 The core (masking, label shifting, NSP pairs, losses) mirrors Hugging Face transformers and
 Google's original BERT code; every loss equals transformers' to 1e-5 (see tests/).
 """
-from .masking import mask_tokens
-from .shifting import shift_labels
-from .pairs import make_nsp_pairs, truncate_seq_pair
-from .losses import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss
-from .collator import MLMCollator
-from .linear_ce import linear_cross_entropy
-from .corpus import Corpus, load_corpus, split_sentences
-from .tokenizer import load_tokenizer, train_tokenizer
-from .models import count_parameters, tiny_bert_config, tiny_bert_lm_head, tiny_bert_mlm, tiny_bert_pretraining, tiny_gpt2, tiny_gpt2_config
-from .batches import clm_batches, mlm_batches, nsp_batches, pack_sequences, tokenize_documents
-from .training import History, evaluate, train
-from .checkpoints import checkpoint_metrics, heldout_metrics, load_checkpoint
-from .sop import make_sop_pairs, sop_batches
+
+from lmlessons.collator import MLMCollator
+from lmlessons.course.batches import (
+    clm_batches,
+    mlm_batches,
+    nsp_batches,
+    pack_sequences,
+    tokenize_documents,
+)
+from lmlessons.course.checkpoints import checkpoint_metrics, heldout_metrics, load_checkpoint
+from lmlessons.course.corpus import Corpus, load_corpus, split_sentences
+from lmlessons.course.models import (
+    count_parameters,
+    tiny_bert_config,
+    tiny_bert_lm_head,
+    tiny_bert_mlm,
+    tiny_bert_pretraining,
+    tiny_gpt2,
+    tiny_gpt2_config,
+)
+from lmlessons.course.tokenizer import load_tokenizer, train_tokenizer
+from lmlessons.course.training import History, evaluate, train
+from lmlessons.linear_ce import linear_cross_entropy
+from lmlessons.losses import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss
+from lmlessons.masking import mask_tokens
+from lmlessons.pairs import make_nsp_pairs, truncate_seq_pair
+from lmlessons.shifting import shift_labels
+from lmlessons.sop import make_sop_pairs, sop_batches
 
 __version__ = "0.1.0"
+
+# The public API: the core first, then what the lessons run on (lmlessons.course).
+__all__ = [
+    "mask_tokens",
+    "shift_labels",
+    "make_nsp_pairs",
+    "make_sop_pairs",
+    "truncate_seq_pair",
+    "mlm_loss",
+    "clm_loss",
+    "nsp_loss",
+    "bert_pretraining_loss",
+    "linear_cross_entropy",
+    "MLMCollator",
+    "Corpus",
+    "load_corpus",
+    "split_sentences",
+    "load_tokenizer",
+    "train_tokenizer",
+    "count_parameters",
+    "tiny_bert_config",
+    "tiny_bert_lm_head",
+    "tiny_bert_mlm",
+    "tiny_bert_pretraining",
+    "tiny_gpt2",
+    "tiny_gpt2_config",
+    "clm_batches",
+    "mlm_batches",
+    "nsp_batches",
+    "sop_batches",
+    "pack_sequences",
+    "tokenize_documents",
+    "History",
+    "evaluate",
+    "train",
+    "checkpoint_metrics",
+    "heldout_metrics",
+    "load_checkpoint",
+]

@@ -3,6 +3,7 @@
 Every public function checks its arguments here first, so a learner gets a ValueError or
 TypeError that names the argument instead of an error from deep inside torch.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -26,7 +27,9 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     """Return ``value`` as a Python int (a 0-dim integer tensor is accepted)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            raise TypeError(f"{name} must be an int, got a {value.dtype} tensor of shape {tuple(value.shape)}")
+            raise TypeError(
+                f"{name} must be an int, got a {value.dtype} tensor of shape {tuple(value.shape)}"
+            )
         value = int(value.item())
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -54,7 +57,9 @@ def check_float_tensor(name: str, value: object, *, min_ndim: int = 1) -> torch.
     if not value.dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating-point tensor (logits), got dtype {value.dtype}")
     if value.dim() < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}")
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}"
+        )
     return value
 
 
@@ -99,5 +104,7 @@ def check_num_items(num_items_in_batch: object) -> float | int | None:
 
 def check_generator(generator: object) -> torch.Generator | None:
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     return generator

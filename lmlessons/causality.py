@@ -14,6 +14,7 @@ check that, each a measurement on a real model rather than a reading of its conf
 
 :func:`causal_mask` is the pattern ``is_decoder=True`` (BERT) and every GPT-style model use.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._checks import IGNORE_INDEX, check_int, check_int_tensor
+from lmlessons._checks import IGNORE_INDEX, check_int, check_int_tensor
 
 __all__ = ["causal_mask", "attention_map", "logit_change", "prefix_loss"]
 
@@ -35,7 +36,9 @@ def causal_mask(seq_len: int) -> torch.Tensor:
 
 def _check_model(model: object) -> torch.nn.Module:
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}"
+        )
     return model
 
 
@@ -45,7 +48,9 @@ def _one_sequence(name: str, input_ids: object) -> torch.Tensor:
     if ids.dim() == 1:
         ids = ids.unsqueeze(0)
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
-        raise ValueError(f"{name} must be one sequence of shape (T,) or (1, T), got {tuple(ids.shape)}")
+        raise ValueError(
+            f"{name} must be one sequence of shape (T,) or (1, T), got {tuple(ids.shape)}"
+        )
     return ids
 
 
@@ -59,7 +64,9 @@ def _batch(name: str, input_ids: object) -> torch.Tensor:
     return ids
 
 
-def _logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def _logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     kwargs: dict[str, Any] = {"input_ids": input_ids}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
@@ -78,13 +85,15 @@ def attention_map(
 
     Row ``i`` is what position ``i`` attends to (it sums to 1). ``layer=None`` averages over all
     layers too. Needs ``attn_implementation="eager"`` (fused kernels do not return the
-    probabilities); the tiny models of :mod:`lmlessons.models` use it.
+    probabilities); the tiny models of :mod:`lmlessons.course.models` use it.
     """
     model = _check_model(model)
     ids = _one_sequence("input_ids", input_ids)
     impl = getattr(getattr(model, "config", None), "_attn_implementation", "eager")
     if impl != "eager":
-        raise ValueError(f"model must use attn_implementation='eager' to return attention probabilities, got {impl!r}")
+        raise ValueError(
+            f"model must use attn_implementation='eager' to return attention probabilities, got {impl!r}"
+        )
     was_training = model.training
     model.eval()
     kwargs: dict[str, Any] = {"input_ids": ids, "output_attentions": True}
@@ -94,13 +103,17 @@ def attention_map(
     model.train(was_training)
     attentions = out.attentions  # L x (1, H, T, T)
     if not attentions:
-        raise ValueError("the model returned no attentions (does it support output_attentions=True?)")
+        raise ValueError(
+            "the model returned no attentions (does it support output_attentions=True?)"
+        )
     if layer is None:
         stacked = torch.stack([a[0] for a in attentions])  # (L, H, T, T)
         return stacked.mean(dim=(0, 1))  # (T, T)
     layer = check_int("layer", layer)
     if not -len(attentions) <= layer < len(attentions):
-        raise ValueError(f"layer must be in [0, {len(attentions)}) for this {len(attentions)}-layer model, got {layer}")
+        raise ValueError(
+            f"layer must be in [0, {len(attentions)}) for this {len(attentions)}-layer model, got {layer}"
+        )
     return attentions[layer][0].mean(dim=0)  # (T, T)
 
 
@@ -124,10 +137,14 @@ def logit_change(
     seq_len = ids.shape[1]
     position = check_int("position", position)
     if not 0 <= position < seq_len:
-        raise ValueError(f"position must be in [0, {seq_len}) for a sequence of {seq_len} tokens, got {position}")
+        raise ValueError(
+            f"position must be in [0, {seq_len}) for a sequence of {seq_len} tokens, got {position}"
+        )
     replacement_id = check_int("replacement_id", replacement_id, minimum=0)
     if replacement_id == int(ids[0, position]):
-        raise ValueError(f"replacement_id must differ from the token at position {position} ({replacement_id})")
+        raise ValueError(
+            f"replacement_id must differ from the token at position {position} ({replacement_id})"
+        )
     if attention_mask is not None:
         attention_mask = attention_mask.reshape(1, -1)
     was_training = model.training
@@ -162,16 +179,24 @@ def prefix_loss(
     if attention_mask is not None:
         attention_mask = check_int_tensor("attention_mask", attention_mask).reshape(ids.shape)
     if labels is None:
-        labels = ids.clone() if attention_mask is None else ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+        labels = (
+            ids.clone()
+            if attention_mask is None
+            else ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+        )
     else:
         labels = check_int_tensor("labels", labels)
         if labels.dim() == 1:
             labels = labels.unsqueeze(0)
         if tuple(labels.shape) != tuple(ids.shape):
-            raise ValueError(f"labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(labels.shape)}")
+            raise ValueError(
+                f"labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(labels.shape)}"
+            )
     seq_len = ids.shape[1]
     if seq_len < 2 or not bool((labels[:, 1:] != IGNORE_INDEX).any()):
-        raise ValueError("prefix_loss needs at least one target: labels[:, 1:] are all -100 (or T < 2)")
+        raise ValueError(
+            "prefix_loss needs at least one target: labels[:, 1:] are all -100 (or T < 2)"
+        )
     was_training = model.training
     model.eval()
     total, count = torch.zeros(()), 0

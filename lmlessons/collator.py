@@ -4,6 +4,7 @@ It pads a list of examples, derives the special-tokens mask from the tokenizer (
 ``tokenizer.all_special_ids``, padding included), and calls :func:`lmlessons.mask_tokens`, so
 callers never hand-build the mask and [CLS]/[SEP]/[PAD] are never selected.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -11,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ._checks import check_generator, check_int, check_probability
-from .masking import mask_tokens
+from lmlessons._checks import check_generator, check_int, check_probability
+from lmlessons.masking import mask_tokens
 
 
 class MLMCollator:
@@ -43,14 +44,18 @@ class MLMCollator:
     ) -> None:
         for attr in ("mask_token_id", "pad_token_id", "all_special_ids"):
             if getattr(tokenizer, attr, None) is None:
-                raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer with [MASK] and [PAD])")
+                raise ValueError(
+                    f"tokenizer must define {attr} (a BERT-style tokenizer with [MASK] and [PAD])"
+                )
         self.tokenizer = tokenizer
         self.mlm_probability = check_probability("mlm_probability", mlm_probability)
         self.mask_replace_prob = check_probability("mask_replace_prob", mask_replace_prob)
         self.random_replace_prob = check_probability("random_replace_prob", random_replace_prob)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
             raise ValueError("mask_replace_prob + random_replace_prob must be <= 1")
-        self.max_length = None if max_length is None else check_int("max_length", max_length, minimum=2)
+        self.max_length = (
+            None if max_length is None else check_int("max_length", max_length, minimum=2)
+        )
         self.generator = check_generator(generator)
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
@@ -67,19 +72,37 @@ class MLMCollator:
                 )
             )
         if all(isinstance(e, Mapping) for e in examples):
-            features = [{k: v for k, v in e.items() if k in ("input_ids", "token_type_ids", "attention_mask")} for e in examples]
+            features = [
+                {
+                    k: v
+                    for k, v in e.items()
+                    if k in ("input_ids", "token_type_ids", "attention_mask")
+                }
+                for e in examples
+            ]
         elif all(isinstance(e, (list, tuple, torch.Tensor)) for e in examples):
-            features = [{"input_ids": list(e.tolist() if isinstance(e, torch.Tensor) else e)} for e in examples]
+            features = [
+                {"input_ids": list(e.tolist() if isinstance(e, torch.Tensor) else e)}
+                for e in examples
+            ]
         else:
-            raise TypeError("examples must all be strings, all dicts with 'input_ids', or all lists of token ids")
+            raise TypeError(
+                "examples must all be strings, all dicts with 'input_ids', or all lists of token ids"
+            )
         return dict(tok.pad(features, padding=True, return_tensors="pt"))
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
-        if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence) or len(examples) == 0:
+        if (
+            isinstance(examples, (str, bytes))
+            or not isinstance(examples, Sequence)
+            or len(examples) == 0
+        ):
             raise ValueError("examples must be a non-empty list")
         batch = self._encode(examples)
         input_ids = batch["input_ids"]  # (B, T)
-        special = torch.isin(input_ids, self.special_ids)  # (B, T): [CLS], [SEP], [PAD], ... never selected
+        special = torch.isin(
+            input_ids, self.special_ids
+        )  # (B, T): [CLS], [SEP], [PAD], ... never selected
         batch["input_ids"], batch["labels"] = mask_tokens(
             input_ids,
             mask_token_id=self.tokenizer.mask_token_id,

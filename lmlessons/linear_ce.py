@@ -21,6 +21,7 @@ The result equals ``F.cross_entropy(hidden @ weight.T + bias, labels, ignore_ind
 and in the gradients for ``hidden_states``, ``weight`` and ``bias`` (tested to 1e-4 relative in
 tests/test_linear_ce.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,7 @@ __all__ = ["linear_cross_entropy", "DEFAULT_CHUNK_SIZE"]
 
 IGNORE_INDEX = -100
 # Rows per chunk. 1024 rows x 32,000 classes x 4 bytes = 125 MiB for the chunk's logits; smaller
-# chunks save memory, larger ones amortise the matmul. Measured with `python -m lmlessons.bench`.
+# chunks save memory, larger ones amortise the matmul. Measured with `python -m tools.bench`.
 DEFAULT_CHUNK_SIZE = 1024
 
 
@@ -55,12 +56,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.zeros_like(hidden) if need_h else None  # (N, H); dropped rows stay 0
         grad_weight = torch.zeros_like(weight) if need_w else None  # (V, H)
         grad_bias = torch.zeros_like(bias) if need_b else None  # (V,)
-        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # fp16/bf16 -> fp32, fp64 stays
+        acc_dtype = torch.promote_types(
+            hidden.dtype, torch.float32
+        )  # fp16/bf16 -> fp32, fp64 stays
         loss_sum = torch.zeros((), dtype=acc_dtype, device=hidden.device)
         weight_t = weight.t()  # (H, V), a view: addmm/mm pick the transposed BLAS call
         inv_divisor = 1.0 / divisor
         # One (chunk_size, V) buffer reused by every chunk: the only tensor as large as the logits.
-        buffer = torch.empty(min(chunk_size, rows.numel()), weight.shape[0], dtype=acc_dtype, device=hidden.device)
+        buffer = torch.empty(
+            min(chunk_size, rows.numel()), weight.shape[0], dtype=acc_dtype, device=hidden.device
+        )
 
         for start in range(0, rows.numel(), chunk_size):
             idx = rows[start : start + chunk_size]  # (C,)
@@ -91,13 +96,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_bias.add_(grad_logits.sum(dim=0).to(grad_bias.dtype), alpha=inv_divisor)
 
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        return loss_sum / divisor  # float32 for fp16/bf16 inputs, as transformers upcasts the logits
+        return (
+            loss_sum / divisor
+        )  # float32 for fp16/bf16 inputs, as transformers upcasts the logits
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output: torch.Tensor):  # type: ignore[override]
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        out = [None if g is None else g * grad_output.to(g.dtype) for g in (grad_hidden, grad_weight, grad_bias)]
+        out = [
+            None if g is None else g * grad_output.to(g.dtype)
+            for g in (grad_hidden, grad_weight, grad_bias)
+        ]
         return out[0], out[1], out[2], None, None, None, None, None
 
 
@@ -126,7 +136,9 @@ def _divisor(num_items_in_batch: int | torch.Tensor | None, count: int) -> float
             f"`num_items_in_batch` must be an int or a one-element tensor, got {type(num_items_in_batch).__name__}"
         )
     if not value > 0:  # also rejects NaN
-        raise ValueError(f"`num_items_in_batch` must be positive (the number of labelled tokens), got {value:g}")
+        raise ValueError(
+            f"`num_items_in_batch` must be positive (the number of labelled tokens), got {value:g}"
+        )
     return value
 
 
@@ -168,9 +180,13 @@ def linear_cross_entropy(
     _check_tensor("weight", weight)
     _check_tensor("labels", labels)
     if not hidden_states.is_floating_point():
-        raise TypeError(f"`hidden_states` must be a floating tensor, got dtype {hidden_states.dtype}")
+        raise TypeError(
+            f"`hidden_states` must be a floating tensor, got dtype {hidden_states.dtype}"
+        )
     if hidden_states.dim() not in (2, 3):
-        raise ValueError(f"`hidden_states` must have shape (B, T, H) or (N, H), got {tuple(hidden_states.shape)}")
+        raise ValueError(
+            f"`hidden_states` must have shape (B, T, H) or (N, H), got {tuple(hidden_states.shape)}"
+        )
     if weight.dim() != 2:
         raise ValueError(f"`weight` must have shape (V, H), got {tuple(weight.shape)}")
     vocab_size, hidden_size = weight.shape
@@ -181,7 +197,9 @@ def linear_cross_entropy(
     if vocab_size == 0:
         raise ValueError("`weight` must have at least one row (V >= 1)")
     if weight.dtype != hidden_states.dtype:
-        raise TypeError(f"`weight` dtype {weight.dtype} must equal `hidden_states` dtype {hidden_states.dtype}")
+        raise TypeError(
+            f"`weight` dtype {weight.dtype} must equal `hidden_states` dtype {hidden_states.dtype}"
+        )
     if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
         raise TypeError(f"`labels` must be an integer tensor, got dtype {labels.dtype}")
     if tuple(labels.shape) != tuple(hidden_states.shape[:-1]):
@@ -194,10 +212,14 @@ def linear_cross_entropy(
         if tuple(bias.shape) != (vocab_size,):
             raise ValueError(f"`bias` must have shape ({vocab_size},), got {tuple(bias.shape)}")
         if bias.dtype != hidden_states.dtype:
-            raise TypeError(f"`bias` dtype {bias.dtype} must equal `hidden_states` dtype {hidden_states.dtype}")
+            raise TypeError(
+                f"`bias` dtype {bias.dtype} must equal `hidden_states` dtype {hidden_states.dtype}"
+            )
     for name, t in (("weight", weight), ("labels", labels), ("bias", bias)):
         if t is not None and t.device != hidden_states.device:
-            raise ValueError(f"`{name}` is on {t.device} but `hidden_states` is on {hidden_states.device}")
+            raise ValueError(
+                f"`{name}` is on {t.device} but `hidden_states` is on {hidden_states.device}"
+            )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise TypeError(f"`chunk_size` must be an int, got {type(chunk_size).__name__}")
     if chunk_size < 1:
@@ -216,4 +238,6 @@ def linear_cross_entropy(
     need_grads = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (hidden, weight, bias)
     )
-    return _LinearCrossEntropy.apply(hidden, weight, bias, rows, targets, chunk_size, divisor, need_grads)
+    return _LinearCrossEntropy.apply(
+        hidden, weight, bias, rows, targets, chunk_size, divisor, need_grads
+    )

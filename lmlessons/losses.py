@@ -8,13 +8,14 @@ deliberate differences, both documented where they happen:
   gradients), where ``F.cross_entropy(..., reduction="mean")`` gives NaN (0 / 0);
 * ``num_items_in_batch`` is validated (a count of 0 is an error, not a division by zero).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from ._checks import IGNORE_INDEX, check_float_tensor, check_labels, check_num_items
-from .shifting import shift_labels
+from lmlessons._checks import IGNORE_INDEX, check_float_tensor, check_labels, check_num_items
+from lmlessons.shifting import shift_labels
 
 
 def _token_cross_entropy(
@@ -27,7 +28,9 @@ def _token_cross_entropy(
     micro-batches with one shared count gives the full-batch mean (transformers'
     ``fixed_cross_entropy``, the October 2024 gradient-accumulation fix).
     """
-    logits = logits.float()  # upcast like ForCausalLMLoss: bf16 logits lose precision in log-softmax
+    logits = (
+        logits.float()
+    )  # upcast like ForCausalLMLoss: bf16 logits lose precision in log-softmax
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")  # ()
     if num_items_in_batch is not None:
         return total / num_items_in_batch
@@ -60,14 +63,21 @@ def _check_nsp(
         )
     labels = check_labels(labels_name, labels, 2)
     if tuple(labels.shape) != (logits.shape[0],):
-        raise ValueError(f"{labels_name} must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
+        raise ValueError(
+            f"{labels_name} must have shape ({logits.shape[0]},), got {tuple(labels.shape)}"
+        )
     if bool((labels == IGNORE_INDEX).any()):
-        raise ValueError(f"{labels_name} must be 0 (IsNext) or 1 (NotNext); -100 is not allowed here")
+        raise ValueError(
+            f"{labels_name} must be 0 (IsNext) or 1 (NotNext); -100 is not allowed here"
+        )
     return logits, labels
 
 
 def mlm_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Masked-LM loss: cross-entropy over positions whose label is not -100.
 
@@ -87,7 +97,10 @@ def mlm_loss(
 
 
 def clm_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal-LM (next-token) loss. ``labels`` are *unshifted*: shifting happens here.
 
@@ -138,7 +151,9 @@ def bert_pretraining_loss(
             raise TypeError(f"{name} must be a number, got {type(w).__name__}")
         if not w >= 0:
             raise ValueError(f"{name} must be >= 0, got {w}")
-    mlm_logits, mlm_labels = _check_logits_labels(mlm_logits, mlm_labels, "mlm_logits", "mlm_labels")
+    mlm_logits, mlm_labels = _check_logits_labels(
+        mlm_logits, mlm_labels, "mlm_logits", "mlm_labels"
+    )
     nsp_logits, nsp_labels = _check_nsp(nsp_logits, nsp_labels, "nsp_logits", "nsp_labels")
     if mlm_logits.dim() == 3 and mlm_logits.shape[0] != nsp_logits.shape[0]:
         raise ValueError(

@@ -10,11 +10,12 @@ One uniform draw ``u`` per position does the work of the collator's three Bernou
 position is selected when ``u < p``, and then ``u / p`` is again uniform on [0, 1), so it also
 picks [MASK] / random / keep. Same distribution, fewer passes over memory.
 """
+
 from __future__ import annotations
 
 import torch
 
-from ._checks import (
+from lmlessons._checks import (
     IGNORE_INDEX,
     check_generator,
     check_int,
@@ -55,7 +56,9 @@ def mask_tokens(
     vocab_size = check_int("vocab_size", vocab_size, minimum=1)
     mask_token_id = check_int("mask_token_id", mask_token_id)
     if not 0 <= mask_token_id < vocab_size:
-        raise ValueError(f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}")
+        raise ValueError(
+            f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}"
+        )
     p = check_probability("mlm_probability", mlm_probability)
     p_mask = check_probability("mask_replace_prob", mask_replace_prob)
     p_random = check_probability("random_replace_prob", random_replace_prob)
@@ -93,6 +96,10 @@ def mask_tokens(
         n_random = int(to_random.sum())
         if n_random:
             masked[to_random] = torch.randint(
-                vocab_size, (n_random,), generator=generator, device=input_ids.device, dtype=input_ids.dtype
+                vocab_size,
+                (n_random,),
+                generator=generator,
+                device=input_ids.device,
+                dtype=input_ids.dtype,
             )
     return masked, labels

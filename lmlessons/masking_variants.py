@@ -23,16 +23,23 @@ All three return ``(masked_input_ids, labels)`` with labels = original id at the
 elsewhere, exactly like :func:`lmlessons.mask_tokens`, so :func:`lmlessons.mlm_loss` and
 ``BertForMaskedLM`` take them unchanged. Every random draw goes through ``generator``.
 """
+
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ._checks import IGNORE_INDEX, check_generator, check_int, check_int_tensor, check_probability
-from .masking import mask_tokens
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_generator,
+    check_int,
+    check_int_tensor,
+    check_probability,
+)
+from lmlessons.masking import mask_tokens
 
 __all__ = [
     "wordpiece_continuation_mask",
@@ -63,7 +70,9 @@ def _as_2d(name: str, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return x, False
 
 
-def _check_bool_mask(name: str, mask: object, shape: torch.Size, *, allow_none: bool = True) -> torch.Tensor | None:
+def _check_bool_mask(
+    name: str, mask: object, shape: torch.Size, *, allow_none: bool = True
+) -> torch.Tensor | None:
     if mask is None:
         if allow_none:
             return None
@@ -73,7 +82,9 @@ def _check_bool_mask(name: str, mask: object, shape: torch.Size, *, allow_none: 
     if mask.dtype.is_floating_point or mask.dtype.is_complex:
         raise TypeError(f"{name} must hold bool or 0/1 integers, got dtype {mask.dtype}")
     if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} (that of input_ids), got {tuple(mask.shape)}")
+        raise ValueError(
+            f"{name} must have shape {tuple(shape)} (that of input_ids), got {tuple(mask.shape)}"
+        )
     if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
         raise ValueError(f"{name} must hold only 0 and 1")
     return mask.bool()
@@ -88,23 +99,33 @@ def _required_mask(name: str, mask: object) -> torch.Tensor:
 
 
 def _check_replace_args(
-    input_ids: torch.Tensor, mask_token_id: int, vocab_size: int, mask_replace_prob: float, random_replace_prob: float
+    input_ids: torch.Tensor,
+    mask_token_id: int,
+    vocab_size: int,
+    mask_replace_prob: float,
+    random_replace_prob: float,
 ) -> tuple[int, int, float, float]:
     """The checks of :func:`lmlessons.mask_tokens`, for the per-span path that does not call it."""
     vocab_size = check_int("vocab_size", vocab_size, minimum=1)
     mask_token_id = check_int("mask_token_id", mask_token_id)
     if not 0 <= mask_token_id < vocab_size:
-        raise ValueError(f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}")
+        raise ValueError(
+            f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}"
+        )
     pm = check_probability("mask_replace_prob", mask_replace_prob)
     pr = check_probability("random_replace_prob", random_replace_prob)
     if pm + pr > 1.0 + 1e-12:
-        raise ValueError(f"mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept), got {pm} + {pr}")
+        raise ValueError(
+            f"mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept), got {pm} + {pr}"
+        )
     if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
         raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}); found ids outside it")
     return mask_token_id, vocab_size, pm, pr
 
 
-def _eligible(shape: torch.Size, special_tokens_mask: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def _eligible(
+    shape: torch.Size, special_tokens_mask: torch.Tensor | None, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     eligible = torch.ones(shape, dtype=torch.bool)
     if special_tokens_mask is not None:
         eligible &= ~special_tokens_mask
@@ -113,10 +134,14 @@ def _eligible(shape: torch.Size, special_tokens_mask: torch.Tensor | None, atten
     return eligible
 
 
-def _check_count_args(mlm_probability: float, max_predictions_per_seq: int | None) -> tuple[float, int | None]:
+def _check_count_args(
+    mlm_probability: float, max_predictions_per_seq: int | None
+) -> tuple[float, int | None]:
     p = check_probability("mlm_probability", mlm_probability)
     if max_predictions_per_seq is not None:
-        max_predictions_per_seq = check_int("max_predictions_per_seq", max_predictions_per_seq, minimum=0)
+        max_predictions_per_seq = check_int(
+            "max_predictions_per_seq", max_predictions_per_seq, minimum=0
+        )
     return p, max_predictions_per_seq
 
 
@@ -125,7 +150,9 @@ def _check_count_args(mlm_probability: float, max_predictions_per_seq: int | Non
 # ---------------------------------------------------------------------------------------------
 
 
-def wordpiece_continuation_mask(input_ids: torch.Tensor, tokenizer: Any, *, prefix: str = "##") -> torch.Tensor:
+def wordpiece_continuation_mask(
+    input_ids: torch.Tensor, tokenizer: Any, *, prefix: str = "##"
+) -> torch.Tensor:
     """``(B, T)`` bool: True where the token continues the previous word (``"##ing"``).
 
     WordPiece marks every piece of a word except the first with ``prefix`` (BERT: ``"##"``), so
@@ -138,12 +165,17 @@ def wordpiece_continuation_mask(input_ids: torch.Tensor, tokenizer: Any, *, pref
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be a non-empty str, got {prefix!r}")
     ids, squeeze = _as_2d("input_ids", input_ids)
-    rows = [[tok.startswith(prefix) for tok in tokenizer.convert_ids_to_tokens(row)] for row in ids.tolist()]
+    rows = [
+        [tok.startswith(prefix) for tok in tokenizer.convert_ids_to_tokens(row)]
+        for row in ids.tolist()
+    ]
     out = torch.tensor(rows, dtype=torch.bool).reshape(ids.shape)
     return out[0] if squeeze else out
 
 
-def word_ids(is_continuation: torch.Tensor, special_tokens_mask: torch.Tensor | None = None) -> torch.Tensor:
+def word_ids(
+    is_continuation: torch.Tensor, special_tokens_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(B, T)`` long: the word each token belongs to (0, 1, ... per row), -1 on special tokens.
 
     A token starts a new word unless it is a continuation piece *and* the token before it is a
@@ -167,7 +199,9 @@ def word_ids(is_continuation: torch.Tensor, special_tokens_mask: torch.Tensor | 
 # ---------------------------------------------------------------------------------------------
 
 
-def num_to_predict(seq_length: int, mlm_probability: float = 0.15, max_predictions_per_seq: int | None = 20) -> int:
+def num_to_predict(
+    seq_length: int, mlm_probability: float = 0.15, max_predictions_per_seq: int | None = 20
+) -> int:
     """Google BERT's per-sequence count: ``min(max_pred, max(1, round(seq_length * p)))``.
 
     ``seq_length`` counts [CLS] and [SEP] (Google's ``len(tokens)``), not padding. ``round`` is
@@ -214,12 +248,16 @@ def select_exact_count(
     attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
     attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
     eligible = _eligible(special2.shape, special2, attn2)  # (B, T)
-    k = torch.tensor([num_to_predict(n, p, max_pred) for n in _lengths(special2.shape, attn2)], dtype=torch.long)  # (B,)
+    k = torch.tensor(
+        [num_to_predict(n, p, max_pred) for n in _lengths(special2.shape, attn2)], dtype=torch.long
+    )  # (B,)
     scores = torch.rand(special2.shape, generator=generator)  # (B, T): a random order per row
     scores = scores.masked_fill(~eligible, 2.0)  # ineligible positions sort last
     order = scores.argsort(dim=1)
     rank = torch.empty_like(order)
-    rank.scatter_(1, order, torch.arange(order.shape[1]).expand_as(order).contiguous())  # rank of each position
+    rank.scatter_(
+        1, order, torch.arange(order.shape[1]).expand_as(order).contiguous()
+    )  # rank of each position
     selected = (rank < k[:, None]) & eligible
     return selected[0] if squeeze else selected
 
@@ -259,7 +297,9 @@ def select_whole_words(
     """
     p, max_pred = _check_count_args(mlm_probability, max_predictions_per_seq)
     generator = check_generator(generator)
-    eligible, wids, attn2, squeeze = _word_inputs(special_tokens_mask, is_continuation, attention_mask)
+    eligible, wids, attn2, squeeze = _word_inputs(
+        special_tokens_mask, is_continuation, attention_mask
+    )
     selected = torch.zeros_like(eligible)
     for row, length in enumerate(_lengths(eligible.shape, attn2)):
         budget = num_to_predict(length, p, max_pred)
@@ -306,7 +346,11 @@ def span_length_pmf(geometric_p: float = 0.2, max_span_length: int = 10) -> torc
 
 
 def sample_span_lengths(
-    n: int, *, geometric_p: float = 0.2, max_span_length: int = 10, generator: torch.Generator | None = None
+    n: int,
+    *,
+    geometric_p: float = 0.2,
+    max_span_length: int = 10,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """``(n,)`` long: span lengths in words drawn from :func:`span_length_pmf`."""
     n = check_int("n", n, minimum=0)
@@ -344,7 +388,9 @@ def select_spans(
     selected = torch.zeros_like(eligible)
     for row in range(eligible.shape[0]):
         n = int(eligible[row].sum())
-        budget = math.ceil(p * n - 1e-9)  # SpanBERT: ceil(sent_length * mask_ratio); 1e-9 absorbs 0.15 * 20 = 3.0000000000000004
+        budget = math.ceil(
+            p * n - 1e-9
+        )  # SpanBERT: ceil(sent_length * mask_ratio); 1e-9 absorbs 0.15 * 20 = 3.0000000000000004
         if budget == 0:
             continue
         row_w = wids[row].tolist()
@@ -356,7 +402,9 @@ def select_spans(
         taken = 0
         while taken < budget:
             span_len = int(torch.multinomial(pmf, 1, generator=generator)) + 1
-            free = (eligible[row] & ~selected[row]).nonzero().flatten()  # SpanBERT redraws a masked anchor
+            free = (
+                (eligible[row] & ~selected[row]).nonzero().flatten()
+            )  # SpanBERT redraws a masked anchor
             anchor = int(free[int(torch.randint(len(free), (), generator=generator))])
             w = row_w[anchor]
             for k in range(span_len):
@@ -408,8 +456,13 @@ def replace_selected(
         raise TypeError(f"per_span must be a bool, got {type(per_span).__name__}")
     if not per_span:
         return mask_tokens(
-            input_ids, mask_token_id=mask_token_id, vocab_size=vocab_size, special_tokens_mask=~sel,
-            mlm_probability=1.0, mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob,
+            input_ids,
+            mask_token_id=mask_token_id,
+            vocab_size=vocab_size,
+            special_tokens_mask=~sel,
+            mlm_probability=1.0,
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
             generator=generator,
         )
     mask_token_id, vocab_size, pm, pr = _check_replace_args(
@@ -428,7 +481,9 @@ def replace_selected(
         masked = masked.masked_fill(to_mask, mask_token_id)
         n_random = int(to_random.sum())
         if n_random:
-            masked[to_random] = torch.randint(vocab_size, (n_random,), generator=generator, dtype=ids.dtype)
+            masked[to_random] = torch.randint(
+                vocab_size, (n_random,), generator=generator, dtype=ids.dtype
+            )
     labels = torch.where(sel2, ids, IGNORE_INDEX)
     if squeeze:
         return masked[0], labels[0]
@@ -451,7 +506,9 @@ def _prepare(
     """Check everything before the first random draw; return ``(input_ids, special_tokens_mask)``."""
     input_ids = check_int_tensor("input_ids", input_ids)
     _as_2d("input_ids", input_ids)
-    _check_replace_args(input_ids, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob)
+    _check_replace_args(
+        input_ids, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
+    )
     special = _check_bool_mask("special_tokens_mask", special_tokens_mask, input_ids.shape)
     return input_ids, torch.zeros(input_ids.shape, dtype=torch.bool) if special is None else special
 
@@ -470,11 +527,21 @@ def _select_and_replace(
     """The one-call versions: :func:`_prepare`, then ``select(special_tokens_mask)`` for the
     ``(B, T)`` selection, then :func:`replace_selected` on it (the random draws in that order)."""
     input_ids, special = _prepare(
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
+        input_ids,
+        special_tokens_mask,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
     )
     return replace_selected(
-        input_ids, select(special), mask_token_id=mask_token_id, vocab_size=vocab_size,
-        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, per_span=per_span,
+        input_ids,
+        select(special),
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+        per_span=per_span,
         generator=generator,
     )
 
@@ -499,11 +566,20 @@ def mask_tokens_exact_count(
     """
     return _select_and_replace(
         lambda special: select_exact_count(
-            special, attention_mask=attention_mask,
-            mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
+            special,
+            attention_mask=attention_mask,
+            mlm_probability=mlm_probability,
+            max_predictions_per_seq=max_predictions_per_seq,
+            generator=generator,
         ),
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
-        per_span=False, generator=generator,
+        input_ids,
+        special_tokens_mask,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        per_span=False,
+        generator=generator,
     )
 
 
@@ -529,11 +605,21 @@ def mask_whole_words(
     """
     return _select_and_replace(
         lambda special: select_whole_words(
-            special, is_continuation, attention_mask=attention_mask,
-            mlm_probability=mlm_probability, max_predictions_per_seq=max_predictions_per_seq, generator=generator,
+            special,
+            is_continuation,
+            attention_mask=attention_mask,
+            mlm_probability=mlm_probability,
+            max_predictions_per_seq=max_predictions_per_seq,
+            generator=generator,
         ),
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
-        per_span=False, generator=generator,
+        input_ids,
+        special_tokens_mask,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        per_span=False,
+        generator=generator,
     )
 
 
@@ -555,10 +641,20 @@ def mask_spans(
     """SpanBERT's masking: :func:`select_spans`, then 80/10/10 once per span."""
     return _select_and_replace(
         lambda special: select_spans(
-            special, is_continuation, attention_mask=attention_mask,
-            mlm_probability=mlm_probability, geometric_p=geometric_p, max_span_length=max_span_length,
+            special,
+            is_continuation,
+            attention_mask=attention_mask,
+            mlm_probability=mlm_probability,
+            geometric_p=geometric_p,
+            max_span_length=max_span_length,
             generator=generator,
         ),
-        input_ids, special_tokens_mask, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
-        per_span=True, generator=generator,
+        input_ids,
+        special_tokens_mask,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        per_span=True,
+        generator=generator,
     )

@@ -13,13 +13,14 @@ negative there, which pushes the NotNext rate above 0.5), a lone last sentence o
 dropped, and the other document is drawn uniformly among the others (no 10 retries that can
 end on the same document).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
 
-from ._checks import check_generator, check_int, check_probability
+from lmlessons._checks import check_generator, check_int, check_probability
 
 
 def _uniform(g: torch.Generator | None) -> float:
@@ -56,13 +57,17 @@ def truncate_seq_pair(
 
 def _check_documents(documents: object) -> list[list[list[int]]]:
     if not isinstance(documents, Sequence) or isinstance(documents, (str, bytes)):
-        raise TypeError("documents must be a list of documents, each a list of sentences of token ids")
+        raise TypeError(
+            "documents must be a list of documents, each a list of sentences of token ids"
+        )
     if len(documents) == 0:
         raise ValueError("documents must not be empty")
     out = []
     for d, doc in enumerate(documents):
         if not isinstance(doc, Sequence) or isinstance(doc, (str, bytes)):
-            raise TypeError(f"documents[{d}] must be a list of sentences (lists of token ids), got {type(doc).__name__}")
+            raise TypeError(
+                f"documents[{d}] must be a list of sentences (lists of token ids), got {type(doc).__name__}"
+            )
         if len(doc) == 0:
             raise ValueError(f"documents[{d}] is empty: every document needs at least one sentence")
         sents = []
@@ -88,7 +93,11 @@ def _check_pair_args(
     """The special-token ids (by name) and ``max_length`` of a pair builder, checked."""
     ids = {
         name: check_int(name, value, minimum=0)
-        for name, value in (("cls_token_id", cls_token_id), ("sep_token_id", sep_token_id), ("pad_token_id", pad_token_id))
+        for name, value in (
+            ("cls_token_id", cls_token_id),
+            ("sep_token_id", sep_token_id),
+            ("pad_token_id", pad_token_id),
+        )
     }
     max_length = check_int("max_length", max_length)
     if max_length < 5:
@@ -174,7 +183,9 @@ def make_nsp_pairs(
     short_seq_prob = check_probability("short_seq_prob", short_seq_prob)
     g = check_generator(generator)
     if nsp_probability > 0 and len(docs) < 2:
-        raise ValueError("documents must hold at least 2 documents to draw NotNext examples from another document")
+        raise ValueError(
+            "documents must hold at least 2 documents to draw NotNext examples from another document"
+        )
 
     max_num_tokens = max_length - 3  # room for [CLS], [SEP], [SEP]
     examples: list[tuple[list[int], list[int], int]] = []
@@ -196,7 +207,9 @@ def make_nsp_pairs(
                         i += 1
                         continue
                 is_random_next = _uniform(g) < nsp_probability
-                a_end = _randint(1, len(chunk) - 1, g)  # A = chunk[:a_end], at least one sentence each
+                a_end = _randint(
+                    1, len(chunk) - 1, g
+                )  # A = chunk[:a_end], at least one sentence each
                 tokens_a = [t for s in chunk[:a_end] for t in s]
                 if is_random_next:
                     other = _randint(0, len(docs) - 2, g)
@@ -211,7 +224,9 @@ def make_nsp_pairs(
                     i -= len(chunk) - a_end  # put the unused sentences back
                 else:
                     tokens_b = [t for s in chunk[a_end:] for t in s]
-                tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, generator=g)
+                tokens_a, tokens_b = truncate_seq_pair(
+                    tokens_a, tokens_b, max_num_tokens, generator=g
+                )
                 examples.append((tokens_a, tokens_b, int(is_random_next)))
                 chunk, chunk_len = [], 0
             i += 1

@@ -7,13 +7,14 @@ works for every model of the course, including a ``BertLMHeadModel`` built with
 ``is_decoder=False``, and it takes a ``torch.Generator`` so a notebook prints the same text on
 every run.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import torch
 
-from ._checks import check_generator, check_int, check_int_tensor
+from lmlessons._checks import check_generator, check_int, check_int_tensor
 
 __all__ = ["sample", "sample_text"]
 
@@ -46,15 +47,23 @@ def sample(
     filled with ``eos_token_id``. Returns ``(B, T + n)`` ids (``(T + n,)`` for a 1-D input).
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}"
+        )
     ids = check_int_tensor("input_ids", input_ids)
     squeeze = ids.dim() == 1
     if squeeze:
         ids = ids.unsqueeze(0)
     if ids.dim() != 2 or ids.shape[1] < 1:
-        raise ValueError(f"input_ids must have shape (T,) or (B, T) with T >= 1, got {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"input_ids must have shape (T,) or (B, T) with T >= 1, got {tuple(input_ids.shape)}"
+        )
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not temperature >= 0
+    ):
         raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None:
         top_k = check_int("top_k", top_k, minimum=1)
@@ -69,7 +78,9 @@ def sample(
     try:
         for _ in range(max_new_tokens):
             context = ids if window is None else ids[:, -window:]  # the model's longest input
-            logits = model(input_ids=context).logits[:, -1, :].float()  # (B, V): the next token's scores
+            logits = (
+                model(input_ids=context).logits[:, -1, :].float()
+            )  # (B, V): the next token's scores
             if temperature == 0:
                 nxt = logits.argmax(dim=-1)  # (B,)
             else:
@@ -103,7 +114,7 @@ def sample_text(
     """Continue ``prompt`` and return the text (prompt included, special tokens dropped).
 
     The sequence starts like the course's training sequences (``[CLS]`` then the tokens, see
-    :func:`lmlessons.batches.pack_sequences`) and generation stops at ``[SEP]``: the tokenizer's
+    :func:`lmlessons.course.batches.pack_sequences`) and generation stops at ``[SEP]``: the tokenizer's
     ``cls_token_id`` / ``sep_token_id``, else the model config's ``bos_token_id`` /
     ``eos_token_id``.
     """
@@ -115,8 +126,17 @@ def sample_text(
     bos = bos if isinstance(bos, int) else getattr(config, "bos_token_id", None)
     eos = eos if isinstance(eos, int) else getattr(config, "eos_token_id", None)
     if not isinstance(bos, int):
-        raise ValueError("neither the tokenizer (cls_token_id) nor the model config (bos_token_id) names a start token")
+        raise ValueError(
+            "neither the tokenizer (cls_token_id) nor the model config (bos_token_id) names a start token"
+        )
     ids = [bos, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]
-    out = sample(model, torch.tensor(ids), max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                 eos_token_id=eos, generator=generator)  # (T + n,)
+    out = sample(
+        model,
+        torch.tensor(ids),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        eos_token_id=eos,
+        generator=generator,
+    )  # (T + n,)
     return tokenizer.decode(out.tolist(), skip_special_tokens=True)

@@ -5,11 +5,12 @@ last position has no target. This is what transformers' ``ForCausalLMLoss`` does
 ``*ForCausalLM`` / ``*LMHeadModel`` (including ``BertLMHeadModel``): pass
 ``labels = input_ids.clone()`` (with -100 on padding) and never shift them yourself.
 """
+
 from __future__ import annotations
 
 import torch
 
-from ._checks import IGNORE_INDEX, check_int, check_int_tensor
+from lmlessons._checks import IGNORE_INDEX, check_int, check_int_tensor
 
 
 def shift_labels(labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:

@@ -21,6 +21,7 @@ the probe that shows an NSP model has learned topic rather than coherence.
 BERT pair head (``cls.seq_relationship``, a linear layer on the pooled [CLS]) learns SOP instead
 of NSP, which is what ALBERT's ``AlbertSOPHead`` is.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -28,10 +29,10 @@ from typing import Any
 
 import torch
 
-from ._checks import check_generator, check_int, check_probability
-from .batches import _pair_rows, _special_ids
-from .masking import mask_tokens
-from .pairs import (
+from lmlessons._checks import check_generator, check_int, check_probability
+from lmlessons.course.batches import _pair_rows, _special_ids
+from lmlessons.masking import mask_tokens
+from lmlessons.pairs import (
     _check_documents,
     _check_pair_args,
     _pad_pairs,
@@ -106,7 +107,9 @@ def make_sop_pairs(
                 swapped = _uniform(g) < swap_probability
                 if swapped:  # ALBERT: "we just swap tokens_a and tokens_b"
                     tokens_a, tokens_b = tokens_b, tokens_a
-                tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, generator=g)
+                tokens_a, tokens_b = truncate_seq_pair(
+                    tokens_a, tokens_b, max_num_tokens, generator=g
+                )
                 examples.append((tokens_a, tokens_b, int(swapped)))
                 chunk, chunk_len = [], 0
             i += 1
@@ -128,7 +131,7 @@ def sop_batches(
     """ALBERT-style pretraining batches (MLM + SOP), new pairs every epoch.
 
     Args:
-        token_documents: tokenized documents (``lmlessons.batches.tokenize_documents``).
+        token_documents: tokenized documents (``lmlessons.course.batches.tokenize_documents``).
         tokenizer: gives the special-token ids, ``len(tokenizer)`` and ``all_special_ids``.
         mlm_probability: 0 gives SOP-only batches (``labels`` all -100). Selected tokens are
             replaced 80 / 10 / 10 ([MASK] / random / kept), as in BERT.
@@ -136,17 +139,25 @@ def sop_batches(
 
     Yields dicts with ``input_ids`` (masked), ``token_type_ids``, ``attention_mask``, ``labels``
     ``(B, T)``, ``sentence_order_label`` ``(B,)`` and the same tensor as ``next_sentence_label``,
-    so ``BertForPreTraining``'s pair head, :func:`lmlessons.training.train` and
-    :func:`lmlessons.training.evaluate` work unchanged (0 = in order, 1 = swapped).
+    so ``BertForPreTraining``'s pair head, :func:`lmlessons.course.training.train` and
+    :func:`lmlessons.course.training.evaluate` work unchanged (0 = in order, 1 = swapped).
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     if epochs is not None:
         epochs = check_int("epochs", epochs, minimum=1)
     mlm_probability = check_probability("mlm_probability", mlm_probability)
     check_generator(generator)
-    for attr in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids"):
+    for attr in (
+        "pad_token_id",
+        "cls_token_id",
+        "sep_token_id",
+        "mask_token_id",
+        "all_special_ids",
+    ):
         if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.tokenizer.load_tokenizer())")
+            raise ValueError(
+                f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.course.tokenizer.load_tokenizer())"
+            )
     docs = _check_documents(token_documents)
     special_ids = _special_ids(tokenizer)
     # fail now, not at the first next(): the pair arguments and "some document has 2 sentences"
@@ -155,22 +166,32 @@ def sop_batches(
         raise ValueError(f"max_length must be >= 5 to fit [CLS] A [SEP] B [SEP], got {max_length}")
     swap_probability = check_probability("swap_probability", swap_probability)
     if not any(len(doc) >= 2 for doc in docs):
-        raise ValueError("token_documents produced no pairs: give documents with at least two sentences")
+        raise ValueError(
+            "token_documents produced no pairs: give documents with at least two sentences"
+        )
 
     def batches() -> Iterator[dict[str, torch.Tensor]]:
         epoch = 0
         while epochs is None or epoch < epochs:
             epoch += 1
             pairs = make_sop_pairs(
-                docs, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-                pad_token_id=tokenizer.pad_token_id, max_length=max_length,
-                swap_probability=swap_probability, generator=generator,
+                docs,
+                cls_token_id=tokenizer.cls_token_id,
+                sep_token_id=tokenizer.sep_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                max_length=max_length,
+                swap_probability=swap_probability,
+                generator=generator,
             )
             for rows, batch in _pair_rows(pairs, batch_size):
                 special = torch.isin(batch["input_ids"], special_ids)  # (B, T) never selected
                 batch["input_ids"], batch["labels"] = mask_tokens(
-                    batch["input_ids"], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                    special_tokens_mask=special, mlm_probability=mlm_probability, generator=generator,
+                    batch["input_ids"],
+                    mask_token_id=tokenizer.mask_token_id,
+                    vocab_size=len(tokenizer),
+                    special_tokens_mask=special,
+                    mlm_probability=mlm_probability,
+                    generator=generator,
                 )
                 label = pairs["sentence_order_label"][rows]
                 batch["sentence_order_label"] = label

@@ -1,5 +1,6 @@
 """Test data for the sentence-pair builders (test_pairs.py, test_sop.py): tokenized documents
 whose ids tell where each token came from, and a checker that splits a padded pair row."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Tiny transformers models built from configs for oracle tests (no downloads)."""
+
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,14 @@ def bert_config(**overrides) -> BertConfig:
 
 
 def gpt2_config(**overrides) -> GPT2Config:
-    cfg = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64, attn_implementation="eager")
+    cfg = dict(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        attn_implementation="eager",
+    )
     cfg.update(overrides)
     return GPT2Config(**cfg)
 

@@ -1,4 +1,5 @@
 """Shared test settings. Nothing here writes into the repo."""
+
 from __future__ import annotations
 
 import os
@@ -6,13 +7,17 @@ import tempfile
 
 # Hypothesis keeps a .hypothesis/ folder in the working directory even without a database;
 # point it at a temp dir so tests never write into the repo (the Makefile sets it too).
-os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "lmlessons-hypothesis"))
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "lmlessons-hypothesis")
+)
 
-import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+import pytest
+from hypothesis import settings
 
 # No .hypothesis/ example database in the work tree; deterministic, CI-sized runs.
-settings.register_profile("lmlessons", database=None, deadline=None, max_examples=60, derandomize=True)
+settings.register_profile(
+    "lmlessons", database=None, deadline=None, max_examples=60, derandomize=True
+)
 settings.load_profile("lmlessons")
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

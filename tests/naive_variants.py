@@ -6,6 +6,7 @@ here in the exercise's signature), and ``EXPECTED[name]`` is the mistake code th
 report. ``VALID`` lists correct implementations that differ from the package's, which the
 checkers must accept.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,18 +24,35 @@ def _select(input_ids, special_tokens_mask, p, generator, *, exclude_special=Tru
     return torch.bernoulli(probs, generator=generator).bool()
 
 
-def _corrupt(input_ids, selected, mask_token_id, vocab_size, p_mask, p_random, generator, *, conditional=True):
+def _corrupt(
+    input_ids, selected, mask_token_id, vocab_size, p_mask, p_random, generator, *, conditional=True
+):
     masked = input_ids.clone()
-    to_mask = torch.bernoulli(torch.full(input_ids.shape, p_mask), generator=generator).bool() & selected
+    to_mask = (
+        torch.bernoulli(torch.full(input_ids.shape, p_mask), generator=generator).bool() & selected
+    )
     masked[to_mask] = mask_token_id
     p = (p_random / (1 - p_mask) if p_mask < 1 else 0.0) if conditional else p_random
-    to_random = torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool() & selected & ~to_mask
+    to_random = (
+        torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool()
+        & selected
+        & ~to_mask
+    )
     masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
     return masked
 
 
-def mask_seed_as_written(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                         mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_seed_as_written(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     """The seed's create_mlm_mask: global RNG, specials not excluded, fixed 80/10/10 thresholds
     (its probability arguments unused), and a boolean mask returned instead of labels."""
     u = torch.rand(input_ids.shape)
@@ -47,124 +65,343 @@ def mask_seed_as_written(input_ids, *, mask_token_id, vocab_size, special_tokens
     return out, chosen
 
 
-def mask_seed_with_labels(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                          mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_seed_with_labels(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     """The seed's algorithm with -100 labels bolted on: still masks specials, ignores the
     replace probabilities and the generator."""
-    out, chosen = mask_seed_as_written(input_ids, mask_token_id=mask_token_id, vocab_size=vocab_size,
-                                       mlm_probability=mlm_probability)
+    out, chosen = mask_seed_as_written(
+        input_ids,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        mlm_probability=mlm_probability,
+    )
     return out, torch.where(chosen, input_ids, IGNORE)
 
 
-def mask_specials(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                  mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
-    selected = _select(input_ids, special_tokens_mask, mlm_probability, generator, exclude_special=False)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+def mask_specials(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected = _select(
+        input_ids, special_tokens_mask, mlm_probability, generator, exclude_special=False
+    )
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_hard_coded_ids(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                        mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_hard_coded_ids(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     """Excludes BERT's [PAD]=0, [CLS]=101, [SEP]=102 by value instead of using the mask."""
     probs = torch.full(input_ids.shape, mlm_probability)
     probs[(input_ids == 0) | (input_ids == 101) | (input_ids == 102)] = 0.0
     selected = torch.bernoulli(probs, generator=generator).bool()
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_fixed_replace_probs(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                             mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_fixed_replace_probs(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
     masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, 0.8, 0.1, generator)
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_fixed_mlm_probability(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                               mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_fixed_mlm_probability(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, 0.15, generator)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_labels_copy(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                     mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_labels_copy(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, input_ids.clone()
 
 
-def mask_labels_zero(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                     mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_labels_zero(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, input_ids * selected
 
 
-def mask_labels_corrupted(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                          mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_labels_corrupted(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, torch.where(selected, masked, IGNORE)
 
 
-def mask_in_place(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                  mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_in_place(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, IGNORE)
-    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    to_mask = (
+        torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool()
+        & selected
+    )
     input_ids[to_mask] = mask_token_id  # writes into the caller's tensor
     return input_ids, labels
 
 
-def mask_global_rng(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                    mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_global_rng(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, None)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, None)
+    masked = _corrupt(
+        input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, None
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_own_generator(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                       mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_own_generator(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     g = torch.Generator().manual_seed(1234)  # ignores the argument
     selected = _select(input_ids, special_tokens_mask, mlm_probability, g)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, g)
+    masked = _corrupt(
+        input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, g
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_random_unconditional(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                              mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_random_unconditional(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob,
-                      generator, conditional=False)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+        conditional=False,
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_tilde_on_long(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                       mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_tilde_on_long(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     probs = torch.full(input_ids.shape, mlm_probability)
     probs = probs.masked_fill(~special_tokens_mask, 0.0)  # ~ on a 0/1 long tensor, not a bool one
     selected = torch.bernoulli(probs, generator=generator).bool()
     return input_ids.clone(), torch.where(selected, input_ids, IGNORE)
 
 
-def mask_none_crashes(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                      mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_none_crashes(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     probs = torch.full(input_ids.shape, mlm_probability)
     probs[special_tokens_mask.bool()] = 0.0  # fails for the default special_tokens_mask=None
     selected = torch.bernoulli(probs, generator=generator).bool()
-    masked = _corrupt(input_ids, selected, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator)
+    masked = _corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
     return masked, torch.where(selected, input_ids, IGNORE)
 
 
-def mask_unguarded_division(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None,
-                            mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1, generator=None):
+def mask_unguarded_division(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
     selected = _select(input_ids, special_tokens_mask, mlm_probability, generator)
     masked = input_ids.clone()
-    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    to_mask = (
+        torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool()
+        & selected
+    )
     masked[to_mask] = mask_token_id
     p = random_replace_prob / (1 - mask_replace_prob)  # ZeroDivisionError at mask_replace_prob=1
-    to_random = torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool() & selected & ~to_mask
+    to_random = (
+        torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool()
+        & selected
+        & ~to_mask
+    )
     masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
     return masked, torch.where(selected, input_ids, IGNORE)
 
@@ -340,7 +577,9 @@ def clm_valid_with_shift_labels(logits, labels, *, num_items_in_batch=None):
 
     x, y = _flat(logits, shift_labels(labels))
     total = F.cross_entropy(x, y, reduction="sum")
-    return total / (num_items_in_batch if num_items_in_batch is not None else (y != IGNORE).sum().clamp(min=1))
+    return total / (
+        num_items_in_batch if num_items_in_batch is not None else (y != IGNORE).sum().clamp(min=1)
+    )
 
 
 # ----------------------------------------------------------------------------- bert_pretraining_loss
@@ -351,7 +590,9 @@ def _mlm(logits, labels):
     return F.cross_entropy(x, y, reduction="sum") / (y != IGNORE).sum().clamp(min=1)
 
 
-def bert_seed_as_written(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+def bert_seed_as_written(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
     """The seed's bert_loss: the seed's MLM loss (mean over selected rows: NaN when none) plus NSP."""
     x, y = _flat(mlm_logits, mlm_labels)
     keep = y != IGNORE
@@ -360,34 +601,54 @@ def bert_seed_as_written(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_
     return mlm_weight * mlm + nsp_weight * nsp
 
 
-def bert_unweighted(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+def bert_unweighted(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
     return _mlm(mlm_logits, mlm_labels) + F.cross_entropy(nsp_logits, nsp_labels)
 
 
-def bert_swapped_weights(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    return nsp_weight * _mlm(mlm_logits, mlm_labels) + mlm_weight * F.cross_entropy(nsp_logits, nsp_labels)
+def bert_swapped_weights(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    return nsp_weight * _mlm(mlm_logits, mlm_labels) + mlm_weight * F.cross_entropy(
+        nsp_logits, nsp_labels
+    )
 
 
-def bert_normalised(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
+def bert_normalised(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(
+        nsp_logits, nsp_labels
+    )
     return total / (mlm_weight + nsp_weight)
 
 
-def bert_averaged(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
+def bert_averaged(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * F.cross_entropy(
+        nsp_logits, nsp_labels
+    )
     return total / 2
 
 
-def bert_swapped_nsp_labels(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+def bert_swapped_nsp_labels(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
     nsp = F.cross_entropy(nsp_logits, 1 - nsp_labels)  # reads 1 as IsNext (d2l's convention)
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
-def bert_missing_nsp(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+def bert_missing_nsp(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
     return mlm_weight * _mlm(mlm_logits, mlm_labels)
 
 
-def bert_mlm_counts_unmasked(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+def bert_mlm_counts_unmasked(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
     x, y = _flat(mlm_logits, mlm_labels)
     mlm = F.cross_entropy(x, y, reduction="sum") / y.numel()
     return mlm_weight * mlm + nsp_weight * F.cross_entropy(nsp_logits, nsp_labels)
@@ -409,9 +670,22 @@ def _pad_rows(examples, pad_id):
     return ids, types, mask, torch.tensor([lab for _, _, lab, _ in examples], dtype=torch.long)
 
 
-def _nsp_generic(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability,
-                 generator, negative="other_doc", swap_labels=False, segments="right", truncate=True,
-                 fixed_half=False, in_place_truncate=False):
+def _nsp_generic(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability,
+    generator,
+    negative="other_doc",
+    swap_labels=False,
+    segments="right",
+    truncate=True,
+    fixed_half=False,
+    in_place_truncate=False,
+):
     """One example per sentence boundary, with switchable defects."""
 
     def rand():
@@ -429,7 +703,9 @@ def _nsp_generic(documents, *, cls_token_id, sep_token_id, pad_token_id, max_len
                 if negative == "random_ids":
                     n = len(doc[split])
                     b_sents = [torch.randint(0, 1000, (n,), generator=generator).tolist()]
-                elif negative == "any_doc":  # d2l: a random sentence of a random paragraph, maybe A's own
+                elif (
+                    negative == "any_doc"
+                ):  # d2l: a random sentence of a random paragraph, maybe A's own
                     o = randint(len(documents))
                     b_sents = [documents[o][randint(len(documents[o]))]]
                 else:
@@ -457,21 +733,49 @@ def _nsp_generic(documents, *, cls_token_id, sep_token_id, pad_token_id, max_len
     elif segments == "last_sep_in_a":
         for i, (_, _, _, seq) in enumerate(examples):
             types[i, len(seq) - 1] = 0
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "next_sentence_label": labels}
+    return {
+        "input_ids": ids,
+        "token_type_ids": types,
+        "attention_mask": mask,
+        "next_sentence_label": labels,
+    }
 
 
 def _variant(**defects):
-    def make_nsp_pairs(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
-                       nsp_probability=0.5, generator=None):
-        return _nsp_generic(documents, cls_token_id=cls_token_id, sep_token_id=sep_token_id,
-                            pad_token_id=pad_token_id, max_length=max_length,
-                            nsp_probability=nsp_probability, generator=generator, **defects)
+    def make_nsp_pairs(
+        documents,
+        *,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability=0.5,
+        generator=None,
+    ):
+        return _nsp_generic(
+            documents,
+            cls_token_id=cls_token_id,
+            sep_token_id=sep_token_id,
+            pad_token_id=pad_token_id,
+            max_length=max_length,
+            nsp_probability=nsp_probability,
+            generator=generator,
+            **defects,
+        )
 
     return make_nsp_pairs
 
 
-def nsp_seed_as_written(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
-                        nsp_probability=0.5, generator=None):
+def nsp_seed_as_written(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
     """The seed's create_nsp_pairs: documents flattened into one list of sentences; sentences 2i
     and 2i+1 form a positive with label 1; the negative pairs sentence 2i with random token ids,
     label 0; [CLS]=1, [SEP]=2, [PAD]=0 hard-coded; no truncation; global RNG; a tuple returned."""
@@ -492,12 +796,24 @@ def nsp_seed_as_written(documents, *, cls_token_id, sep_token_id, pad_token_id, 
 def nsp_seed_as_dict(documents, **kwargs):
     """The seed's pairs in the exercise's dict (attention mask derived from [PAD]=0)."""
     ids, seg, labels = nsp_seed_as_written(documents, **kwargs)
-    return {"input_ids": ids, "token_type_ids": seg, "attention_mask": (ids != 0).long(),
-            "next_sentence_label": labels}
+    return {
+        "input_ids": ids,
+        "token_type_ids": seg,
+        "attention_mask": (ids != 0).long(),
+        "next_sentence_label": labels,
+    }
 
 
-def nsp_flat_positives(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
-                       nsp_probability=0.5, generator=None):
+def nsp_flat_positives(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
     """Right ids and negatives, but positives pair sentences 2i, 2i+1 of the flattened corpus."""
     flat = [(d, s) for d, doc in enumerate(documents) for s in doc]
     examples = []
@@ -514,20 +830,54 @@ def nsp_flat_positives(documents, *, cls_token_id, sep_token_id, pad_token_id, m
             (a if len(a) > len(b) else b).pop()
         examples.append((a, b, label, [cls_token_id, *a, sep_token_id, *b, sep_token_id]))
     ids, types, mask, labels = _pad_rows(examples, pad_token_id)
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "next_sentence_label": labels}
+    return {
+        "input_ids": ids,
+        "token_type_ids": types,
+        "attention_mask": mask,
+        "next_sentence_label": labels,
+    }
 
 
-def nsp_hard_coded_ids(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
-                       nsp_probability=0.5, generator=None):
-    return _nsp_generic(documents, cls_token_id=101, sep_token_id=102, pad_token_id=0, max_length=max_length,
-                        nsp_probability=nsp_probability, generator=generator)
+def nsp_hard_coded_ids(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    return _nsp_generic(
+        documents,
+        cls_token_id=101,
+        sep_token_id=102,
+        pad_token_id=0,
+        max_length=max_length,
+        nsp_probability=nsp_probability,
+        generator=generator,
+    )
 
 
-def nsp_global_rng(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length,
-                   nsp_probability=0.5, generator=None):
-    return _nsp_generic(documents, cls_token_id=cls_token_id, sep_token_id=sep_token_id,
-                        pad_token_id=pad_token_id, max_length=max_length,
-                        nsp_probability=nsp_probability, generator=None)
+def nsp_global_rng(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    return _nsp_generic(
+        documents,
+        cls_token_id=cls_token_id,
+        sep_token_id=sep_token_id,
+        pad_token_id=pad_token_id,
+        max_length=max_length,
+        nsp_probability=nsp_probability,
+        generator=None,
+    )
 
 
 def nsp_int32(documents, **kwargs):

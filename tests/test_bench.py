@@ -1,4 +1,5 @@
 """The benchmark runs at a tiny size and reports the three ratios (speed targets are not asserted)."""
+
 from __future__ import annotations
 
 import json
@@ -6,10 +7,15 @@ import json
 import pytest
 
 from lmlessons import bench
-from lmlessons.bench import (
-    BenchConfig, BenchResult, format_table, measure_peak_memory, measure_peak_memory_many, run_benchmarks,
-)
 from lmlessons.widgets.scale import estimate_peak_bytes
+from tools.bench import (
+    BenchConfig,
+    BenchResult,
+    format_table,
+    measure_peak_memory,
+    measure_peak_memory_many,
+    run_benchmarks,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +58,18 @@ def test_plot(result, tmp_path):
 
 def test_peak_memory_subprocess_sees_the_logits():
     """Fresh-process measurements: dense holds about three (N, V) tensors, chunked one chunk."""
-    cfg = BenchConfig.tiny(head_rows=2048, head_seq_len=256, hidden_size=32, vocab_size=4096, chunk_size=64)
+    cfg = BenchConfig.tiny(
+        head_rows=2048, head_seq_len=256, hidden_size=32, vocab_size=4096, chunk_size=64
+    )
     dense, method = measure_peak_memory("clm", "dense", cfg)
     chunked, _ = measure_peak_memory("clm", "chunked", cfg)
     assert method in ("VmHWM", "ru_maxrss")
     want_dense = estimate_peak_bytes(2048, 32, 4096) / 2**20  # 96 MiB of (N, V) tensors + gradients
     want_chunked = estimate_peak_bytes(2048, 32, 4096, chunk_size=64) / 2**20  # 1 MiB + gradients
     assert abs(dense - want_dense) <= 0.1 * want_dense + 10, (dense, want_dense)
-    assert chunked <= want_chunked + 10  # + first-use allocations of the libraries in a fresh process
+    assert (
+        chunked <= want_chunked + 10
+    )  # + first-use allocations of the libraries in a fresh process
     assert chunked < dense / 3
 
 
@@ -81,7 +91,9 @@ def test_cli_quick_writes_only_where_asked(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
-@pytest.mark.parametrize("kwargs", [dict(head_rows=100, head_seq_len=64), dict(repeats=0), dict(mlm_probability=0.0)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(head_rows=100, head_seq_len=64), dict(repeats=0), dict(mlm_probability=0.0)]
+)
 def test_bad_config(kwargs):
     with pytest.raises(ValueError):
         BenchConfig.tiny(**kwargs)

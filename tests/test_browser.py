@@ -11,17 +11,19 @@ reads it too). Skips only when no Chromium can be found (``apt-get install chrom
 Run: ``make test-browser`` (or ``.venv/bin/python -m pytest tests -m browser``).
 Timeout per lesson run: ``LMLESSONS_BROWSER_RUN_TIMEOUT`` seconds (default 120).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import nbformat
 import pytest
 
 from lmlessons import _jupyter_browser as jb
-from lmlessons._browser_lessons import LESSONS, Lesson
+from tools.browser_lessons import LESSONS, Lesson
 
 pytestmark = pytest.mark.browser
 
@@ -39,8 +41,10 @@ def chromium() -> str:
     if path is None:
         override = os.environ.get("LMLESSONS_CHROMIUM")
         looked = f"LMLESSONS_CHROMIUM={override}" if override else ", ".join(jb.CHROMIUM_CANDIDATES)
-        pytest.skip(f"no Chromium found (looked for {looked}); install it with "
-                    "`apt-get install chromium` (.ci/run does)")
+        pytest.skip(
+            f"no Chromium found (looked for {looked}); install it with "
+            "`apt-get install chromium` (.ci/run does)"
+        )
     return path
 
 
@@ -51,7 +55,7 @@ def repo_before() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def context(chromium: str) -> Iterator["jb.BrowserContext"]:
+def context(chromium: str) -> Iterator[jb.BrowserContext]:
     """One Chromium and one context (shared HTTP cache); each lesson opens its own page."""
     from playwright.sync_api import sync_playwright
 
@@ -77,10 +81,15 @@ def lab(chromium: str, repo_before: dict[str, Any]) -> Iterator[jb.JupyterLab]:
 # ------------------------------------------------------------------------------------------
 # The harness can fail: a demo notebook whose slider is (or is not) wired to its marker
 # ------------------------------------------------------------------------------------------
-def _demo_notebook(path: Path, *, wired: bool, error: bool = False, console_error: bool = False) -> None:
+def _demo_notebook(
+    path: Path, *, wired: bool, error: bool = False, console_error: bool = False
+) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     callback = [
         "slider = widgets.IntSlider(value=2, min=0, max=10, description='demo value')",
         "out = widgets.Output()",
@@ -94,19 +103,25 @@ def _demo_notebook(path: Path, *, wired: bool, error: bool = False, console_erro
     callback += ["show(slider.value)", "display(widgets.VBox([slider, out]))"]
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Demo"),
-        nbformat.v4.new_code_cell("import ipywidgets as widgets\nfrom IPython.display import display"),
+        nbformat.v4.new_code_cell(
+            "import ipywidgets as widgets\nfrom IPython.display import display"
+        ),
         nbformat.v4.new_code_cell("\n".join(callback)),
         nbformat.v4.new_code_cell("1 / 0" if error else "print('after the widget')"),
     ]
     if console_error:  # JupyterLab runs trusted application/javascript outputs
-        nb.cells.append(nbformat.v4.new_code_cell(
-            "from IPython.display import Javascript\n"
-            "display(Javascript(\"console.error('demo console error')\"))"))
+        nb.cells.append(
+            nbformat.v4.new_code_cell(
+                "from IPython.display import Javascript\n"
+                "display(Javascript(\"console.error('demo console error')\"))"
+            )
+        )
     nbformat.write(nb, path)
 
 
-def test_harness_detects_broken_lessons(context: "jb.BrowserContext", tmp_path: Path,
-                                        repo_before: dict[str, Any]) -> None:
+def test_harness_detects_broken_lessons(
+    context: jb.BrowserContext, tmp_path: Path, repo_before: dict[str, Any]
+) -> None:
     """The checks pass on a working demo and fail on an unwired slider (the marker does not
     change), on an exception and on a browser console error."""
     notebooks = tmp_path / "demo"
@@ -118,17 +133,29 @@ def test_harness_detects_broken_lessons(context: "jb.BrowserContext", tmp_path: 
     files_before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
     spec, expected = jb.Slider("demo value", presses=3), "[widget] value=5 squared=25"
     with jb.JupyterLab(notebooks) as server:
-        result = jb.check_lesson(context, server, "00_wired.ipynb", spec, expected,
-                                 run_timeout=RUN_TIMEOUT)
+        result = jb.check_lesson(
+            context, server, "00_wired.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
+        )
         assert result.markers_before == ["[widget] value=2 squared=4"]
         assert result.markers_after == [expected]
         with pytest.raises(AssertionError, match="did not appear"):
-            jb.check_lesson(context, server, "01_unwired.ipynb", spec, expected,
-                            run_timeout=RUN_TIMEOUT, marker_timeout=3)
+            jb.check_lesson(
+                context,
+                server,
+                "01_unwired.ipynb",
+                spec,
+                expected,
+                run_timeout=RUN_TIMEOUT,
+                marker_timeout=3,
+            )
         with pytest.raises(AssertionError, match="ZeroDivisionError"):
-            jb.check_lesson(context, server, "02_error.ipynb", spec, expected, run_timeout=RUN_TIMEOUT)
+            jb.check_lesson(
+                context, server, "02_error.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
+            )
         with pytest.raises(AssertionError, match="console errors:\n.*demo console error"):
-            jb.check_lesson(context, server, "03_console.ipynb", spec, expected, run_timeout=RUN_TIMEOUT)
+            jb.check_lesson(
+                context, server, "03_console.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
+            )
         assert server.running_kernels() == []
     # The server ran on a temporary copy: the demo files are untouched.
     assert {p.name: p.read_bytes() for p in notebooks.iterdir()} == files_before
@@ -137,12 +164,16 @@ def test_harness_detects_broken_lessons(context: "jb.BrowserContext", tmp_path: 
 # ------------------------------------------------------------------------------------------
 # The course
 # ------------------------------------------------------------------------------------------
-def test_lab_config(context: "jb.BrowserContext", lab: jb.JupyterLab) -> None:
+def test_lab_config(context: jb.BrowserContext, lab: jb.JupyterLab) -> None:
     """News prompt disabled by configuration, widgets' labextension loaded, no console errors."""
-    state = jb.lab_plugin_state(context, lab, [jb.ANNOUNCEMENTS_PLUGIN, WIDGET_MANAGER_PLUGIN,
-                                               NOTEBOOK_PLUGIN])
-    assert state["plugins"] == {jb.ANNOUNCEMENTS_PLUGIN: False, WIDGET_MANAGER_PLUGIN: True,
-                                NOTEBOOK_PLUGIN: True}, state
+    state = jb.lab_plugin_state(
+        context, lab, [jb.ANNOUNCEMENTS_PLUGIN, WIDGET_MANAGER_PLUGIN, NOTEBOOK_PLUGIN]
+    )
+    assert state["plugins"] == {
+        jb.ANNOUNCEMENTS_PLUGIN: False,
+        WIDGET_MANAGER_PLUGIN: True,
+        NOTEBOOK_PLUGIN: True,
+    }, state
     assert not [t for t in state["toasts"] if "news" in t.lower()], state["toasts"]
     assert not state["console_errors"], state["console_errors"]
 
@@ -153,27 +184,37 @@ def test_every_lesson_has_a_row() -> None:
     for lesson in LESSONS:
         path = lesson.resolve()
         if path is not None:
-            assert path.name not in rows, f"{path.name} matched by {rows[path.name]} and {lesson.notebook}"
+            assert path.name not in rows, (
+                f"{path.name} matched by {rows[path.name]} and {lesson.notebook}"
+            )
             rows[path.name] = lesson.notebook
     missing = [p.name for p in jb.lesson_files() if p.name not in rows]
     assert not missing, f"lessons without a row in lmlessons/_browser_lessons.py: {missing}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
-def test_lesson_in_browser(lesson: Lesson, context: "jb.BrowserContext", lab: jb.JupyterLab,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_lesson_in_browser(
+    lesson: Lesson,
+    context: jb.BrowserContext,
+    lab: jb.JupyterLab,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     path = lesson.resolve()
     if path is None:
         pytest.skip(f"notebooks/{lesson.notebook} is not written yet")
     assert not lesson.is_todo, (
         f"{path.name} exists but its row in lmlessons/_browser_lessons.py is still TODO: "
-        "give its main widget and the marker line expected after the move")
+        "give its main widget and the marker line expected after the move"
+    )
     assert lesson.widget is not None and lesson.expected is not None
-    result = jb.check_lesson(context, lab, path.name, lesson.widget, lesson.expected,
-                             run_timeout=RUN_TIMEOUT)
+    result = jb.check_lesson(
+        context, lab, path.name, lesson.widget, lesson.expected, run_timeout=RUN_TIMEOUT
+    )
     with capsys.disabled():
-        print(f"\n  browser {path.name}: open {result.open_s:.1f} s, run {result.cells} cells "
-              f"{result.run_s:.1f} s, widget {result.move_s:.1f} s, total {result.total_s:.1f} s")
+        print(
+            f"\n  browser {path.name}: open {result.open_s:.1f} s, run {result.cells} cells "
+            f"{result.run_s:.1f} s, widget {result.move_s:.1f} s, total {result.total_s:.1f} s"
+        )
 
 
 def test_repo_unchanged(lab: jb.JupyterLab, repo_before: dict[str, Any]) -> None:
@@ -185,6 +226,9 @@ def test_repo_unchanged(lab: jb.JupyterLab, repo_before: dict[str, Any]) -> None
         gone = sorted(set(status_before.splitlines()) - set(status_after.splitlines()))
         assert status_after == status_before, f"git status changed: new {new}, gone {gone}"
     hashes_before, hashes_after = repo_before["notebooks"], jb.tree_hashes(jb.NOTEBOOKS_DIR)
-    changed = sorted(k for k in hashes_before.keys() | hashes_after.keys()
-                     if hashes_before.get(k) != hashes_after.get(k))
+    changed = sorted(
+        k
+        for k in hashes_before.keys() | hashes_after.keys()
+        if hashes_before.get(k) != hashes_after.get(k)
+    )
     assert not changed, f"files in notebooks/ changed while the browser test ran: {changed}"

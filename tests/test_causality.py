@@ -1,16 +1,16 @@
 """lmlessons.causality: the causal mask, measured attention, the future-token probe and the
 prefix-only loss, on tiny GPT-2 and BertLMHeadModel (is_decoder True / False)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import VOCAB, bert_config, gpt2_config, seeded
 from transformers import BertLMHeadModel, GPT2LMHeadModel
 from transformers import logging as hf_logging
 
 from lmlessons import clm_loss
 from lmlessons.causality import attention_map, causal_mask, logit_change, prefix_loss
-
-from _tiny import VOCAB, bert_config, gpt2_config, seeded
 
 hf_logging.set_verbosity_error()  # BertLMHeadModel(is_decoder=False) warns on purpose
 

@@ -1,5 +1,6 @@
-"""lmlessons.checkpoints / lmlessons.pretrain: the shipped models load, match their config and
+"""lmlessons.course.checkpoints / tools.pretrain: the shipped models load, match their config and
 reproduce their recorded held-out metrics; saving and the pretrain command never touch the repo."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,19 @@ import torch
 from safetensors import safe_open
 
 from lmlessons import checkpoint_metrics, heldout_metrics, load_checkpoint, load_corpus, tiny_gpt2
-from lmlessons.checkpoints import CHECKPOINT_DIR, CHECKPOINT_NAMES, EVAL_MAX_LENGTH, save_checkpoint
-from lmlessons.pretrain import RECIPES
+from lmlessons.course.checkpoints import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_NAMES,
+    EVAL_MAX_LENGTH,
+    save_checkpoint,
+)
+from tools.pretrain import RECIPES
 
-EXPECTED_CLASSES = {"bert": "BertForPreTraining", "bert-causal": "BertLMHeadModel", "gpt2": "GPT2LMHeadModel"}
+EXPECTED_CLASSES = {
+    "bert": "BertForPreTraining",
+    "bert-causal": "BertLMHeadModel",
+    "gpt2": "GPT2LMHeadModel",
+}
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
@@ -26,7 +36,11 @@ def corpus():
 
 def test_shipped_files_are_small_and_pickle_free() -> None:
     files = sorted(p.name for p in CHECKPOINT_DIR.iterdir() if not p.name.startswith("."))
-    expected = sorted(f"{n}{ext}" for n in CHECKPOINT_NAMES for ext in (".safetensors", ".config.json", ".metrics.json"))
+    expected = sorted(
+        f"{n}{ext}"
+        for n in CHECKPOINT_NAMES
+        for ext in (".safetensors", ".config.json", ".metrics.json")
+    )
     assert files == expected  # no .bin / .pt / .pkl next to them
     total = sum(p.stat().st_size for p in CHECKPOINT_DIR.iterdir())
     assert total <= 10_000_000, f"{total / 1e6:.2f} MB"
@@ -81,15 +95,43 @@ def test_bert_fills_the_blank_sensibly(tok) -> None:
     with torch.no_grad():
         logits = model(**batch).prediction_logits[0, position]  # (V,)
     top5 = tok.convert_ids_to_tokens(logits.topk(5).indices.tolist())
-    nouns = {"ball", "cat", "dog", "bird", "birds", "cats", "rabbit", "rabbits", "squirrel", "sheep", "stick", "fox",
-             "mouse", "ducks", "boy", "girl", "car", "bus", "hen", "hens", "chickens", "kite", "cow", "cows"}
+    nouns = {
+        "ball",
+        "cat",
+        "dog",
+        "bird",
+        "birds",
+        "cats",
+        "rabbit",
+        "rabbits",
+        "squirrel",
+        "sheep",
+        "stick",
+        "fox",
+        "mouse",
+        "ducks",
+        "boy",
+        "girl",
+        "car",
+        "bus",
+        "hen",
+        "hens",
+        "chickens",
+        "kite",
+        "cow",
+        "cows",
+    }
     assert nouns & set(top5), top5
 
 
 def test_save_and_load_roundtrip(tmp_path, tok) -> None:
     model = tiny_gpt2(tok, seed=3, n_embd=32, n_layer=1, n_head=2)
     written = save_checkpoint(model, "gpt2", tmp_path, metrics={"heldout": {"perplexity": 1.0}})
-    assert [p.name for p in written] == ["gpt2.safetensors", "gpt2.config.json", "gpt2.metrics.json"]
+    assert [p.name for p in written] == [
+        "gpt2.safetensors",
+        "gpt2.config.json",
+        "gpt2.metrics.json",
+    ]
     loaded = load_checkpoint("gpt2", directory=tmp_path)
     assert loaded.config.n_embd == 32
     for (k, v), w in zip(model.state_dict().items(), loaded.state_dict().values()):
@@ -100,12 +142,14 @@ def test_save_and_load_roundtrip(tmp_path, tok) -> None:
 def test_errors(tmp_path, tok) -> None:
     with pytest.raises(ValueError, match="unknown checkpoint"):
         load_checkpoint("roberta")
-    with pytest.raises(FileNotFoundError, match="python -m lmlessons.pretrain gpt2"):
+    with pytest.raises(FileNotFoundError, match="python -m tools.pretrain gpt2"):
         load_checkpoint("gpt2", directory=tmp_path)
     with pytest.raises(TypeError, match="holds a BertForPreTraining"):
         save_checkpoint(tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2), "bert", tmp_path)
     (tmp_path / "gpt2.safetensors").write_bytes(b"not a safetensors file")
-    (tmp_path / "gpt2.config.json").write_text(tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2).config.to_json_string())
+    (tmp_path / "gpt2.config.json").write_text(
+        tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2).config.to_json_string()
+    )
     with pytest.raises(Exception):  # safetensors refuses it; nothing is unpickled
         load_checkpoint("gpt2", directory=tmp_path)
 
@@ -120,6 +164,10 @@ def test_pretrain_command_writes_only_where_asked(tmp_path, monkeypatch) -> None
     out = tmp_path / "cache" / "checkpoints"
     metrics = json.loads((out / "gpt2.metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["seed"] == 0 and metrics["heldout"]["perplexity"] > 1
-    assert {p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()} == before  # the repo is untouched
+    assert {
+        p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()
+    } == before  # the repo is untouched
     reloaded = load_checkpoint("gpt2", directory=out)
-    assert heldout_metrics(reloaded, name="gpt2")["perplexity"] == pytest.approx(metrics["heldout"]["perplexity"], rel=1e-4)
+    assert heldout_metrics(reloaded, name="gpt2")["perplexity"] == pytest.approx(
+        metrics["heldout"]["perplexity"], rel=1e-4
+    )

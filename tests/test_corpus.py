@@ -1,4 +1,5 @@
-"""lmlessons.corpus: the course corpus, python-docs, any text file; splits and errors."""
+"""lmlessons.course.corpus: the course corpus, python-docs, any text file; splits and errors."""
+
 from __future__ import annotations
 
 import sys
@@ -9,9 +10,22 @@ import pytest
 
 from lmlessons import corpus as corpus_module
 from lmlessons import load_corpus, split_sentences
-from lmlessons.corpus import Corpus
+from lmlessons.course.corpus import Corpus
 
-TOPICS = {"animals", "cooking", "weather", "sport", "travel", "school", "gardening", "music", "health", "space", "farming", "sea"}
+TOPICS = {
+    "animals",
+    "cooking",
+    "weather",
+    "sport",
+    "travel",
+    "school",
+    "gardening",
+    "music",
+    "health",
+    "space",
+    "farming",
+    "sea",
+}
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +97,20 @@ def test_text_file_documents_and_sentences(tmp_path: Path) -> None:
     )
     c = load_corpus(path, validation_fraction=0.5)
     assert c.documents == [
-        ["The first document starts here.", "It has two sentences!", "And a third one on a new line?"],
+        [
+            "The first document starts here.",
+            "It has two sentences!",
+            "And a third one on a new line?",
+        ],
         ["Dr. Smith wrote the second document.", "It cites e.g. one book."],
     ]
     assert c.topics == ["notes", "notes"]
     assert len(c.train) == 1 and len(c.validation) == 1
     lines = load_corpus(str(path), one_sentence_per_line=True)
-    assert lines.documents[0] == ["The first document starts here. It has two sentences!", "And a third one on a new line?"]
+    assert lines.documents[0] == [
+        "The first document starts here. It has two sentences!",
+        "And a third one on a new line?",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -153,13 +174,17 @@ def test_directory_and_bad_arguments(tmp_path: Path) -> None:
 # python-docs
 
 
-def test_python_docs_cached_and_never_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_docs_cached_and_never_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Docstrings are read with ast: the modules are never imported. The result is cached in
     the user cache dir (here a temp dir) and read back fast and identical."""
     real_files = corpus_module._stdlib_files
     watched = {"tkinter", "turtle", "smtplib", "imaplib", "mailbox", "xmlrpc"}
     monkeypatch.setattr(
-        corpus_module, "_stdlib_files", lambda root: [(m, p) for m, p in real_files(root) if m in watched | {"json", "textwrap"}]
+        corpus_module,
+        "_stdlib_files",
+        lambda root: [(m, p) for m, p in real_files(root) if m in watched | {"json", "textwrap"}],
     )
     monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path))
     corpus_module._python_docs_documents.cache_clear()

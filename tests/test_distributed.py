@@ -1,4 +1,5 @@
 """Two real gloo processes: per-rank normalisation disagrees with one process, a global count agrees."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from lmlessons import shift_labels
-from lmlessons.distributed import DistributedDemoResult, demo_batch, demo_parameters, run_distributed_demo
+from lmlessons.course.distributed import (
+    DistributedDemoResult,
+    demo_batch,
+    demo_parameters,
+    run_distributed_demo,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +38,9 @@ def test_full_loss_is_the_independent_dense_loss(result):
     ids, labels = demo_batch()
     emb, head = (p.detach() for p in demo_parameters())
     logits = torch.tanh(emb[ids]) @ head.T  # (B, T, V)
-    ref = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), shift_labels(labels).reshape(-1), ignore_index=-100)
+    ref = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), shift_labels(labels).reshape(-1), ignore_index=-100
+    )
     assert result.full_loss == pytest.approx(ref.item(), rel=1e-5)
 
 
@@ -56,13 +64,16 @@ def test_global_count_loss_is_token_weighted_mean_of_rank_means(result):
     assert result.global_count_loss == pytest.approx((n0 * m0 + n1 * m1) / (n0 + n1), rel=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    (dict(world_size=0), ValueError),
-    (dict(world_size=True), ValueError),
-    (dict(world_size=5), ValueError),  # more ranks than sequences
-    (dict(lengths=(1, 4)), ValueError),
-    (dict(lengths=()), ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        (dict(world_size=0), ValueError),
+        (dict(world_size=True), ValueError),
+        (dict(world_size=5), ValueError),  # more ranks than sequences
+        (dict(lengths=(1, 4)), ValueError),
+        (dict(lengths=()), ValueError),
+    ],
+)
 def test_bad_arguments(kwargs, exc):
     with pytest.raises(exc):
         run_distributed_demo(**kwargs)

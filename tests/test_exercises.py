@@ -1,4 +1,5 @@
 """The exercise checkers, hints, solutions and quizzes (lmlessons.exercises)."""
+
 from __future__ import annotations
 
 import html
@@ -6,13 +7,13 @@ import random
 import re
 import time
 
+import naive_variants as nv
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import lmlessons
-import naive_variants as nv
 from lmlessons.exercises import EXERCISES, CheckResult, check, hint, quiz, solution, solutions
 from lmlessons.exercises.quizzes import QUIZZES
 
@@ -24,7 +25,9 @@ def timed_check(name, fn) -> CheckResult:
     start = time.perf_counter()
     result = check(name, fn)
     elapsed = time.perf_counter() - start
-    assert elapsed < TIME_LIMIT, f"check({name!r}, {getattr(fn, '__name__', fn)}) took {elapsed:.2f} s"
+    assert elapsed < TIME_LIMIT, (
+        f"check({name!r}, {getattr(fn, '__name__', fn)}) took {elapsed:.2f} s"
+    )
     return result
 
 
@@ -121,8 +124,13 @@ def test_naive_variant_is_rejected_with_its_defect(name, variant, code):
 
 def test_every_seed_function_has_a_faithful_variant():
     """Each naive function of the seed file is re-implemented with its defects and caught."""
-    seeds = {"mask_tokens": "mask_seed", "mlm_loss": "mlm_seed", "clm_loss": "clm_seed",
-             "make_nsp_pairs": "nsp_seed", "bert_pretraining_loss": "bert_seed"}
+    seeds = {
+        "mask_tokens": "mask_seed",
+        "mlm_loss": "mlm_seed",
+        "clm_loss": "clm_seed",
+        "make_nsp_pairs": "nsp_seed",
+        "bert_pretraining_loss": "bert_seed",
+    }
     for name, prefix in seeds.items():
         variants = [v for v in nv.EXPECTED[name] if v.startswith(prefix)]
         assert variants, name
@@ -242,7 +250,9 @@ def test_solutions_equal_the_package(name):
         kwargs = {"mlm_weight": 0.7, "nsp_weight": 1.3}
     else:
         args, kwargs = (logits, labels), {}
-    assert torch.allclose(getattr(solutions, name)(*args, **kwargs), getattr(lmlessons, name)(*args, **kwargs))
+    assert torch.allclose(
+        getattr(solutions, name)(*args, **kwargs), getattr(lmlessons, name)(*args, **kwargs)
+    )
 
 
 # --------------------------------------------------------------------------- quizzes
@@ -260,7 +270,9 @@ def test_quiz_feedback_per_choice(lesson, number):
     q = quiz(lesson)
     question = q.questions[number - 1]
     assert sum(c.correct for c in question.choices) == 1
-    assert len({c.why for c in question.choices}) == len(question.choices)  # its own explanation each
+    assert len({c.why for c in question.choices}) == len(
+        question.choices
+    )  # its own explanation each
     for i, choice in enumerate(question.choices):
         letter = "ABCDEFGH"[i]
         text = q.answer(letter, question=number)
@@ -309,8 +321,11 @@ def test_quiz_display_and_errors():
 
 def test_quiz_numbers():
     """Every number stated in the quizzes, computed."""
-    text = "\n".join(f"{q.prompt} " + " ".join(c.text + " " + c.why for c in q.choices)
-                     for qs in QUIZZES.values() for q in qs)
+    text = "\n".join(
+        f"{q.prompt} " + " ".join(c.text + " " + c.why for c in q.choices)
+        for qs in QUIZZES.values()
+        for q in qs
+    )
     p, p_mask, p_random = 0.15, 0.8, 0.1
     assert f"{p * p_mask:.2f}" == "0.12" and "12%" in text
     assert f"{p * p_random:.3f}" == "0.015" and "1.5%" in text
@@ -318,15 +333,27 @@ def test_quiz_numbers():
     assert f"{200 / 30:.1f}x" == "6.7x" and "6.7x" in text
     full = (2.0 + 99.0) / (1 + 99)
     naive = (2.0 / 1 + 99.0 / 99) / 2
-    assert f"{full:.2f}" == "1.01" and f"{naive:.1f}" == "1.5" and "1.01" in text and "= 1.5" in text
+    assert (
+        f"{full:.2f}" == "1.01" and f"{naive:.1f}" == "1.5" and "1.01" in text and "= 1.5" in text
+    )
     n_values = 8 * 512 * 30522
     n_bytes = n_values * 4
     assert f"{n_values:,}" in text and f"{n_bytes:,}" in text
-    assert f"{n_bytes / 2**20:.1f} MiB" == "476.9 MiB" and "476.9 MiB" in text and "About 477 MiB" in text
-    assert f"{0.15 * n_bytes / 2**20:.1f} MiB" == "71.5 MiB" and "71.5 MiB" in text and "72 MiB" in text
+    assert (
+        f"{n_bytes / 2**20:.1f} MiB" == "476.9 MiB"
+        and "476.9 MiB" in text
+        and "About 477 MiB" in text
+    )
+    assert (
+        f"{0.15 * n_bytes / 2**20:.1f} MiB" == "71.5 MiB"
+        and "71.5 MiB" in text
+        and "72 MiB" in text
+    )
     assert f"{n_values / 2**20:.1f}" == "119.2" and "119.2 Mi" in text and "119 MiB" in text
     assert round(0.15 * n_values / 2**20) == 18 and "18 MiB" in text
-    assert f"{8 * n_bytes / 2**30:.1f} GiB" == "3.7 GiB" and round(8 * 0.15 * n_bytes / 2**20) == 572
+    assert (
+        f"{8 * n_bytes / 2**30:.1f} GiB" == "3.7 GiB" and round(8 * 0.15 * n_bytes / 2**20) == 572
+    )
 
 
 def test_quiz_claims_about_losses():
@@ -353,5 +380,7 @@ def test_quiz_claim_bert_for_pretraining_needs_both_labels():
     with torch.no_grad():
         assert model(input_ids=ids, labels=labels).loss is None
         out = model(input_ids=ids, labels=labels, next_sentence_label=nsp)
-    expected = lmlessons.mlm_loss(out.prediction_logits, labels) + lmlessons.nsp_loss(out.seq_relationship_logits, nsp)
+    expected = lmlessons.mlm_loss(out.prediction_logits, labels) + lmlessons.nsp_loss(
+        out.seq_relationship_logits, nsp
+    )
     assert torch.allclose(out.loss, expected, atol=1e-5)

@@ -1,4 +1,5 @@
 """linear_cross_entropy equals dense F.cross_entropy in value and gradients, without (N, V) logits."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,17 @@ from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE
 RTOL, ATOL = 1e-4, 1e-6
 
 
-def make(n_rows=37, hidden=16, vocab=101, *, ignore=0.5, bias=True, shape3d=None, seed=0, dtype=torch.float32):
+def make(
+    n_rows=37,
+    hidden=16,
+    vocab=101,
+    *,
+    ignore=0.5,
+    bias=True,
+    shape3d=None,
+    seed=0,
+    dtype=torch.float32,
+):
     g = torch.Generator().manual_seed(seed)
     lead = shape3d if shape3d is not None else (n_rows,)
     h = torch.randn(*lead, hidden, generator=g, dtype=dtype).requires_grad_()
@@ -28,7 +39,10 @@ def dense(h, w, b, y, num_items_in_batch=None):
     logits = F.linear(h, w, b).reshape(-1, w.shape[0])  # (N, V)
     if num_items_in_batch is None:
         return F.cross_entropy(logits, y.reshape(-1), ignore_index=-100)
-    return F.cross_entropy(logits, y.reshape(-1), ignore_index=-100, reduction="sum") / num_items_in_batch
+    return (
+        F.cross_entropy(logits, y.reshape(-1), ignore_index=-100, reduction="sum")
+        / num_items_in_batch
+    )
 
 
 def loss_and_grads(fn, params):
@@ -54,12 +68,20 @@ def assert_same(fn_a, fn_b, params, rtol=RTOL, atol=ATOL):
 def test_matches_dense_2d(bias, chunk_size, ignore):
     h, w, b, y = make(bias=bias, ignore=ignore)
     params = [p for p in (h, w, b) if p is not None]
-    assert_same(lambda: linear_cross_entropy(h, w, y, bias=b, chunk_size=chunk_size), lambda: dense(h, w, b, y), params)
+    assert_same(
+        lambda: linear_cross_entropy(h, w, y, bias=b, chunk_size=chunk_size),
+        lambda: dense(h, w, b, y),
+        params,
+    )
 
 
 def test_matches_dense_3d_and_grad_shapes():
     h, w, b, y = make(shape3d=(3, 11), hidden=8, vocab=50)
-    assert_same(lambda: linear_cross_entropy(h, w, y, bias=b, chunk_size=4), lambda: dense(h, w, b, y), [h, w, b])
+    assert_same(
+        lambda: linear_cross_entropy(h, w, y, bias=b, chunk_size=4),
+        lambda: dense(h, w, b, y),
+        [h, w, b],
+    )
     assert h.grad.shape == (3, 11, 8)
 
 
@@ -76,7 +98,9 @@ def test_mlm_labels_from_mask_tokens_equal_mlm_loss():
     g = torch.Generator().manual_seed(1)
     vocab, hidden = 120, 24
     ids = torch.randint(5, vocab, (4, 33), generator=g)
-    _, labels = mask_tokens(ids, mask_token_id=4, vocab_size=vocab, mlm_probability=0.15, generator=g)
+    _, labels = mask_tokens(
+        ids, mask_token_id=4, vocab_size=vocab, mlm_probability=0.15, generator=g
+    )
     assert 0 < int((labels != -100).sum()) < labels.numel()
     h, w, b, _ = make(shape3d=(4, 33), hidden=hidden, vocab=vocab, seed=2)
     assert_same(
@@ -95,7 +119,9 @@ def test_clm_with_shift_labels_equals_clm_loss():
     h, w, _, _ = make(shape3d=(3, 17), hidden=12, vocab=vocab, bias=False, seed=5)
     assert_same(
         lambda: linear_cross_entropy(h, w, shift_labels(labels), chunk_size=8),
-        lambda: clm_loss(F.linear(h, w), labels),  # shifts inside, like transformers' ForCausalLMLoss
+        lambda: clm_loss(
+            F.linear(h, w), labels
+        ),  # shifts inside, like transformers' ForCausalLMLoss
         [h, w],
     )
 
@@ -130,9 +156,9 @@ def test_num_items_in_batch_is_sum_over_count(as_tensor):
         lambda: dense(h, w, b, y, num_items_in_batch=50),
         [h, w, b],
     )
-    assert linear_cross_entropy(h, w, y, bias=b, num_items_in_batch=torch.tensor(50.0)).item() == pytest.approx(
-        dense(h, w, b, y, num_items_in_batch=50).item(), rel=1e-5
-    )
+    assert linear_cross_entropy(
+        h, w, y, bias=b, num_items_in_batch=torch.tensor(50.0)
+    ).item() == pytest.approx(dense(h, w, b, y, num_items_in_batch=50).item(), rel=1e-5)
 
 
 def test_gradient_accumulation_with_num_items_equals_full_batch():
@@ -142,7 +168,10 @@ def test_gradient_accumulation_with_num_items_equals_full_batch():
     splits = [(0, 3), (3, 30), (30, 40)]
 
     def accumulated():
-        return sum(linear_cross_entropy(h[i:j], w, y[i:j], bias=b, num_items_in_batch=total, chunk_size=6) for i, j in splits)
+        return sum(
+            linear_cross_entropy(h[i:j], w, y[i:j], bias=b, num_items_in_batch=total, chunk_size=6)
+            for i, j in splits
+        )
 
     def mean_of_means():
         return sum(linear_cross_entropy(h[i:j], w, y[i:j], bias=b) for i, j in splits) / len(splits)
@@ -154,7 +183,11 @@ def test_gradient_accumulation_with_num_items_equals_full_batch():
 def test_backward_scales_with_upstream_gradient_and_no_grad_path():
     h, w, b, y = make(n_rows=25)
     params = [h, w, b]
-    assert_same(lambda: 2.5 * linear_cross_entropy(h, w, y, bias=b, chunk_size=6), lambda: 2.5 * dense(h, w, b, y), params)
+    assert_same(
+        lambda: 2.5 * linear_cross_entropy(h, w, y, bias=b, chunk_size=6),
+        lambda: 2.5 * dense(h, w, b, y),
+        params,
+    )
     with torch.no_grad():
         value = linear_cross_entropy(h, w, y, bias=b, chunk_size=6)
     assert not value.requires_grad
@@ -173,14 +206,22 @@ def test_only_some_inputs_require_grad():
 
 def test_gradcheck_float64():
     h, w, b, y = make(n_rows=6, hidden=4, vocab=7, ignore=0.3, dtype=torch.float64, seed=11)
-    assert torch.autograd.gradcheck(lambda a, c, d: linear_cross_entropy(a, c, y, bias=d, chunk_size=4), (h, w, b))
+    assert torch.autograd.gradcheck(
+        lambda a, c, d: linear_cross_entropy(a, c, y, bias=d, chunk_size=4), (h, w, b)
+    )
 
 
 def test_non_contiguous_hidden_states():
     h, w, b, y = make(shape3d=(9, 4), hidden=8, vocab=30)
-    ht = h.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()  # (9, 4, 8), not contiguous
+    ht = (
+        h.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    )  # (9, 4, 8), not contiguous
     assert not ht.is_contiguous()
-    assert_same(lambda: linear_cross_entropy(ht, w, y, bias=b, chunk_size=5), lambda: dense(ht, w, b, y), [ht, w, b])
+    assert_same(
+        lambda: linear_cross_entropy(ht, w, y, bias=b, chunk_size=5),
+        lambda: dense(ht, w, b, y),
+        [ht, w, b],
+    )
 
 
 def test_no_logits_sized_tensor_is_saved_for_backward():
@@ -244,10 +285,16 @@ def test_default_chunk_size_is_positive_int():
     ],
 )
 def test_bad_inputs(kwargs, exc, match):
-    args = dict(hidden_states=torch.ones(4, 8), weight=torch.ones(10, 8), labels=torch.tensor([0, 1, 2, -100]))
+    args = dict(
+        hidden_states=torch.ones(4, 8),
+        weight=torch.ones(10, 8),
+        labels=torch.tensor([0, 1, 2, -100]),
+    )
     args.update(kwargs)
     with pytest.raises(exc, match=match):
-        linear_cross_entropy(args.pop("hidden_states"), args.pop("weight"), args.pop("labels"), **args)
+        linear_cross_entropy(
+            args.pop("hidden_states"), args.pop("weight"), args.pop("labels"), **args
+        )
 
 
 @given(
@@ -261,11 +308,15 @@ def test_bad_inputs(kwargs, exc, match):
     use_count=st.booleans(),
 )
 def test_property_matches_dense(n_rows, hidden, vocab, chunk_size, ignore, bias, seed, use_count):
-    h, w, b, y = make(n_rows=n_rows, hidden=hidden, vocab=vocab, ignore=ignore, bias=bias, seed=seed)
+    h, w, b, y = make(
+        n_rows=n_rows, hidden=hidden, vocab=vocab, ignore=ignore, bias=bias, seed=seed
+    )
     params = [p for p in (h, w, b) if p is not None]
     n_valid = int((y != -100).sum())
     count = n_valid + 3 if use_count else None
-    ours = lambda: linear_cross_entropy(h, w, y, bias=b, chunk_size=chunk_size, num_items_in_batch=count)  # noqa: E731
+    ours = lambda: linear_cross_entropy(
+        h, w, y, bias=b, chunk_size=chunk_size, num_items_in_batch=count
+    )
     if n_valid == 0:  # F.cross_entropy gives NaN (0/0) here; ours gives 0 with zero gradients
         loss, grads = loss_and_grads(ours, params)
         assert float(loss) == 0.0 and all(torch.all(g == 0) for g in grads)

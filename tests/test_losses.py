@@ -1,4 +1,5 @@
 """Loss edge cases: nothing to predict, num_items_in_batch, gradients, bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,13 +47,21 @@ def test_num_items_in_batch_is_sum_over_count():
     logits = _logits(2, 6, V)
     labels = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(1))
     labels[1, 3:] = -100
-    s = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum")
+    s = F.cross_entropy(
+        logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum"
+    )
     torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=20), s / 20)
-    torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=torch.tensor(20)), s / 20)
+    torch.testing.assert_close(
+        mlm_loss(logits, labels, num_items_in_batch=torch.tensor(20)), s / 20
+    )
     # transformers' Trainer may pass a float tensor (the count divided by parallelism sizes)
-    torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=torch.tensor(10.0)), s / 10)
+    torch.testing.assert_close(
+        mlm_loss(logits, labels, num_items_in_batch=torch.tensor(10.0)), s / 10
+    )
     shifted = shift_labels(labels)
-    s2 = F.cross_entropy(logits.reshape(-1, V), shifted.reshape(-1), ignore_index=-100, reduction="sum")
+    s2 = F.cross_entropy(
+        logits.reshape(-1, V), shifted.reshape(-1), ignore_index=-100, reduction="sum"
+    )
     torch.testing.assert_close(clm_loss(logits, labels, num_items_in_batch=7), s2 / 7)
 
 
@@ -64,7 +73,9 @@ def test_gradient_accumulation_matches_full_batch_gradient():
     full = clm_loss(logits, labels)
     (g_full,) = torch.autograd.grad(full, logits)
     n = int((shift_labels(labels) != -100).sum())
-    acc = clm_loss(logits[:1], labels[:1], num_items_in_batch=n) + clm_loss(logits[1:], labels[1:], num_items_in_batch=n)
+    acc = clm_loss(logits[:1], labels[:1], num_items_in_batch=n) + clm_loss(
+        logits[1:], labels[1:], num_items_in_batch=n
+    )
     (g_acc,) = torch.autograd.grad(acc, logits)
     torch.testing.assert_close(acc, full)
     torch.testing.assert_close(g_acc, g_full)
@@ -90,23 +101,122 @@ def test_nsp_loss_convention_and_value():
     [
         (lambda: mlm_loss([1.0], torch.tensor([1])), TypeError, "logits"),
         (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3)), TypeError, "labels"),
-        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 4, dtype=torch.long)), ValueError, "labels must have shape"),
-        (lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), V)), ValueError, "labels must hold ids"),
-        (lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), -5)), ValueError, "labels must hold ids"),
-        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=0), ValueError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=-1), ValueError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch="2"), TypeError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=torch.tensor([1, 2])), TypeError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=torch.tensor(0.0)), ValueError, "num_items_in_batch"),
-        (lambda: clm_loss(torch.zeros(2, 3, V, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), TypeError, "logits"),
+        (
+            lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 4, dtype=torch.long)),
+            ValueError,
+            "labels must have shape",
+        ),
+        (
+            lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), V)),
+            ValueError,
+            "labels must hold ids",
+        ),
+        (
+            lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), -5)),
+            ValueError,
+            "labels must hold ids",
+        ),
+        (
+            lambda: mlm_loss(
+                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=0
+            ),
+            ValueError,
+            "num_items_in_batch",
+        ),
+        (
+            lambda: clm_loss(
+                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=-1
+            ),
+            ValueError,
+            "num_items_in_batch",
+        ),
+        (
+            lambda: clm_loss(
+                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch="2"
+            ),
+            TypeError,
+            "num_items_in_batch",
+        ),
+        (
+            lambda: clm_loss(
+                torch.randn(2, 3, V),
+                torch.zeros(2, 3, dtype=torch.long),
+                num_items_in_batch=torch.tensor([1, 2]),
+            ),
+            TypeError,
+            "num_items_in_batch",
+        ),
+        (
+            lambda: clm_loss(
+                torch.randn(2, 3, V),
+                torch.zeros(2, 3, dtype=torch.long),
+                num_items_in_batch=torch.tensor(0.0),
+            ),
+            ValueError,
+            "num_items_in_batch",
+        ),
+        (
+            lambda: clm_loss(
+                torch.zeros(2, 3, V, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)
+            ),
+            TypeError,
+            "logits",
+        ),
         (lambda: nsp_loss(torch.randn(2, 3), torch.tensor([0, 1])), ValueError, "2"),
         (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0, 2])), ValueError, "labels"),
         (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0])), ValueError, "labels"),
-        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1])), ValueError, "nsp_logits"),
-        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(3, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1, 0])), ValueError, "share"),
-        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 4, dtype=torch.long), torch.tensor([0, 1])), ValueError, "mlm_labels"),
-        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1]), mlm_weight=-1), ValueError, "mlm_weight"),
-        (lambda: bert_pretraining_loss(torch.randn(2, 3, V), torch.randn(2, 2), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1]), nsp_weight="1"), TypeError, "nsp_weight"),
+        (
+            lambda: bert_pretraining_loss(
+                torch.randn(2, 3, V),
+                torch.randn(2, 3),
+                torch.zeros(2, 3, dtype=torch.long),
+                torch.tensor([0, 1]),
+            ),
+            ValueError,
+            "nsp_logits",
+        ),
+        (
+            lambda: bert_pretraining_loss(
+                torch.randn(2, 3, V),
+                torch.randn(3, 2),
+                torch.zeros(2, 3, dtype=torch.long),
+                torch.tensor([0, 1, 0]),
+            ),
+            ValueError,
+            "share",
+        ),
+        (
+            lambda: bert_pretraining_loss(
+                torch.randn(2, 3, V),
+                torch.randn(2, 2),
+                torch.zeros(2, 4, dtype=torch.long),
+                torch.tensor([0, 1]),
+            ),
+            ValueError,
+            "mlm_labels",
+        ),
+        (
+            lambda: bert_pretraining_loss(
+                torch.randn(2, 3, V),
+                torch.randn(2, 2),
+                torch.zeros(2, 3, dtype=torch.long),
+                torch.tensor([0, 1]),
+                mlm_weight=-1,
+            ),
+            ValueError,
+            "mlm_weight",
+        ),
+        (
+            lambda: bert_pretraining_loss(
+                torch.randn(2, 3, V),
+                torch.randn(2, 2),
+                torch.zeros(2, 3, dtype=torch.long),
+                torch.tensor([0, 1]),
+                nsp_weight="1",
+            ),
+            TypeError,
+            "nsp_weight",
+        ),
         (lambda: shift_labels([1, 2]), TypeError, "labels"),
         (lambda: shift_labels(torch.tensor(3)), ValueError, "labels"),
     ],

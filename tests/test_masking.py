@@ -1,5 +1,6 @@
 """mask_tokens: invariants (hypothesis), rates, determinism, and the same behaviour as
 transformers' DataCollatorForLanguageModeling on the same batch."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 
 from lmlessons import MLMCollator, mask_tokens
 
@@ -45,13 +46,21 @@ def test_invariants(batch):
     ids, special, p, pm, pr, seed = batch
     before = ids.clone()
     masked, labels = mask_tokens(
-        ids, mask_token_id=MASK, vocab_size=VOCAB, special_tokens_mask=special, mlm_probability=p,
-        mask_replace_prob=pm, random_replace_prob=pr, generator=torch.Generator().manual_seed(seed),
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_tokens_mask=special,
+        mlm_probability=p,
+        mask_replace_prob=pm,
+        random_replace_prob=pr,
+        generator=torch.Generator().manual_seed(seed),
     )
     selected = labels != -100
     assert torch.equal(ids, before), "the input must not be modified"
     assert not (selected & special).any(), "special and padding positions are never selected"
-    assert torch.equal(labels[selected], ids[selected]), "labels hold the original id where selected"
+    assert torch.equal(labels[selected], ids[selected]), (
+        "labels hold the original id where selected"
+    )
     assert torch.equal(masked[~selected], ids[~selected]), "unselected positions are unchanged"
     assert masked.dtype == ids.dtype and masked.shape == ids.shape
     assert ((masked >= 0) & (masked < VOCAB)).all()
@@ -67,12 +76,18 @@ def test_invariants(batch):
 @given(st.integers(0, 2**31 - 1))
 def test_same_seed_same_result(seed):
     ids = torch.randint(5, VOCAB, (4, 16), generator=torch.Generator().manual_seed(1))
-    a = mask_tokens(ids, mask_token_id=MASK, vocab_size=VOCAB, generator=torch.Generator().manual_seed(seed))
-    b = mask_tokens(ids, mask_token_id=MASK, vocab_size=VOCAB, generator=torch.Generator().manual_seed(seed))
+    a = mask_tokens(
+        ids, mask_token_id=MASK, vocab_size=VOCAB, generator=torch.Generator().manual_seed(seed)
+    )
+    b = mask_tokens(
+        ids, mask_token_id=MASK, vocab_size=VOCAB, generator=torch.Generator().manual_seed(seed)
+    )
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-@pytest.mark.parametrize("p,pm,pr", [(0.15, 0.8, 0.1), (0.3, 0.5, 0.25), (0.5, 1.0, 0.0), (0.2, 0.0, 1.0)])
+@pytest.mark.parametrize(
+    "p,pm,pr", [(0.15, 0.8, 0.1), (0.3, 0.5, 0.25), (0.5, 1.0, 0.0), (0.2, 0.0, 1.0)]
+)
 def test_rates_within_binomial_bounds(p, pm, pr):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, VOCAB, (64, 256), generator=g)
@@ -80,8 +95,14 @@ def test_rates_within_binomial_bounds(p, pm, pr):
     special = torch.zeros_like(ids, dtype=torch.bool)
     special[:, 0] = True
     masked, labels = mask_tokens(
-        ids, mask_token_id=MASK, vocab_size=VOCAB, special_tokens_mask=special, mlm_probability=p,
-        mask_replace_prob=pm, random_replace_prob=pr, generator=g,
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_tokens_mask=special,
+        mlm_probability=p,
+        mask_replace_prob=pm,
+        random_replace_prob=pr,
+        generator=g,
     )
     eligible = int((~special).sum())
     selected = labels != -100
@@ -96,15 +117,26 @@ def test_rates_within_binomial_bounds(p, pm, pr):
 
 
 def _word_tokenizer() -> BertTokenizerFast:
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)])}
+    vocab = {
+        t: i
+        for i, t in enumerate(
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)]
+        )
+    }
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
     return BertTokenizerFast(
-        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
     )
 
 
@@ -124,7 +156,10 @@ def test_same_invariants_and_rates_as_transformers_collator():
     hf = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=1)
     theirs = hf([tok(t) for t in texts])
     assert torch.equal(ours["attention_mask"], theirs["attention_mask"])
-    special = torch.isin(tok(texts, padding=True, return_tensors="pt")["input_ids"], torch.tensor(tok.all_special_ids))
+    special = torch.isin(
+        tok(texts, padding=True, return_tensors="pt")["input_ids"],
+        torch.tensor(tok.all_special_ids),
+    )
     for batch in (ours, theirs):
         sel = batch["labels"] != -100
         assert not (sel & special).any()
@@ -139,7 +174,9 @@ def test_collator_is_reproducible_and_accepts_ids_and_dicts():
     tok = _word_tokenizer()
     texts = _texts(8, seed=3)
     a = MLMCollator(tok, generator=torch.Generator().manual_seed(0))(texts)
-    b = MLMCollator(tok, generator=torch.Generator().manual_seed(0))([tok(t)["input_ids"] for t in texts])
+    b = MLMCollator(tok, generator=torch.Generator().manual_seed(0))(
+        [tok(t)["input_ids"] for t in texts]
+    )
     c = MLMCollator(tok, generator=torch.Generator().manual_seed(0))([dict(tok(t)) for t in texts])
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
     assert torch.equal(a["labels"], c["labels"])
@@ -147,7 +184,9 @@ def test_collator_is_reproducible_and_accepts_ids_and_dicts():
 
 def test_collator_truncates_and_rejects_bad_input():
     tok = _word_tokenizer()
-    batch = MLMCollator(tok, max_length=6, generator=torch.Generator().manual_seed(0))(["w1 w2 w3 w4 w5 w6 w7 w8"])
+    batch = MLMCollator(tok, max_length=6, generator=torch.Generator().manual_seed(0))(
+        ["w1 w2 w3 w4 w5 w6 w7 w8"]
+    )
     assert batch["input_ids"].shape == (1, 6)
     with pytest.raises(ValueError, match="examples"):
         MLMCollator(tok)([])
@@ -182,13 +221,21 @@ def test_collator_seed_zero_is_reproducible():
         (dict(mlm_probability=1.2), ValueError, "mlm_probability"),
         (dict(mlm_probability=-0.1), ValueError, "mlm_probability"),
         (dict(mlm_probability="0.1"), TypeError, "mlm_probability"),
-        (dict(mask_replace_prob=0.8, random_replace_prob=0.3), ValueError, "mask_replace_prob \\+ random_replace_prob"),
+        (
+            dict(mask_replace_prob=0.8, random_replace_prob=0.3),
+            ValueError,
+            "mask_replace_prob \\+ random_replace_prob",
+        ),
         (dict(random_replace_prob=1.5), ValueError, "random_replace_prob"),
         (dict(vocab_size=0), ValueError, "vocab_size"),
         (dict(vocab_size=50.0), TypeError, "vocab_size"),
         (dict(mask_token_id=VOCAB), ValueError, "mask_token_id"),
         (dict(mask_token_id=-1), ValueError, "mask_token_id"),
-        (dict(special_tokens_mask=torch.zeros(2, 4, dtype=torch.bool)), ValueError, "special_tokens_mask"),
+        (
+            dict(special_tokens_mask=torch.zeros(2, 4, dtype=torch.bool)),
+            ValueError,
+            "special_tokens_mask",
+        ),
         (dict(special_tokens_mask=[[0, 0, 0]]), TypeError, "special_tokens_mask"),
         (dict(generator=42), TypeError, "generator"),
     ],

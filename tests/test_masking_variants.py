@@ -1,6 +1,7 @@
 """masking_variants: BERT's exact count, whole-word masking and SpanBERT spans.
 
 Invariants by hypothesis, rates against their distributions, determinism, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -77,21 +78,53 @@ def test_word_ids_group_continuations_and_skip_specials():
 
 
 def _wordpiece_tokenizer() -> BertTokenizerFast:
-    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "un", "##believ", "##able", "run", "##s", "."]
+    pieces = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "the",
+        "dog",
+        "un",
+        "##believ",
+        "##able",
+        "run",
+        "##s",
+        ".",
+    ]
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(pieces)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
-    return BertTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                             sep_token="[SEP]", mask_token="[MASK]")
+    return BertTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def test_wordpiece_continuation_mask_reads_the_tokenizer():
     tok = _wordpiece_tokenizer()
     enc = tok(["the dog runs unbelievable .", "the dog"], padding=True, return_tensors="pt")
     assert tok.convert_ids_to_tokens(enc["input_ids"][0]) == [
-        "[CLS]", "the", "dog", "run", "##s", "un", "##believ", "##able", ".", "[SEP]"]
+        "[CLS]",
+        "the",
+        "dog",
+        "run",
+        "##s",
+        "un",
+        "##believ",
+        "##able",
+        ".",
+        "[SEP]",
+    ]
     cont = wordpiece_continuation_mask(enc["input_ids"], tok)
     assert cont[0].tolist() == [False, False, False, False, True, False, True, True, False, False]
     assert not cont[1].any()
@@ -122,8 +155,13 @@ def test_num_to_predict_follows_google():
 @given(rows())
 def test_exact_count_invariants(batch):
     ids, special, attention, cont, p, seed = batch
-    sel = select_exact_count(special, attention_mask=attention, mlm_probability=p, max_predictions_per_seq=20,
-                             generator=torch.Generator().manual_seed(seed))
+    sel = select_exact_count(
+        special,
+        attention_mask=attention,
+        mlm_probability=p,
+        max_predictions_per_seq=20,
+        generator=torch.Generator().manual_seed(seed),
+    )
     assert not (sel & special).any() and not (sel & ~attention).any()
     for row in range(ids.shape[0]):
         eligible = int((~special[row] & attention[row]).sum())
@@ -134,7 +172,9 @@ def test_exact_count_invariants(batch):
 def test_exact_count_is_a_uniform_subset():
     special = torch.zeros(4000, 12, dtype=torch.bool)
     special[:, 0] = special[:, -1] = True
-    sel = select_exact_count(special, mlm_probability=0.25, generator=torch.Generator().manual_seed(0))
+    sel = select_exact_count(
+        special, mlm_probability=0.25, generator=torch.Generator().manual_seed(0)
+    )
     assert (sel.sum(1) == 3).all()  # round(12 * 0.25)
     per_position = sel[:, 1:-1].sum(0)  # each of the 10 positions: Binomial(4000, 3/10)
     assert all(_binomial_ok(int(k), 4000, 0.3) for k in per_position)
@@ -146,14 +186,21 @@ def test_exact_count_is_a_uniform_subset():
 @given(rows())
 def test_whole_word_invariants(batch):
     ids, special, attention, cont, p, seed = batch
-    sel = select_whole_words(special, cont, attention_mask=attention, mlm_probability=p,
-                             generator=torch.Generator().manual_seed(seed))
+    sel = select_whole_words(
+        special,
+        cont,
+        attention_mask=attention,
+        mlm_probability=p,
+        generator=torch.Generator().manual_seed(seed),
+    )
     assert not (sel & special).any() and not (sel & ~attention).any()
     wids = word_ids(cont, special | ~attention)
     for row in range(ids.shape[0]):
         words = _words(wids[row])
         for w in words:
-            assert len({bool(sel[row, t]) for t in w}) == 1, "a word is selected whole or not at all"
+            assert len({bool(sel[row, t]) for t in w}) == 1, (
+                "a word is selected whole or not at all"
+            )
         budget = num_to_predict(int(attention[row].sum()), p, 20)
         assert int(sel[row].sum()) <= budget
         if all(len(w) == 1 for w in words):
@@ -165,7 +212,9 @@ def test_whole_words_fill_the_count_when_they_fit():
     cont = torch.tensor([[0, 0, 1, 0, 1, 0, 1, 0, 1, 0]], dtype=torch.bool).repeat(200, 1)
     special = torch.zeros_like(cont)
     special[:, 0] = special[:, -1] = True
-    sel = select_whole_words(special, cont, mlm_probability=0.4, generator=torch.Generator().manual_seed(1))
+    sel = select_whole_words(
+        special, cont, mlm_probability=0.4, generator=torch.Generator().manual_seed(1)
+    )
     assert (sel.sum(1) == 4).all()
     starts = sel[:, [1, 3, 5, 7]]
     assert torch.equal(starts, sel[:, [2, 4, 6, 8]])
@@ -196,8 +245,13 @@ def test_span_length_distribution():
 @given(rows())
 def test_span_invariants(batch):
     ids, special, attention, cont, p, seed = batch
-    sel = select_spans(special, cont, attention_mask=attention, mlm_probability=p,
-                       generator=torch.Generator().manual_seed(seed))
+    sel = select_spans(
+        special,
+        cont,
+        attention_mask=attention,
+        mlm_probability=p,
+        generator=torch.Generator().manual_seed(seed),
+    )
     assert not (sel & special).any() and not (sel & ~attention).any()
     wids = word_ids(cont, special | ~attention)
     for row in range(ids.shape[0]):
@@ -215,7 +269,9 @@ def test_span_lengths_in_long_sequences_follow_the_pmf():
     special = torch.zeros(300, 202, dtype=torch.bool)
     special[:, 0] = special[:, -1] = True
     cont = torch.zeros_like(special)
-    sel = select_spans(special, cont, mlm_probability=0.05, generator=torch.Generator().manual_seed(0))
+    sel = select_spans(
+        special, cont, mlm_probability=0.05, generator=torch.Generator().manual_seed(0)
+    )
     assert (sel.sum(1) == 10).all()  # ceil(0.05 * 200)
     # the selection clusters: far fewer runs than with independent tokens
     starts = sel[:, 1:] & ~sel[:, :-1]
@@ -229,16 +285,31 @@ def test_span_replacement_is_per_span():
     sel = torch.zeros_like(ids, dtype=torch.bool)
     sel[:, 3:7] = True
     sel[:, 12:14] = True
-    masked, labels = replace_selected(ids, sel, mask_token_id=MASK, vocab_size=VOCAB, mask_replace_prob=0.8,
-                                      random_replace_prob=0.0, per_span=True, generator=g)
+    masked, labels = replace_selected(
+        ids,
+        sel,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_replace_prob=0.8,
+        random_replace_prob=0.0,
+        per_span=True,
+        generator=g,
+    )
     assert torch.equal(labels[sel], ids[sel]) and (labels[~sel] == -100).all()
     for cols in (slice(3, 7), slice(12, 14)):
         is_mask = masked[:, cols] == MASK
         assert (is_mask.all(1) | (~is_mask).all(1)).all(), "a span is all [MASK] or all kept"
         assert _binomial_ok(int(is_mask.all(1).sum()), 500, 0.8)
     # per token, the same call mixes [MASK] and kept tokens inside a span
-    masked_t, _ = replace_selected(ids, sel, mask_token_id=MASK, vocab_size=VOCAB, mask_replace_prob=0.8,
-                                   random_replace_prob=0.0, generator=g)
+    masked_t, _ = replace_selected(
+        ids,
+        sel,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_replace_prob=0.8,
+        random_replace_prob=0.0,
+        generator=g,
+    )
     is_mask = masked_t[:, 3:7] == MASK
     assert not (is_mask.all(1) | (~is_mask).all(1)).all()
 
@@ -248,7 +319,9 @@ def test_span_replacement_rates():
     ids = torch.randint(5, VOCAB, (3000, 8), generator=g)
     sel = torch.zeros_like(ids, dtype=torch.bool)
     sel[:, 2:5] = True
-    masked, _ = replace_selected(ids, sel, mask_token_id=MASK, vocab_size=VOCAB, per_span=True, generator=g)
+    masked, _ = replace_selected(
+        ids, sel, mask_token_id=MASK, vocab_size=VOCAB, per_span=True, generator=g
+    )
     span = masked[:, 2:5]
     n_mask = int((span == MASK).all(1).sum())
     n_kept = int((span == ids[:, 2:5]).all(1).sum())
@@ -268,10 +341,22 @@ def test_one_call_versions_keep_the_label_convention(fn):
     cont = torch.rand(64, 20, generator=g) < 0.3
     kw = {} if fn is mask_tokens_exact_count else {"is_continuation": cont}
     before = ids.clone()
-    out1 = fn(ids, mask_token_id=MASK, vocab_size=VOCAB, special_tokens_mask=special,
-              generator=torch.Generator().manual_seed(5), **kw)
-    out2 = fn(ids, mask_token_id=MASK, vocab_size=VOCAB, special_tokens_mask=special,
-              generator=torch.Generator().manual_seed(5), **kw)
+    out1 = fn(
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_tokens_mask=special,
+        generator=torch.Generator().manual_seed(5),
+        **kw,
+    )
+    out2 = fn(
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_tokens_mask=special,
+        generator=torch.Generator().manual_seed(5),
+        **kw,
+    )
     masked, labels = out1
     assert torch.equal(ids, before), "the input is not modified"
     assert torch.equal(out1[0], out2[0]) and torch.equal(out1[1], out2[1]), "same seed, same result"
@@ -279,8 +364,14 @@ def test_one_call_versions_keep_the_label_convention(fn):
     assert sel.any() and not (sel & special).any()
     assert torch.equal(labels[sel], ids[sel]) and torch.equal(masked[~sel], ids[~sel])
     assert ((masked >= 0) & (masked < VOCAB)).all()
-    out3 = fn(ids, mask_token_id=MASK, vocab_size=VOCAB, special_tokens_mask=special,
-              generator=torch.Generator().manual_seed(6), **kw)
+    out3 = fn(
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_tokens_mask=special,
+        generator=torch.Generator().manual_seed(6),
+        **kw,
+    )
     assert not torch.equal(out1[1], out3[1]), "another seed, another selection"
 
 
@@ -292,7 +383,11 @@ def test_one_call_versions_keep_the_label_convention(fn):
         (dict(mlm_probability=1.5), ValueError, "mlm_probability"),
         (dict(mask_replace_prob=0.9, random_replace_prob=0.2), ValueError, "mask_replace_prob"),
         (dict(mask_token_id=VOCAB), ValueError, "mask_token_id"),
-        (dict(special_tokens_mask=torch.zeros(2, 4, dtype=torch.bool)), ValueError, "special_tokens_mask"),
+        (
+            dict(special_tokens_mask=torch.zeros(2, 4, dtype=torch.bool)),
+            ValueError,
+            "special_tokens_mask",
+        ),
         (dict(special_tokens_mask=torch.zeros(2, 3)), TypeError, "special_tokens_mask"),
         (dict(special_tokens_mask=torch.full((2, 3), 2)), ValueError, "special_tokens_mask"),
         (dict(attention_mask=torch.ones(3, 3, dtype=torch.bool)), ValueError, "attention_mask"),
@@ -315,9 +410,25 @@ def test_bad_span_and_continuation_arguments():
     with pytest.raises(TypeError, match="is_continuation"):
         mask_spans(ids, is_continuation=None, mask_token_id=MASK, vocab_size=VOCAB)
     with pytest.raises(ValueError, match="is_continuation"):
-        mask_whole_words(ids, is_continuation=torch.zeros(2, 5, dtype=torch.bool), mask_token_id=MASK, vocab_size=VOCAB)
+        mask_whole_words(
+            ids,
+            is_continuation=torch.zeros(2, 5, dtype=torch.bool),
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+        )
     with pytest.raises(ValueError, match="geometric_p"):
-        mask_spans(ids, is_continuation=torch.zeros(2, 6, dtype=torch.bool), mask_token_id=MASK, vocab_size=VOCAB,
-                   geometric_p=0.0)
+        mask_spans(
+            ids,
+            is_continuation=torch.zeros(2, 6, dtype=torch.bool),
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+            geometric_p=0.0,
+        )
     with pytest.raises(TypeError, match="per_span"):
-        replace_selected(ids, torch.zeros(2, 6, dtype=torch.bool), mask_token_id=MASK, vocab_size=VOCAB, per_span=1)
+        replace_selected(
+            ids,
+            torch.zeros(2, 6, dtype=torch.bool),
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+            per_span=1,
+        )

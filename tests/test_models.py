@@ -1,4 +1,5 @@
-"""lmlessons.models: tiny transformers models sized to the tokenizer, seeded, eager attention."""
+"""lmlessons.course.models: tiny transformers models sized to the tokenizer, seeded, eager attention."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,14 +37,20 @@ def test_sized_to_the_tokenizer(tok, factory, cls) -> None:
     assert model.config._attn_implementation == "eager"
     assert 100_000 < count_parameters(model) < 1_500_000  # tiny: at most ~6 MB in float32
     # Tied input/output embeddings, as in BERT and GPT-2.
-    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert (
+        model.get_output_embeddings().weight.data_ptr()
+        == model.get_input_embeddings().weight.data_ptr()
+    )
 
 
 def test_sized_to_another_tokenizer() -> None:
     small = train_tokenizer(["the cat sat on the mat. the dog sat on the rug."] * 5, vocab_size=150)
     model = tiny_gpt2(small)
     assert model.config.vocab_size == len(small)
-    assert (model.config.bos_token_id, model.config.eos_token_id) == (small.cls_token_id, small.sep_token_id)
+    assert (model.config.bos_token_id, model.config.eos_token_id) == (
+        small.cls_token_id,
+        small.sep_token_id,
+    )
 
 
 @pytest.mark.parametrize(("factory", "cls"), FACTORIES)
@@ -62,18 +69,27 @@ def test_seeded_and_global_rng_untouched(tok, factory, cls) -> None:
 
 
 def test_forward_shapes(tok) -> None:
-    batch = tok(["the dog chased the ball.", "it ran."], ["a cat slept.", "the sun shone."], padding=True, return_tensors="pt")
+    batch = tok(
+        ["the dog chased the ball.", "it ran."],
+        ["a cat slept.", "the sun shone."],
+        padding=True,
+        return_tensors="pt",
+    )
     B, T, V = *batch["input_ids"].shape, len(tok)
     out = tiny_bert_pretraining(tok)(**batch)
     assert out.prediction_logits.shape == (B, T, V) and out.seq_relationship_logits.shape == (B, 2)
     assert tiny_bert_mlm(tok)(**batch).logits.shape == (B, T, V)
     assert tiny_bert_lm_head(tok)(**batch).logits.shape == (B, T, V)
-    assert tiny_gpt2(tok)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.shape == (B, T, V)
+    assert tiny_gpt2(tok)(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+    ).logits.shape == (B, T, V)
 
 
 def _future_leaks(model, tok) -> bool:
     """Does changing the last token change the logits at earlier positions?"""
-    ids = tok("the dog chased the ball across the park.", return_tensors="pt")["input_ids"]  # (1, T)
+    ids = tok("the dog chased the ball across the park.", return_tensors="pt")[
+        "input_ids"
+    ]  # (1, T)
     changed = ids.clone()
     changed[0, -2] = tok.convert_tokens_to_ids("cat")
     with torch.no_grad():
@@ -91,7 +107,9 @@ def test_causal_and_leaky_decoders(tok) -> None:
 
 
 def test_config_overrides_and_dropout(tok) -> None:
-    config = tiny_bert_config(tok, hidden_size=64, num_attention_heads=4, num_hidden_layers=1, dropout=0.1)
+    config = tiny_bert_config(
+        tok, hidden_size=64, num_attention_heads=4, num_hidden_layers=1, dropout=0.1
+    )
     assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (64, 4, 1)
     assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.1
     model = tiny_bert_mlm(tok, hidden_size=64, num_attention_heads=4)

@@ -1,26 +1,34 @@
 """make_nsp_pairs / truncate_seq_pair: structure, label rate, negatives from other documents."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lmlessons import make_nsp_pairs, truncate_seq_pair
 
-from _pair_data import CLS, PAD, SEP, make_docs, split_pair
-
 
 @pytest.mark.parametrize("max_length", [8, 16, 64])
 def test_structure_and_sources(max_length):
     docs = make_docs()
-    out = make_nsp_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=max_length,
-                         generator=torch.Generator().manual_seed(0))
+    out = make_nsp_pairs(
+        docs,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        max_length=max_length,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "next_sentence_label"}
     assert all(v.dtype == torch.long for v in out.values())
     assert out["input_ids"].shape[1] <= max_length
     for row in range(out["input_ids"].shape[0]):
-        a, b = split_pair(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
+        a, b = split_pair(
+            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
+        )
         assert a and b
         doc_a, doc_b = {t // 1000 for t in a}, {t // 1000 for t in b}
         assert len(doc_a) == 1 and len(doc_b) == 1
@@ -33,8 +41,15 @@ def test_structure_and_sources(max_length):
 def test_label_rate_matches_nsp_probability():
     docs = make_docs(400, seed=1)
     for p in (0.5, 0.2):
-        out = make_nsp_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=24,
-                             nsp_probability=p, generator=torch.Generator().manual_seed(2))
+        out = make_nsp_pairs(
+            docs,
+            cls_token_id=CLS,
+            sep_token_id=SEP,
+            pad_token_id=PAD,
+            max_length=24,
+            nsp_probability=p,
+            generator=torch.Generator().manual_seed(2),
+        )
         labels = out["next_sentence_label"].float()
         n = labels.numel()
         sd = (p * (1 - p) / n) ** 0.5
@@ -51,7 +66,12 @@ def test_deterministic_with_generator():
     assert a["input_ids"].tolist() != c["input_ids"].tolist(), "another seed gives other pairs"
 
 
-@given(st.lists(st.integers(0, 99), max_size=30), st.lists(st.integers(0, 99), max_size=30), st.integers(2, 40), st.integers(0, 999))
+@given(
+    st.lists(st.integers(0, 99), max_size=30),
+    st.lists(st.integers(0, 99), max_size=30),
+    st.integers(2, 40),
+    st.integers(0, 999),
+)
 def test_truncate_seq_pair(a, b, max_tokens, seed):
     ta, tb = truncate_seq_pair(a, b, max_tokens, generator=torch.Generator().manual_seed(seed))
     if len(a) + len(b) <= max_tokens:
@@ -81,7 +101,9 @@ def test_truncate_seq_pair(a, b, max_tokens, seed):
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
+    base = dict(
+        documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16
+    )
     base.update(kwargs)
     docs = base.pop("documents")
     with pytest.raises(exc, match=match):

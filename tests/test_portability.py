@@ -5,6 +5,7 @@ float noise, or its cell is tagged ``nbval-ignore-output`` with a one-line comme
 ``make test`` runs strict nbval twice: with the kernels the CPU picks, then with the scalar
 kernels (``make test-portable``). These tests check that set-up and the policy's static rules.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,12 +60,16 @@ def test_no_cpu_pins_on_the_learners_route(name: str) -> None:
     text = (ROOT / name).read_text(encoding="utf-8")
     for variable in CPU_VARIABLES:
         for line in text.splitlines():
-            assert not re.search(rf"\b{variable}\s*[:=]\s*['\"]?avx", line, re.I), f"{name} pins {variable}: {line}"
+            assert not re.search(rf"\b{variable}\s*[:=]\s*['\"]?avx", line, re.I), (
+                f"{name} pins {variable}: {line}"
+            )
             assert not re.match(rf"\s*export {variable}\b", line), f"{name} exports {variable}"
 
 
 def test_make_test_runs_the_portable_pass_after_the_default_one() -> None:
-    out = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     runs = [line for line in out.splitlines() if "-m pytest" in line and "--nbval" in line]
     assert len(runs) == 2, out
     assert not any(v in runs[0] for v in CPU_VARIABLES), "the first pass uses the CPU's own kernels"
@@ -74,7 +79,9 @@ def test_make_test_runs_the_portable_pass_after_the_default_one() -> None:
 
 def _capability(env: dict[str, str]) -> str:
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -85,7 +92,9 @@ def _has_avx2() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _has_avx2(), reason="needs an x86-64 CPU with AVX2 (and Linux /proc/cpuinfo)")
+@pytest.mark.skipif(
+    not _has_avx2(), reason="needs an x86-64 CPU with AVX2 (and Linux /proc/cpuinfo)"
+)
 def test_the_two_passes_really_run_different_kernels() -> None:
     """A renamed or misspelt variable would silently do nothing, and the second pass would prove
     nothing: a kernel started with SCALAR_KERNELS runs torch's scalar code, one without a SIMD one."""
@@ -98,7 +107,9 @@ def test_every_ignored_cell_says_why_on_its_first_line() -> None:
     for name, index, cell in _code_cells():
         if _ignored(cell):
             first = "".join(cell["source"]).splitlines()[0]
-            assert first.startswith("# ") and len(first) > 20, f"{name} code cell {index}: say why its output is not compared"
+            assert first.startswith("# ") and len(first) > 20, (
+                f"{name} code cell {index}: say why its output is not compared"
+            )
 
 
 def test_ignored_cells_stay_few_and_the_readme_counts_them() -> None:
@@ -106,7 +117,9 @@ def test_ignored_cells_stay_few_and_the_readme_counts_them() -> None:
     ignored = sum(_ignored(cell) for _, _, cell in cells)
     assert ignored / len(cells) < MAX_IGNORED_SHARE
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    stated = re.search(r"(\d+)\s+of\s+the\s+(\d+)\s+code\s+cells\s+are\s+compared\s+exactly;\s+(\d+)\s+are", readme)
+    stated = re.search(
+        r"(\d+)\s+of\s+the\s+(\d+)\s+code\s+cells\s+are\s+compared\s+exactly;\s+(\d+)\s+are", readme
+    )
     assert stated, "the README states how many code cells are strict and how many ignored"
     assert tuple(map(int, stated.groups())) == (len(cells) - ignored, len(cells), ignored)
 
@@ -115,7 +128,9 @@ def test_strict_outputs_print_no_digit_at_float_noise() -> None:
     for name, index, cell in _code_cells():
         if not _ignored(cell):
             found = TOO_PRECISE.findall(_text(cell))
-            assert not found, f"{name} code cell {index} prints {found}: round to at most 4 decimals"
+            assert not found, (
+                f"{name} code cell {index} prints {found}: round to at most 4 decimals"
+            )
 
 
 def test_the_precision_rule_catches_noise_digits() -> None:

@@ -1,14 +1,14 @@
 """lmlessons.sampling: greedy decoding equals transformers' generate, seeds reproduce, EOS stops."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import VOCAB, bert_config, gpt2_config, seeded
 from transformers import BertLMHeadModel, GPT2LMHeadModel
 from transformers import logging as hf_logging
 
 from lmlessons.sampling import sample, sample_text
-
-from _tiny import VOCAB, bert_config, gpt2_config, seeded
 
 hf_logging.set_verbosity_error()
 
@@ -24,16 +24,26 @@ def _prompt(b: int = 2, t: int = 4) -> torch.Tensor:
 def test_greedy_equals_transformers_generate():
     model, prompt = _gpt2(), _prompt()
     ours = sample(model, prompt, max_new_tokens=10, temperature=0)
-    theirs = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10, do_sample=False,
-                            pad_token_id=0, eos_token_id=None)
+    theirs = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=10,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     assert torch.equal(ours, theirs)
 
 
 def test_top_k_1_is_greedy_and_seeds_reproduce():
     model, prompt = _gpt2(), _prompt()
     greedy = sample(model, prompt, max_new_tokens=8, temperature=0)
-    assert torch.equal(sample(model, prompt, max_new_tokens=8, top_k=1, generator=torch.Generator().manual_seed(1)),
-                       greedy)
+    assert torch.equal(
+        sample(
+            model, prompt, max_new_tokens=8, top_k=1, generator=torch.Generator().manual_seed(1)
+        ),
+        greedy,
+    )
     a = sample(model, prompt, max_new_tokens=8, generator=torch.Generator().manual_seed(7))
     b = sample(model, prompt, max_new_tokens=8, generator=torch.Generator().manual_seed(7))
     c = sample(model, prompt, max_new_tokens=8, generator=torch.Generator().manual_seed(8))
@@ -47,7 +57,9 @@ def test_top_k_restricts_the_draw():
     logits = model(input_ids=prompt).logits[0, -1]
     allowed = set(torch.topk(logits, 3).indices.tolist())
     for seed in range(20):
-        out = sample(model, prompt, max_new_tokens=1, top_k=3, generator=torch.Generator().manual_seed(seed))
+        out = sample(
+            model, prompt, max_new_tokens=1, top_k=3, generator=torch.Generator().manual_seed(seed)
+        )
         assert int(out[0, -1]) in allowed
 
 
@@ -68,7 +80,9 @@ def test_one_dim_input_and_context_window():
 
 def test_works_for_bert_lm_head_and_validates():
     bert = seeded(BertLMHeadModel, bert_config(is_decoder=False), 0)
-    assert sample(bert, _prompt(), max_new_tokens=3, generator=torch.Generator().manual_seed(0)).shape == (2, 7)
+    assert sample(
+        bert, _prompt(), max_new_tokens=3, generator=torch.Generator().manual_seed(0)
+    ).shape == (2, 7)
     with pytest.raises(ValueError, match="temperature"):
         sample(bert, _prompt(), max_new_tokens=3, temperature=-1)
     with pytest.raises(ValueError, match="max_new_tokens"):
@@ -93,8 +107,12 @@ class _Tok:
 
 def test_sample_text_starts_with_bos_and_is_seeded():
     model = _gpt2()
-    a = sample_text(model, _Tok(), "10 11 12", max_new_tokens=5, generator=torch.Generator().manual_seed(0))
-    b = sample_text(model, _Tok(), "10 11 12", max_new_tokens=5, generator=torch.Generator().manual_seed(0))
+    a = sample_text(
+        model, _Tok(), "10 11 12", max_new_tokens=5, generator=torch.Generator().manual_seed(0)
+    )
+    b = sample_text(
+        model, _Tok(), "10 11 12", max_new_tokens=5, generator=torch.Generator().manual_seed(0)
+    )
     assert a == b and a.startswith("10 11 12")
     with pytest.raises(TypeError, match="prompt"):
         sample_text(model, _Tok(), 12)

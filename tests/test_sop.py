@@ -1,19 +1,24 @@
 """make_sop_pairs / sop_batches: ALBERT's sentence-order pairs (same document, in order or swapped)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 
 from lmlessons.sop import make_sop_pairs, sop_batches
-
-from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 
 MASK = 3
 
 
 def _pairs(docs, **kw):
-    base = dict(cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=24,
-                generator=torch.Generator().manual_seed(0))
+    base = dict(
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        max_length=24,
+        generator=torch.Generator().manual_seed(0),
+    )
     base.update(kw)
     return make_sop_pairs(docs, **base)
 
@@ -27,7 +32,9 @@ def test_structure_same_document_and_order(max_length):
     labels = out["sentence_order_label"].tolist()
     assert set(labels) == {0, 1}
     for row, label in enumerate(labels):
-        a, b = split_pair(out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row])
+        a, b = split_pair(
+            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
+        )
         assert a and b
         assert len({t // 1000 for t in a + b}) == 1, "both segments come from one document"
         assert a == sorted(a) and b == sorted(b), "each segment is text in its order"
@@ -44,15 +51,21 @@ def test_swapped_is_the_same_pair_reversed_without_truncation():
     assert keep["sentence_order_label"].eq(0).all() and swap["sentence_order_label"].eq(1).all()
     assert keep["input_ids"].shape[0] == swap["input_ids"].shape[0]
     for row in range(keep["input_ids"].shape[0]):
-        a, b = split_pair(keep["input_ids"][row], keep["token_type_ids"][row], keep["attention_mask"][row])
-        a2, b2 = split_pair(swap["input_ids"][row], swap["token_type_ids"][row], swap["attention_mask"][row])
+        a, b = split_pair(
+            keep["input_ids"][row], keep["token_type_ids"][row], keep["attention_mask"][row]
+        )
+        a2, b2 = split_pair(
+            swap["input_ids"][row], swap["token_type_ids"][row], swap["attention_mask"][row]
+        )
         assert (a2, b2) == (b, a)
 
 
 def test_swap_rate_matches_swap_probability():
     docs = make_docs(400, seed=1)
     for p in (0.5, 0.2):
-        labels = _pairs(docs, swap_probability=p, generator=torch.Generator().manual_seed(2))["sentence_order_label"]
+        labels = _pairs(docs, swap_probability=p, generator=torch.Generator().manual_seed(2))[
+            "sentence_order_label"
+        ]
         sd = (p * (1 - p) / labels.numel()) ** 0.5
         assert abs(labels.float().mean().item() - p) < 5 * sd
 
@@ -79,7 +92,9 @@ def test_short_seq_prob_gives_shorter_examples():
     docs = make_docs(200, seed=4, min_sent=6)
     lengths = {}
     for p in (0.0, 1.0):
-        out = _pairs(docs, max_length=40, short_seq_prob=p, generator=torch.Generator().manual_seed(0))
+        out = _pairs(
+            docs, max_length=40, short_seq_prob=p, generator=torch.Generator().manual_seed(0)
+        )
         lengths[p] = out["attention_mask"].sum(1).float().mean().item()
     assert lengths[1.0] < lengths[0.0] - 3
 
@@ -100,7 +115,9 @@ def test_short_seq_prob_gives_shorter_examples():
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16)
+    base = dict(
+        documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16
+    )
     base.update(kwargs)
     docs = base.pop("documents")
     with pytest.raises(exc, match=match):
@@ -120,20 +137,39 @@ class _Tok:
 def test_sop_batches_keys_masking_and_one_epoch():
     docs = make_docs(30, seed=2)
     n_pairs = _pairs(docs, max_length=32)["input_ids"].shape[0]
-    batches = list(sop_batches(docs, _Tok(), batch_size=8, max_length=32, mlm_probability=0.3, epochs=1,
-                               generator=torch.Generator().manual_seed(0)))
+    batches = list(
+        sop_batches(
+            docs,
+            _Tok(),
+            batch_size=8,
+            max_length=32,
+            mlm_probability=0.3,
+            epochs=1,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
     assert sum(b["input_ids"].shape[0] for b in batches) == n_pairs
     n_masked = 0
     for b in batches:
-        assert set(b) == {"input_ids", "token_type_ids", "attention_mask", "labels", "sentence_order_label",
-                          "next_sentence_label"}
+        assert set(b) == {
+            "input_ids",
+            "token_type_ids",
+            "attention_mask",
+            "labels",
+            "sentence_order_label",
+            "next_sentence_label",
+        }
         assert torch.equal(b["sentence_order_label"], b["next_sentence_label"])
         sel = b["labels"] != -100
-        assert not torch.isin(b["labels"][sel], torch.tensor(_Tok.all_special_ids)).any(), "specials never masked"
+        assert not torch.isin(b["labels"][sel], torch.tensor(_Tok.all_special_ids)).any(), (
+            "specials never masked"
+        )
         n_masked += int(sel.sum())
         assert b["attention_mask"][:, -1].any(), "shared padding trimmed"
     assert n_masked > 0
-    none = next(sop_batches(docs, _Tok(), mlm_probability=0.0, generator=torch.Generator().manual_seed(0)))
+    none = next(
+        sop_batches(docs, _Tok(), mlm_probability=0.0, generator=torch.Generator().manual_seed(0))
+    )
     assert none["labels"].eq(-100).all()
 
 
@@ -149,21 +185,38 @@ def test_sop_batches_bad_input():
 
 
 def test_sop_batches_train_a_bert_pair_head():
-    """The batches plug into lmlessons.training.train unchanged (the pair head learns SOP labels)."""
+    """The batches plug into lmlessons.course.training.train unchanged (the pair head learns SOP labels)."""
     from _tiny import VOCAB, bert_config, seeded
     from transformers import BertForPreTraining
 
-    from lmlessons.training import evaluate, train
+    from lmlessons.course.training import evaluate, train
 
     class Tok(_Tok):
         def __len__(self):
             return VOCAB
 
     g = torch.Generator().manual_seed(0)
-    docs = [[[int(t) for t in torch.randint(5, VOCAB, (int(torch.randint(2, 6, (), generator=g)),), generator=g)]
-             for _ in range(4)] for _ in range(6)]
+    docs = [
+        [
+            [
+                int(t)
+                for t in torch.randint(
+                    5, VOCAB, (int(torch.randint(2, 6, (), generator=g)),), generator=g
+                )
+            ]
+            for _ in range(4)
+        ]
+        for _ in range(6)
+    ]
     model = seeded(BertForPreTraining, bert_config(), seed=0)
-    history = train(model, sop_batches(docs, Tok(), batch_size=4, max_length=24, generator=g), max_steps=3, live=False)
+    history = train(
+        model,
+        sop_batches(docs, Tok(), batch_size=4, max_length=24, generator=g),
+        max_steps=3,
+        live=False,
+    )
     assert history.num_steps == 3 and len(history.nsp_accuracy) == 3
-    metrics = evaluate(model, sop_batches(docs, Tok(), batch_size=4, max_length=24, epochs=1, generator=g))
+    metrics = evaluate(
+        model, sop_batches(docs, Tok(), batch_size=4, max_length=24, epochs=1, generator=g)
+    )
     assert metrics["num_sequences"] > 0 and 0.0 <= metrics["nsp_accuracy"] <= 1.0

@@ -1,4 +1,5 @@
-"""The student-copy generator (python -m lmlessons.student) and the committed student copies."""
+"""The student-copy generator (python -m tools.student) and the committed student copies."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from lmlessons import student
-from lmlessons.student import STUB, SolutionMarkerError, main, strip_solutions
+from tools.student import STUB, SolutionMarkerError, main, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -31,17 +32,31 @@ def my_mlm_loss(logits, labels, *, num_items_in_batch=None):
 
 def lesson() -> nbformat.NotebookNode:
     nb = new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["widgets"] = {"state": {}}
     nb.cells = [
         new_markdown_cell("# A tiny lesson\nWrite `my_mlm_loss`."),
         new_code_cell(EXERCISE_CELL, execution_count=1),
-        new_code_cell('result = check("mlm_loss", my_mlm_loss)\nprint(result.status)\nresult', execution_count=2,
-                      outputs=[new_output("stream", name="stdout", text="passed\n")]),
-        new_code_cell('from lmlessons.exercises import solution\nsolution("mlm_loss")', execution_count=3,
-                      metadata={"tags": ["solution"]}),
-        new_code_cell("print(1 + 1)", execution_count=4, outputs=[new_output("stream", name="stdout", text="2\n")],
-                      metadata={"execution": {"iopub.status.busy": "2026-01-01T00:00:00Z"}}),
+        new_code_cell(
+            'result = check("mlm_loss", my_mlm_loss)\nprint(result.status)\nresult',
+            execution_count=2,
+            outputs=[new_output("stream", name="stdout", text="passed\n")],
+        ),
+        new_code_cell(
+            'from lmlessons.exercises import solution\nsolution("mlm_loss")',
+            execution_count=3,
+            metadata={"tags": ["solution"]},
+        ),
+        new_code_cell(
+            "print(1 + 1)",
+            execution_count=4,
+            outputs=[new_output("stream", name="stdout", text="2\n")],
+            metadata={"execution": {"iopub.status.busy": "2026-01-01T00:00:00Z"}},
+        ),
     ]
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"
@@ -71,7 +86,9 @@ def test_strip_solutions_keeps_the_indentation():
     out = strip_solutions(EXERCISE_CELL)
     assert f"    {STUB}" in out.split("\n")
     assert "cross_entropy" not in out and "SOLUTION" not in out
-    assert '"""Mean cross-entropy over positions whose label is not -100."""' in out  # docstring kept
+    assert (
+        '"""Mean cross-entropy over positions whose label is not -100."""' in out
+    )  # docstring kept
     nested = "class A:\n    def f(self):\n        # BEGIN SOLUTION\n        return 1\n        # END SOLUTION\n"
     assert strip_solutions(nested).split("\n")[2] == f"        {STUB}"
     two = "def f():\n  # BEGIN SOLUTION\n  x\n  # END SOLUTION\n\ndef g():\n\t# BEGIN SOLUTION\n\ty\n\t# END SOLUTION"
@@ -165,7 +182,9 @@ def test_learner_edits_are_never_overwritten_without_force(course, capsys):
     assert "REFUSED" in err and "01_tiny.ipynb" in err and "--force" in err and "edited" in err
 
     assert run(src, dest, "--force") == 0
-    assert "Updated by the teacher." in target.read_text() and "my attempt" not in target.read_text()
+    assert (
+        "Updated by the teacher." in target.read_text() and "my attempt" not in target.read_text()
+    )
 
 
 def test_an_executed_but_unedited_copy_is_regenerated(course):
@@ -211,8 +230,12 @@ def _execute(path: Path, timeout: int = 180) -> nbformat.NotebookNode:
 
     nb = nbformat.read(path, as_version=4)
     # kernel "python3": jupyter_client starts it with this interpreter (the venv's)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     return nb
 
 
@@ -232,7 +255,9 @@ def test_student_copy_of_an_exercise_runs_and_reports_not_attempted(course):
     text = _texts(nb)
     assert "not_attempted" in text and "not attempted yet" in text
     instructor = _execute(src / "01_tiny.ipynb")
-    assert "passed" in _texts(instructor) and "Reference solution for mlm_loss" in _texts(instructor)
+    assert "passed" in _texts(instructor) and "Reference solution for mlm_loss" in _texts(
+        instructor
+    )
 
 
 # --------------------------------------------------------------------------- the committed course

@@ -1,15 +1,15 @@
-"""lmlessons.tokenizer: the shipped WordPiece tokenizer and train_tokenizer."""
+"""lmlessons.course.tokenizer: the shipped WordPiece tokenizer and train_tokenizer."""
+
 from __future__ import annotations
 
 import time
 
 import pytest
-import transformers
 from transformers import BertTokenizerFast  # import the class now: time the load, not the import
 
 from lmlessons import load_corpus, load_tokenizer, train_tokenizer
 from lmlessons import tokenizer as tokenizer_module
-from lmlessons.tokenizer import COURSE_WHOLE_WORDS, SPECIAL_TOKENS
+from lmlessons.course.tokenizer import COURSE_WHOLE_WORDS, SPECIAL_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,16 @@ def test_load_under_one_second() -> None:
 
 
 def test_special_tokens_and_ids(tok: BertTokenizerFast) -> None:
-    assert [tok.pad_token, tok.unk_token, tok.cls_token, tok.sep_token, tok.mask_token] == list(SPECIAL_TOKENS)
-    ids = {tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id}
+    assert [tok.pad_token, tok.unk_token, tok.cls_token, tok.sep_token, tok.mask_token] == list(
+        SPECIAL_TOKENS
+    )
+    ids = {
+        tok.pad_token_id,
+        tok.unk_token_id,
+        tok.cls_token_id,
+        tok.sep_token_id,
+        tok.mask_token_id,
+    }
     assert len(ids) == 5 and set(tok.all_special_ids) == ids
     assert 2000 <= len(tok) <= 4000
     assert tok.model_max_length == 128
@@ -36,22 +44,55 @@ def test_special_tokens_and_ids(tok: BertTokenizerFast) -> None:
 def test_bert_pair_template_with_token_type_ids(tok: BertTokenizerFast) -> None:
     enc = tok("The dog chased the ball.", "It ran back.")
     tokens = tok.convert_ids_to_tokens(enc["input_ids"])
-    assert tokens == ["[CLS]", "the", "dog", "chased", "the", "ball", ".", "[SEP]", "it", "ran", "back", ".", "[SEP]"]
+    assert tokens == [
+        "[CLS]",
+        "the",
+        "dog",
+        "chased",
+        "the",
+        "ball",
+        ".",
+        "[SEP]",
+        "it",
+        "ran",
+        "back",
+        ".",
+        "[SEP]",
+    ]
     assert enc["token_type_ids"] == [0] * 8 + [1] * 5
     assert enc["attention_mask"] == [1] * 13
-    assert tok.decode(enc["input_ids"], skip_special_tokens=True) == "the dog chased the ball. it ran back."
+    assert (
+        tok.decode(enc["input_ids"], skip_special_tokens=True)
+        == "the dog chased the ball. it ran back."
+    )
     masked = tok.convert_ids_to_tokens(tok("The dog chased the [MASK].")["input_ids"])
     assert masked == ["[CLS]", "the", "dog", "chased", "the", "[MASK]", ".", "[SEP]"]
 
 
 def test_common_words_are_whole_and_nothing_is_unknown(tok: BertTokenizerFast) -> None:
     vocab = tok.get_vocab()
-    for word in ("dog", "cat", "ball", "chased", "the", "rain", "bread", "garden", "music", "farmer"):
+    for word in (
+        "dog",
+        "cat",
+        "ball",
+        "chased",
+        "the",
+        "rain",
+        "bread",
+        "garden",
+        "music",
+        "farmer",
+    ):
         assert word in vocab, word
     pieces = tok.tokenize("Unbelievably")  # a word the corpus never uses: spelled in pieces
     assert len(pieces) > 1 and all(p.startswith("##") for p in pieces[1:])
     assert "".join(p.removeprefix("##") for p in pieces) == "unbelievably"
-    ids = [i for doc in load_corpus("course").validation for s in doc for i in tok(s, add_special_tokens=False)["input_ids"]]
+    ids = [
+        i
+        for doc in load_corpus("course").validation
+        for s in doc
+        for i in tok(s, add_special_tokens=False)["input_ids"]
+    ]
     assert tok.unk_token_id not in ids  # every printable ASCII word can be spelled
     assert tok.unk_token_id not in tok("Zyzzyva 42 x_y {z} naïve")["input_ids"]
 
@@ -66,7 +107,7 @@ def test_padding_and_truncation(tok: BertTokenizerFast) -> None:
 
 
 def test_shipped_tokenizer_is_the_trained_one(tok: BertTokenizerFast) -> None:
-    """tokenizer.json is what `python -m lmlessons.tokenizer` trains from the course corpus
+    """tokenizer.json is what `python -m lmlessons.course.tokenizer` trains from the course corpus
     (so it is current with the corpus files, and training is deterministic)."""
     retrained = train_tokenizer(load_corpus("course"), whole_words=COURSE_WHOLE_WORDS)
     assert retrained.get_vocab() == tok.get_vocab()

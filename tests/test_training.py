@@ -1,4 +1,5 @@
-"""lmlessons.batches and lmlessons.training: seeded batches, the loop, accumulation, live plot."""
+"""lmlessons.course.batches and lmlessons.course.training: seeded batches, the loop, accumulation, live plot."""
+
 from __future__ import annotations
 
 import math
@@ -6,7 +7,7 @@ import math
 import pytest
 import torch
 
-import lmlessons.training as training_module
+import lmlessons.course.training as training_module
 from lmlessons import (
     History,
     clm_batches,
@@ -47,7 +48,12 @@ def g(seed: int = 0) -> torch.Generator:
 def test_pack_sequences_respects_documents_and_length() -> None:
     token_docs = [[[5, 6, 7], [8, 9]], [[10] * 9], [[11, 12]]]
     seqs = pack_sequences(token_docs, max_length=7, cls_token_id=2, sep_token_id=3)
-    assert seqs == [[2, 5, 6, 7, 8, 9, 3], [2, *[10] * 5, 3], [2, 10, 10, 10, 10, 3], [2, 11, 12, 3]]
+    assert seqs == [
+        [2, 5, 6, 7, 8, 9, 3],
+        [2, *[10] * 5, 3],
+        [2, 10, 10, 10, 10, 3],
+        [2, 11, 12, 3],
+    ]
 
 
 def test_mlm_batches(tok, docs) -> None:
@@ -70,7 +76,12 @@ def test_mlm_batches(tok, docs) -> None:
 
 
 def test_one_epoch_covers_every_sequence_once(tok, docs) -> None:
-    seqs = pack_sequences(tokenize_documents(docs, tok), max_length=32, cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id)
+    seqs = pack_sequences(
+        tokenize_documents(docs, tok),
+        max_length=32,
+        cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id,
+    )
     seen = []
     for b in clm_batches(docs, tok, batch_size=7, max_length=32, epochs=1, generator=g()):
         for row, mask in zip(b["input_ids"], b["attention_mask"]):
@@ -90,14 +101,28 @@ def test_clm_batches_labels_are_unshifted_input_ids(tok, docs) -> None:
 
 def test_nsp_batches(tok, docs) -> None:
     b = next(nsp_batches(docs, tok, batch_size=16, max_length=48, generator=g()))
-    assert set(b) == {"input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label"}
+    assert set(b) == {
+        "input_ids",
+        "token_type_ids",
+        "attention_mask",
+        "labels",
+        "next_sentence_label",
+    }
     assert b["next_sentence_label"].shape == (16,)
     assert set(b["next_sentence_label"].tolist()) <= {0, 1}
     assert (b["attention_mask"].sum(1) <= 48).all()
     assert (b["token_type_ids"][b["attention_mask"] == 0] == 0).all()
     assert (b["token_type_ids"].max(1).values == 1).all()  # every row has a segment B
-    n_pairs = sum(x["input_ids"].shape[0] for x in nsp_batches(docs, tok, max_length=48, epochs=1, generator=g()))
-    labels = torch.cat([x["next_sentence_label"] for x in nsp_batches(docs, tok, max_length=48, epochs=2, generator=g())])
+    n_pairs = sum(
+        x["input_ids"].shape[0]
+        for x in nsp_batches(docs, tok, max_length=48, epochs=1, generator=g())
+    )
+    labels = torch.cat(
+        [
+            x["next_sentence_label"]
+            for x in nsp_batches(docs, tok, max_length=48, epochs=2, generator=g())
+        ]
+    )
     assert 0.35 < labels.float().mean().item() < 0.65 and n_pairs > 40
 
 
@@ -127,7 +152,14 @@ def test_batch_argument_errors(tok, docs) -> None:
 def test_mlm_loss_decreases_and_is_deterministic(tok, docs) -> None:
     def run() -> History:
         model = tiny_bert_mlm(tok, seed=0, **SMALL_BERT)
-        return train(model, mlm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=25, lr=3e-3, warmup_steps=0, live=False)
+        return train(
+            model,
+            mlm_batches(docs, tok, batch_size=16, max_length=32, generator=g()),
+            max_steps=25,
+            lr=3e-3,
+            warmup_steps=0,
+            live=False,
+        )
 
     h = run()
     assert h.objective == "mlm" and h.num_steps == 25 and h.stopped_by == "max_steps"
@@ -140,7 +172,14 @@ def test_mlm_loss_decreases_and_is_deterministic(tok, docs) -> None:
 
 def test_pretraining_records_both_terms(tok, docs) -> None:
     model = tiny_bert_pretraining(tok, **SMALL_BERT)
-    h = train(model, nsp_batches(docs, tok, batch_size=16, max_length=48, generator=g()), max_steps=12, lr=3e-3, warmup_steps=0, live=False)
+    h = train(
+        model,
+        nsp_batches(docs, tok, batch_size=16, max_length=48, generator=g()),
+        max_steps=12,
+        lr=3e-3,
+        warmup_steps=0,
+        live=False,
+    )
     assert h.objective == "pretraining"
     assert len(h.mlm_loss) == len(h.nsp_loss) == len(h.nsp_accuracy) == 12
     for total, mlm, nsp in zip(h.loss, h.mlm_loss, h.nsp_loss):
@@ -153,7 +192,14 @@ def test_pretraining_records_both_terms(tok, docs) -> None:
 @pytest.mark.parametrize("factory", [tiny_gpt2, tiny_bert_lm_head])
 def test_causal_loss_decreases(tok, docs, factory) -> None:
     model = factory(tok, **(SMALL_GPT2 if factory is tiny_gpt2 else SMALL_BERT))
-    h = train(model, clm_batches(docs, tok, batch_size=16, max_length=32, generator=g()), max_steps=20, lr=3e-3, warmup_steps=0, live=False)
+    h = train(
+        model,
+        clm_batches(docs, tok, batch_size=16, max_length=32, generator=g()),
+        max_steps=20,
+        lr=3e-3,
+        warmup_steps=0,
+        live=False,
+    )
     assert h.objective == "clm"
     assert h.final(window=5) < h.loss[0] - 1.0
     assert not model.training  # left in eval mode
@@ -167,17 +213,38 @@ def _split(batch: dict, rows: int) -> list[dict]:
 def test_grad_accumulation_equals_full_batch(tok, docs, objective) -> None:
     """Two micro-batches with num_items_in_batch == one step on the whole batch (to 1e-5)."""
     if objective == "mlm":
-        factory, batch = tiny_bert_mlm, next(mlm_batches(docs, tok, batch_size=12, max_length=32, mlm_probability=0.3, generator=g()))
+        factory, batch = (
+            tiny_bert_mlm,
+            next(
+                mlm_batches(
+                    docs, tok, batch_size=12, max_length=32, mlm_probability=0.3, generator=g()
+                )
+            ),
+        )
     elif objective == "pretraining":
-        factory, batch = tiny_bert_pretraining, next(nsp_batches(docs, tok, batch_size=12, max_length=48, generator=g()))
+        factory, batch = (
+            tiny_bert_pretraining,
+            next(nsp_batches(docs, tok, batch_size=12, max_length=48, generator=g())),
+        )
     else:
-        factory, batch = tiny_bert_lm_head, next(clm_batches(docs, tok, batch_size=12, max_length=32, generator=g()))
+        factory, batch = (
+            tiny_bert_lm_head,
+            next(clm_batches(docs, tok, batch_size=12, max_length=32, generator=g())),
+        )
     halves = _split(batch, 3)  # unequal halves: 3 and 9 rows, different target counts
 
     def one_step(batches: list[dict], k: int) -> tuple[torch.nn.Module, History]:
         model = factory(tok, seed=0, **SMALL_BERT)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        return model, train(model, batches, max_steps=1, grad_accum_steps=k, optimizer=opt, max_grad_norm=None, live=False)
+        return model, train(
+            model,
+            batches,
+            max_steps=1,
+            grad_accum_steps=k,
+            optimizer=opt,
+            max_grad_norm=None,
+            live=False,
+        )
 
     full, h_full = one_step([batch], 1)
     acc, h_acc = one_step(halves, 2)
@@ -199,7 +266,15 @@ def test_sparse_prediction_gives_the_same_step(tok, docs) -> None:
     for sparse in (True, False):
         model = tiny_bert_pretraining(tok, seed=0, **SMALL_BERT)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        h = train(model, [batch], max_steps=1, optimizer=opt, sparse_prediction=sparse, max_grad_norm=None, live=False)
+        h = train(
+            model,
+            [batch],
+            max_steps=1,
+            optimizer=opt,
+            sparse_prediction=sparse,
+            max_grad_norm=None,
+            live=False,
+        )
         params.append((h.loss[0], [p.detach().clone() for p in model.parameters()]))
     assert params[0][0] == pytest.approx(params[1][0], abs=1e-5)
     for p, q in zip(params[0][1], params[1][1]):
@@ -208,7 +283,12 @@ def test_sparse_prediction_gives_the_same_step(tok, docs) -> None:
 
 def test_budgets_and_finite_batches(tok, docs) -> None:
     model = tiny_gpt2(tok, **SMALL_GPT2)
-    h = train(model, clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()), max_seconds=0.5, live=False)
+    h = train(
+        model,
+        clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()),
+        max_seconds=0.5,
+        live=False,
+    )
     assert h.stopped_by == "max_seconds" and h.wall_time[-1] >= 0 and h.num_steps >= 1
     finite = list(clm_batches(docs[:3], tok, batch_size=4, max_length=16, epochs=1, generator=g()))
     h = train(model, finite, live=False)
@@ -276,7 +356,13 @@ def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> Non
     monkeypatch.setattr(IPython.display, "display", fake_display)
     figures_before = plt.get_fignums()
     model = tiny_bert_pretraining(tok, **SMALL_BERT)
-    train(model, nsp_batches(docs, tok, batch_size=8, max_length=32, generator=g()), max_steps=4, live=True, plot_every=0.0)
+    train(
+        model,
+        nsp_batches(docs, tok, batch_size=8, max_length=32, generator=g()),
+        max_steps=4,
+        live=True,
+        plot_every=0.0,
+    )
     assert len(shown) == 1  # one display ...
     assert len(handle.updates) == 5  # ... redrawn after each of the 4 steps and once at the end
     png = handle.updates[-1].data
@@ -287,7 +373,12 @@ def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> Non
 def test_not_in_a_notebook_no_plot(tok, docs, capsys) -> None:
     assert training_module.in_notebook() is False
     model = tiny_gpt2(tok, **SMALL_GPT2)
-    train(model, clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()), max_steps=2, live=True)
+    train(
+        model,
+        clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()),
+        max_steps=2,
+        live=True,
+    )
     err = capsys.readouterr().err
     assert "GPT2LMHeadModel" in err and "2/2" in err  # the tqdm bar, on stderr
 
@@ -350,7 +441,9 @@ def test_budgets_command(tmp_path, capsys) -> None:
 
     loads = json.loads(out.read_text())["loads"]
     assert loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
-    assert loads["cold_import_and_load_corpus_s"] > loads["load_corpus_course_s"]  # a fresh process imports torch
+    assert (
+        loads["cold_import_and_load_corpus_s"] > loads["load_corpus_course_s"]
+    )  # a fresh process imports torch
     run = budgets._run("leaky", 0.3, 0, live=False)
     assert run["steps"] >= 1 and run["ln_vocab"] == pytest.approx(math.log(len(load_tokenizer())))
     with pytest.raises(ValueError, match="kind must be one of"):

@@ -1,17 +1,18 @@
 """Lessons 03/04 widgets and plots: set the controls' values, check what the output shows."""
+
 from __future__ import annotations
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import ipywidgets as widgets  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from lmlessons.causality import causal_mask  # noqa: E402
-from lmlessons.widgets.causal import (  # noqa: E402
+from lmlessons.causality import causal_mask
+from lmlessons.widgets.causal import (
     IGNORED,
     is_decoder_widget,
     label_strings,
@@ -35,11 +36,15 @@ def _marker(box) -> str:
 
 
 def _html(box) -> str:
-    return "".join(o["data"]["text/html"] for o in box.output.outputs if "text/html" in o.get("data", {}))
+    return "".join(
+        o["data"]["text/html"] for o in box.output.outputs if "text/html" in o.get("data", {})
+    )
 
 
 def _png(box) -> str:
-    return "".join(o["data"]["image/png"] for o in box.output.outputs if "image/png" in o.get("data", {}))
+    return "".join(
+        o["data"]["image/png"] for o in box.output.outputs if "image/png" in o.get("data", {})
+    )
 
 
 def _bidirectional(n: int) -> torch.Tensor:
@@ -66,7 +71,9 @@ def test_shift_table_shows_inputs_below_and_shifted_labels_above():
     for tok in TOKENS[1:]:
         assert f">{tok}</td>" in top_row
     assert f">{TOKENS[0]}</td>" not in top_row
-    assert top_row.rstrip("</tr>").endswith(f">{IGNORED}</td>") or f">{IGNORED}</td></tr>" in top_row
+    assert (
+        top_row.rstrip("</tr>").endswith(f">{IGNORED}</td>") or f">{IGNORED}</td></tr>" in top_row
+    )
 
 
 def test_shift_table_with_ignored_labels_and_double_shift():
@@ -105,9 +112,12 @@ def test_position_view_causal(t):
 
 def test_position_view_bidirectional_sees_its_answer():
     view = position_view(_bidirectional(len(TOKENS)), TOKENS, 3)
-    assert view["sees"] == len(TOKENS) and view["sees_answer"] is True and view["predicts"] == "runs"
+    assert (
+        view["sees"] == len(TOKENS) and view["sees_answer"] is True and view["predicts"] == "runs"
+    )
     assert position_marker(view, is_decoder=False) == (
-        "[widget] is_decoder=False position=3 sees=7 predicts=runs sees_answer=True")
+        "[widget] is_decoder=False position=3 sees=7 predicts=runs sees_answer=True"
+    )
     with pytest.raises(ValueError, match="position"):
         position_view(causal_mask(len(TOKENS)), TOKENS, len(TOKENS))
     with pytest.raises(ValueError, match="shape"):
@@ -121,7 +131,11 @@ def test_position_widget_slider_moves_the_marker_table_and_heatmap():
     box = position_widget(TOKENS)
     slider = box.children[0]
     assert isinstance(slider, widgets.IntSlider) and slider.description == "position"
-    assert box.controls["position"] is slider and (slider.min, slider.max, slider.value) == (0, 6, 3)
+    assert box.controls["position"] is slider and (slider.min, slider.max, slider.value) == (
+        0,
+        6,
+        3,
+    )
     assert _marker(box) == "[widget] position=3 sees=4 predicts=runs sees_answer=False"
     png_before, html_before = _png(box), _html(box)
     assert "target of position 3" in html_before
@@ -148,14 +162,22 @@ def test_position_widget_with_labels_and_without_heatmap():
 def test_is_decoder_widget_toggle_and_slider():
     n = len(TOKENS)
     box = is_decoder_widget(TOKENS, {True: causal_mask(n).float(), False: _bidirectional(n)})
-    assert isinstance(box.children[0], widgets.IntSlider) and box.children[0].description == "position"
+    assert (
+        isinstance(box.children[0], widgets.IntSlider) and box.children[0].description == "position"
+    )
     assert box.controls["position"] is box.children[0]
-    assert _marker(box) == "[widget] is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
+    assert (
+        _marker(box) == "[widget] is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
+    )
     box.controls["position"].value = 4
-    assert _marker(box) == "[widget] is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
+    assert (
+        _marker(box) == "[widget] is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
+    )
     png_causal = _png(box)
     box.controls["is_decoder"].value = False
-    assert _marker(box) == "[widget] is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
+    assert (
+        _marker(box) == "[widget] is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
+    )
     assert "a leak" in _html(box) and _png(box) != png_causal
     box.controls["is_decoder"].value = True
     assert "answer is hidden" in _html(box)
@@ -187,13 +209,21 @@ def test_plots_draw():
     fig, axes = plt.subplots(1, 3)
     plot_attention(axes[0], causal_mask(len(TOKENS)), TOKENS, row=2, title="mask")
     assert len(axes[0].patches) == 2 and axes[0].get_title() == "mask"
-    plot_logit_change(axes[1], {"causal": torch.tensor([0.0, 0.0, 2.0, 1.0, 1.0]), "leaky": torch.ones(5)}, 2)
+    plot_logit_change(
+        axes[1], {"causal": torch.tensor([0.0, 0.0, 2.0, 1.0, 1.0]), "leaky": torch.ones(5)}, 2
+    )
     assert len(axes[1].containers) == 2  # one bar group per entry
     assert [b.get_height() for b in axes[1].containers[1]] == [1.0] * 5
     assert axes[1].get_yscale() == "log" and axes[1].get_ylim()[0] < 1.0
     fig2, ax2 = plt.subplots()
-    plot_logit_change(ax2, {"causal": torch.zeros(3)}, 1, ["a", "b", "c"], log=True)  # all zero: stays linear
-    assert ax2.get_yscale() == "linear" and [t.get_text() for t in ax2.get_xticklabels()] == ["a", "b", "c"]
+    plot_logit_change(
+        ax2, {"causal": torch.zeros(3)}, 1, ["a", "b", "c"], log=True
+    )  # all zero: stays linear
+    assert ax2.get_yscale() == "linear" and [t.get_text() for t in ax2.get_xticklabels()] == [
+        "a",
+        "b",
+        "c",
+    ]
     plt.close(fig2)
     plot_loss_curves(axes[2], {"a": [3.0, 2.0, 1.0], "b": [3.0, 3.0, 3.0]}, reference=4.0)
     assert len(axes[2].lines) == 5  # 2 raw + 2 smoothed + reference

@@ -1,5 +1,6 @@
 """The lesson-01 masking widget: its callback redraws when a control's value is set, and what it
 shows is what mask_tokens does with the same seed."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from lmlessons import mask_tokens
-from lmlessons.tokenizer import train_tokenizer
+from lmlessons.course.tokenizer import train_tokenizer
 from lmlessons.widgets.masking import (
     binomial_pmf,
     masking_widget,
@@ -25,7 +26,10 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    texts = SENTENCES * 3 + ["A small garden needs water, sun and patience.", "Music fills the quiet room."]
+    texts = SENTENCES * 3 + [
+        "A small garden needs water, sun and patience.",
+        "Music fills the quiet room.",
+    ]
     return train_tokenizer(texts, vocab_size=200, min_frequency=1)
 
 
@@ -47,9 +51,16 @@ def _html(box) -> str:
 def _expected(tokenizer, sentence, p, pm, pr, seed):
     ids = torch.tensor(tokenizer(sentence)["input_ids"])
     special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    masked, labels = mask_tokens(ids[None], mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                                 special_tokens_mask=special[None], mlm_probability=p, mask_replace_prob=pm,
-                                 random_replace_prob=pr, generator=torch.Generator().manual_seed(seed))
+    masked, labels = mask_tokens(
+        ids[None],
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        special_tokens_mask=special[None],
+        mlm_probability=p,
+        mask_replace_prob=pm,
+        random_replace_prob=pr,
+        generator=torch.Generator().manual_seed(seed),
+    )
     cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
     return {c: cats.count(c) for c in ("mask", "random", "kept", "special", "plain")}, ids, special
 
@@ -57,11 +68,20 @@ def _expected(tokenizer, sentence, p, pm, pr, seed):
 def test_initial_marker_matches_mask_tokens(tokenizer):
     box = masking_widget(tokenizer, SENTENCES)
     f = _fields(box)
-    assert (f["mlm_probability"], f["mask_replace_prob"], f["random_replace_prob"], f["seed"], f["sentence"]) == (
-        "0.15", "0.80", "0.10", "0", "0")
+    assert (
+        f["mlm_probability"],
+        f["mask_replace_prob"],
+        f["random_replace_prob"],
+        f["seed"],
+        f["sentence"],
+    ) == ("0.15", "0.80", "0.10", "0", "0")
     exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.15, 0.8, 0.1, 0)
     assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
-    assert (int(f["mask"]), int(f["random"]), int(f["kept"])) == (exp["mask"], exp["random"], exp["kept"])
+    assert (int(f["mask"]), int(f["random"]), int(f["kept"])) == (
+        exp["mask"],
+        exp["random"],
+        exp["kept"],
+    )
 
 
 def test_first_slider_is_mlm_probability_and_one_step_is_0_05(tokenizer):
@@ -85,7 +105,9 @@ def test_extreme_probabilities(tokenizer):
     assert _fields(box)["selected"] == "0"
     c["mlm_probability"].value = 1.0
     _, ids, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
-    assert int(_fields(box)["selected"]) == int((~special).sum()), "p = 1 selects every non-special token"
+    assert int(_fields(box)["selected"]) == int((~special).sum()), (
+        "p = 1 selects every non-special token"
+    )
     c["mask_replace_prob"].value = 0.0
     c["random_replace_prob"].value = 0.0
     f = _fields(box)
@@ -126,7 +148,12 @@ def test_table_shows_labels_and_measured_rates(tokenizer):
     html = _html(box)
     assert "labels" in html and "-100" in html and "[CLS]" in html
     assert "measured over 3,000 draws" in html
-    rows = dict(re.findall(r"<th[^>]*>([^<]+)</th><td[^>]*>[^<]*<span[^>]*>[^<]*</span></td><td[^>]*>([0-9.]+)</td>", html))
+    rows = dict(
+        re.findall(
+            r"<th[^>]*>([^<]+)</th><td[^>]*>[^<]*<span[^>]*>[^<]*</span></td><td[^>]*>([0-9.]+)</td>",
+            html,
+        )
+    )
     assert abs(float(rows["selected (of eligible tokens)"]) - 0.4) < 0.03
     assert abs(float(rows["[MASK] (of selected)"]) - 0.8) < 0.03
 
@@ -134,14 +161,35 @@ def test_table_shows_labels_and_measured_rates(tokenizer):
 def test_measure_rates_match_requested(tokenizer):
     ids = torch.tensor(tokenizer(SENTENCES[1])["input_ids"])
     special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    r = measure_rates(ids, special, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                      mlm_probability=0.3, mask_replace_prob=0.5, random_replace_prob=0.3, n_draws=4000, seed=1)
+    r = measure_rates(
+        ids,
+        special,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        mlm_probability=0.3,
+        mask_replace_prob=0.5,
+        random_replace_prob=0.3,
+        n_draws=4000,
+        seed=1,
+    )
     assert abs(r["selected"] - 0.3) < 0.02
-    assert abs(r["mask"] - 0.5) < 0.03 and abs(r["random"] - 0.3) < 0.03 and abs(r["kept"] - 0.2) < 0.03
+    assert (
+        abs(r["mask"] - 0.5) < 0.03
+        and abs(r["random"] - 0.3) < 0.03
+        and abs(r["kept"] - 0.2) < 0.03
+    )
     assert r["mask"] + r["random"] + r["kept"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="n_draws"):
-        measure_rates(ids, special, mask_token_id=4, vocab_size=len(tokenizer), mlm_probability=0.1,
-                      mask_replace_prob=0.8, random_replace_prob=0.1, n_draws=0)
+        measure_rates(
+            ids,
+            special,
+            mask_token_id=4,
+            vocab_size=len(tokenizer),
+            mlm_probability=0.1,
+            mask_replace_prob=0.8,
+            random_replace_prob=0.1,
+            n_draws=0,
+        )
 
 
 def test_binomial_pmf():

@@ -1,5 +1,6 @@
 """The lesson-02 fill-mask widget: typing a sentence re-runs the model; fill_mask is the softmax
 at the [MASK] positions."""
+
 from __future__ import annotations
 
 import base64
@@ -7,8 +8,8 @@ import base64
 import pytest
 import torch
 
-from lmlessons.models import tiny_bert_mlm
-from lmlessons.tokenizer import train_tokenizer
+from lmlessons.course.models import tiny_bert_mlm
+from lmlessons.course.tokenizer import train_tokenizer
 from lmlessons.widgets.mlm import fill_mask, mlm_marker, mlm_widget, normalize_mask_text
 
 TEXTS = [
@@ -76,7 +77,9 @@ def test_typing_a_sentence_redraws(tok, model):
     box.text.value = "a [mask]  sang in the [MASK] tree ."  # what typing + Enter does
     after = _marker(box)
     assert after != before
-    assert after.startswith("[widget] masks=2 top1=") and after.endswith("text=a [MASK] sang in the [MASK] tree .")
+    assert after.startswith("[widget] masks=2 top1=") and after.endswith(
+        "text=a [MASK] sang in the [MASK] tree ."
+    )
     preds2 = fill_mask(model, tok, "a [MASK] sang in the [MASK] tree .", top_k=3)
     assert after == mlm_marker("a [MASK] sang in the [MASK] tree .", preds2)
 

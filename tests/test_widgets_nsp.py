@@ -1,4 +1,5 @@
 """Lesson 05 widget: the NSP pair browser reacts to its sliders, and its helpers read pairs right."""
+
 from __future__ import annotations
 
 import re
@@ -8,6 +9,7 @@ import torch
 
 from lmlessons import make_nsp_pairs
 from lmlessons.sop import make_sop_pairs
+from lmlessons.widgets.display import COLORS
 from lmlessons.widgets.nsp import (
     DocumentIndex,
     label_name,
@@ -17,7 +19,6 @@ from lmlessons.widgets.nsp import (
     pair_table_html,
     segment_colors,
 )
-from lmlessons.display import COLORS
 
 PAD, CLS, SEP = 0, 1, 2
 
@@ -55,17 +56,27 @@ def _marker(box) -> str:
 
 
 def _html(box) -> str:
-    return "".join(o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data")
+    return "".join(
+        o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data"
+    )
 
 
 def _fields(marker: str) -> dict[str, str]:
     assert marker.startswith("[widget] ")
-    return dict(kv.split("=") for kv in marker[len("[widget] "):].split())
+    return dict(kv.split("=") for kv in marker[len("[widget] ") :].split())
 
 
 def _pairs(docs, p=0.5, seed=0, max_length=24):
-    return make_nsp_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=max_length,
-                          nsp_probability=p, short_seq_prob=0.1, generator=torch.Generator().manual_seed(seed))
+    return make_nsp_pairs(
+        docs,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        max_length=max_length,
+        nsp_probability=p,
+        short_seq_prob=0.1,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def test_initial_marker_matches_the_pairs():
@@ -166,16 +177,30 @@ def test_document_index_finds_sources():
 def test_pair_table_html_captions():
     docs = _docs()
     html = pair_table_html(_Tok(), _pairs(docs), 0)
-    assert "next_sentence_label = " in html and "token_type_ids" in html and "attention_mask" in html
-    sop = make_sop_pairs(docs, cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=24,
-                         swap_probability=1.0, generator=torch.Generator().manual_seed(0))
-    assert "sentence_order_label = 1 (swapped)" in pair_table_html(_Tok(), sop, 0, label_key="sentence_order_label")
+    assert (
+        "next_sentence_label = " in html and "token_type_ids" in html and "attention_mask" in html
+    )
+    sop = make_sop_pairs(
+        docs,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        max_length=24,
+        swap_probability=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert "sentence_order_label = 1 (swapped)" in pair_table_html(
+        _Tok(), sop, 0, label_key="sentence_order_label"
+    )
     narrow = pair_table_html(_Tok(), _pairs(docs), 0, show_padding=False)
     assert "[PAD]" not in narrow
 
 
 def test_marker_and_bad_input():
-    assert nsp_marker(0.5, 3, 1, 0.4812) == "[widget] nsp_probability=0.50 pair=3 label=NotNext notnext_rate=0.48"
+    assert (
+        nsp_marker(0.5, 3, 1, 0.4812)
+        == "[widget] nsp_probability=0.50 pair=3 label=NotNext notnext_rate=0.48"
+    )
     with pytest.raises(ValueError, match="label"):
         label_name(2)
     with pytest.raises(ValueError, match="index"):

@@ -1,10 +1,12 @@
 """Lesson 06 widget: the loss-weights sliders, and the gradient geometry behind them."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from _tiny import VOCAB, bert_config, seeded
 from transformers import BertForPreTraining
 
 from lmlessons import bert_pretraining_loss
@@ -15,8 +17,6 @@ from lmlessons.widgets.pretraining import (
     term_gradients,
     weighted_terms,
 )
-
-from _tiny import VOCAB, bert_config, seeded
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,18 @@ def _direct(model, batch, a, b):
     """Loss and encoder-gradient norm of a * MLM + b * NSP, by an ordinary backward pass."""
     model.zero_grad(set_to_none=True)
     out = model(**{k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
-    loss = bert_pretraining_loss(out.prediction_logits, out.seq_relationship_logits, batch["labels"],
-                                 batch["next_sentence_label"], mlm_weight=a, nsp_weight=b)
+    loss = bert_pretraining_loss(
+        out.prediction_logits,
+        out.seq_relationship_logits,
+        batch["labels"],
+        batch["next_sentence_label"],
+        mlm_weight=a,
+        nsp_weight=b,
+    )
     loss.backward()
-    sq = sum(float((p.grad.double() ** 2).sum()) for p in model.bert.parameters() if p.grad is not None)
+    sq = sum(
+        float((p.grad.double() ** 2).sum()) for p in model.bert.parameters() if p.grad is not None
+    )
     model.zero_grad(set_to_none=True)
     return loss.item(), math.sqrt(sq)
 
@@ -97,7 +105,9 @@ def test_widget_sliders_change_loss_and_share(model_and_batch):
     nsp_slider.value = 0.0
     assert share(marker()) == 1.0
     assert f"loss={1.1 * terms.mlm_loss:.3f} " in marker()
-    html = "".join(o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data")
+    html = "".join(
+        o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data"
+    )
     assert "masked tokens" in html and "sequences" in html
 
 

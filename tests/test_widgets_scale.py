@@ -1,5 +1,6 @@
 """Lesson 07's memory model and widget: formula by hand, checked against measured memory, and the
 widget callback driven by setting slider values."""
+
 from __future__ import annotations
 
 import base64
@@ -10,11 +11,18 @@ import pytest
 
 matplotlib.use("Agg")
 
-from lmlessons.bench import BenchConfig, measure_peak_memory_many  # noqa: E402
-from lmlessons.widgets.scale import (  # noqa: E402
-    CHUNK_SIZES, MIB, REAL_VOCABULARIES, estimate_peak_bytes, logits_bytes, plot_logits_memory,
-    plot_peak_vs_chunk, scale_marker, scale_widget,
+from lmlessons.widgets.scale import (
+    CHUNK_SIZES,
+    MIB,
+    REAL_VOCABULARIES,
+    estimate_peak_bytes,
+    logits_bytes,
+    plot_logits_memory,
+    plot_peak_vs_chunk,
+    scale_marker,
+    scale_widget,
 )
+from tools.bench import BenchConfig, measure_peak_memory_many
 
 
 def test_logits_bytes():
@@ -31,7 +39,9 @@ def test_estimate_by_hand():
     grads = n * h + v * h
     assert estimate_peak_bytes(n, h, v) == 4 * (3 * n * v + grads)
     assert estimate_peak_bytes(n, h, v, chunk_size=16) == 4 * (16 * v + grads)
-    assert estimate_peak_bytes(n, h, v, chunk_size=1000) == 4 * (n * v + grads)  # one chunk of all rows
+    assert estimate_peak_bytes(n, h, v, chunk_size=1000) == 4 * (
+        n * v + grads
+    )  # one chunk of all rows
     assert estimate_peak_bytes(n, h, v, chunk_size=64, labelled_rows=15) == 4 * (15 * v + grads)
     assert estimate_peak_bytes(n, h, v, bias=True) == 4 * (3 * n * v + grads + v)
     with pytest.raises(ValueError, match="labelled_rows"):
@@ -42,9 +52,15 @@ def test_estimate_by_hand():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RSS high-water mark via /proc")
 def test_estimate_matches_measured_memory():
-    cfg = BenchConfig.tiny(head_rows=2048, head_seq_len=256, hidden_size=64, vocab_size=4096, chunk_size=256)
-    big = BenchConfig.tiny(head_rows=2048, head_seq_len=256, hidden_size=64, vocab_size=4096, chunk_size=1024)
-    measured = measure_peak_memory_many([("clm", "dense", cfg), ("clm", "chunked", cfg), ("clm", "chunked", big)])
+    cfg = BenchConfig.tiny(
+        head_rows=2048, head_seq_len=256, hidden_size=64, vocab_size=4096, chunk_size=256
+    )
+    big = BenchConfig.tiny(
+        head_rows=2048, head_seq_len=256, hidden_size=64, vocab_size=4096, chunk_size=1024
+    )
+    measured = measure_peak_memory_many(
+        [("clm", "dense", cfg), ("clm", "chunked", cfg), ("clm", "chunked", big)]
+    )
     expected = [
         estimate_peak_bytes(2048, 64, 4096) / MIB,  # 96 MiB of (N, V) tensors + gradients
         estimate_peak_bytes(2048, 64, 4096, chunk_size=256) / MIB,
@@ -73,11 +89,17 @@ def test_widget_marker_and_callback():
     assert _marker(box).startswith("[widget] vocab_size=128256 chunk_size=1024 ")
     box.chunk.value = 64
     m = _marker(box)
-    assert m == scale_marker(128256, 64, estimate_peak_bytes(16384, 2048, 128256, chunk_size=64) / MIB,
-                             estimate_peak_bytes(16384, 2048, 128256) / MIB)
+    assert m == scale_marker(
+        128256,
+        64,
+        estimate_peak_bytes(16384, 2048, 128256, chunk_size=64) / MIB,
+        estimate_peak_bytes(16384, 2048, 128256) / MIB,
+    )
     small = float(m.split("peak_MiB=")[1].split()[0])
     box.chunk.value = 8192
-    assert float(_marker(box).split("peak_MiB=")[1].split()[0]) > small  # bigger chunks need more memory
+    assert (
+        float(_marker(box).split("peak_MiB=")[1].split()[0]) > small
+    )  # bigger chunks need more memory
 
 
 def test_widget_options_and_bad_arguments():

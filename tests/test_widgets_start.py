@@ -1,11 +1,12 @@
 """The lesson-00 objectives widget: each control redraws the right token table."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from lmlessons import mask_tokens
-from lmlessons.tokenizer import train_tokenizer
+from lmlessons.course.tokenizer import train_tokenizer
 from lmlessons.widgets.start import clm_example, mlm_example, nsp_example, objectives_widget
 
 EXAMPLES = [
@@ -35,8 +36,13 @@ def test_controls_redraw(tok):
     assert (f["example"], f["objective"], f["seed"]) == ("0", "MLM", "0")
     ids = torch.tensor(tok(EXAMPLES[0][0])["input_ids"])
     special = torch.isin(ids, torch.tensor(tok.all_special_ids))
-    _, labels = mask_tokens(ids[None], mask_token_id=tok.mask_token_id, vocab_size=len(tok),
-                            special_tokens_mask=special[None], generator=torch.Generator().manual_seed(0))
+    _, labels = mask_tokens(
+        ids[None],
+        mask_token_id=tok.mask_token_id,
+        vocab_size=len(tok),
+        special_tokens_mask=special[None],
+        generator=torch.Generator().manual_seed(0),
+    )
     assert int(f["targets"]) == int((labels != -100).sum()) and int(f["tokens"]) == len(ids)
 
     first = box.children[0]

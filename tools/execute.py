@@ -1,14 +1,15 @@
-"""Re-execute the lessons and store their outputs: ``python tools/execute.py`` (``make execute``).
+"""Re-execute the lessons and store their outputs: ``python -m tools.execute`` (``make execute``).
 
 Each lesson runs top to bottom in a fresh kernel (nbclient, as ``jupyter nbconvert --execute``
 does) with the notebook's folder as working directory, and is written back in place without
 volatile metadata: no per-cell execution timestamps (``record_timing=False``), so re-running an
 unchanged lesson changes only the outputs that really changed. A lesson whose cell raises is not
-written. Afterwards the student copies are regenerated (``python -m lmlessons.student``).
+written. Afterwards the student copies are regenerated (``python -m tools.student``).
 
 Hand-written rather than ``jupyter nbconvert --execute --inplace``: nbconvert always records the
 per-cell timings (``ExecutePreprocessor`` has no switch for them), nbclient does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,12 @@ def execute(path: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lessons", nargs="*", help="lesson file names or prefixes (default: every lesson)")
-    parser.add_argument("--no-student", action="store_true", help="do not regenerate student/ afterwards")
+    parser.add_argument(
+        "lessons", nargs="*", help="lesson file names or prefixes (default: every lesson)"
+    )
+    parser.add_argument(
+        "--no-student", action="store_true", help="do not regenerate student/ afterwards"
+    )
     args = parser.parse_args(argv)
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
     if args.lessons:
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print(f"{path.name}: {execute(path):.1f} s", flush=True)
     if not args.no_student:
-        return subprocess.call([sys.executable, "-m", "lmlessons.student"], cwd=ROOT)
+        return subprocess.call([sys.executable, "-m", "tools.student"], cwd=ROOT)
     return 0
 
 

@@ -4,6 +4,7 @@ Special ids are chosen per case from a seeded permutation and never take the val
 tokenizers use ({0, 1, 2, 3, 100, 101, 102, 103}), so a learner who hard-codes [CLS]=101 or
 [PAD]=0 is caught. Everything here is deterministic: same seed, same case.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ class Vocab:
     mask: int
 
     @classmethod
-    def make(cls, seed: int, size: int) -> "Vocab":
+    def make(cls, seed: int, size: int) -> Vocab:
         pad, cls_id, sep, mask = pick_special_ids(seed, size, 4)
         return cls(size=size, pad=pad, cls=cls_id, sep=sep, mask=mask)
 
@@ -55,7 +56,9 @@ class Vocab:
         )
 
 
-def mlm_batch(vocab: Vocab, *, batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def mlm_batch(
+    vocab: Vocab, *, batch: int, length: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[CLS] tokens [SEP] [PAD]...`` rows of varied length and their special-tokens mask.
 
     The mask is 0/1 ``torch.long``, as tokenizers return it (``return_special_tokens_mask=True``).
@@ -77,7 +80,9 @@ def random_logits(seed: int, shape: tuple[int, ...], scale: float = 1.5) -> torc
     return torch.randn(shape, generator=gen(seed)) * scale
 
 
-def mlm_labels(seed: int, batch: int, length: int, vocab_size: int, per_row: list[int]) -> torch.Tensor:
+def mlm_labels(
+    seed: int, batch: int, length: int, vocab_size: int, per_row: list[int]
+) -> torch.Tensor:
     """-100 everywhere except ``per_row[b]`` random positions of row b, which get random ids."""
     g = gen(seed)
     labels = torch.full((batch, length), IGNORE, dtype=torch.long)
@@ -87,7 +92,9 @@ def mlm_labels(seed: int, batch: int, length: int, vocab_size: int, per_row: lis
     return labels
 
 
-def clm_labels(seed: int, vocab_size: int, lengths: list[int], length: int, prompt: dict[int, int]) -> torch.Tensor:
+def clm_labels(
+    seed: int, vocab_size: int, lengths: list[int], length: int, prompt: dict[int, int]
+) -> torch.Tensor:
     """``input_ids.clone()`` with -100 on right padding (row b has ``lengths[b]`` tokens) and on
     the first ``prompt[b]`` positions of some rows (a prompt that is not learned)."""
     g = gen(seed)
@@ -103,7 +110,9 @@ class Corpus:
     """Documents of sentences of *unique* token ids, so every token tells where it came from."""
 
     documents: list[list[list[int]]]
-    where: dict[int, tuple[int, int]]  # token id -> (document, position in the document's token stream)
+    where: dict[
+        int, tuple[int, int]
+    ]  # token id -> (document, position in the document's token stream)
     cls: int
     sep: int
     pad: int
@@ -117,10 +126,14 @@ class Corpus:
         sentences: tuple[int, int],
         tokens: tuple[int, int],
         vocab_size: int = 5000,
-    ) -> "Corpus":
+    ) -> Corpus:
         g = gen(seed)
         cls_id, sep, pad = pick_special_ids(seed + 1, vocab_size, 3)
-        pool = [i for i in torch.randperm(vocab_size, generator=g).tolist() if i not in POPULAR_SPECIAL_IDS]
+        pool = [
+            i
+            for i in torch.randperm(vocab_size, generator=g).tolist()
+            if i not in POPULAR_SPECIAL_IDS
+        ]
         pool = [i for i in pool if i not in (cls_id, sep, pad)]
         documents: list[list[list[int]]] = []
         where: dict[int, tuple[int, int]] = {}

@@ -4,14 +4,15 @@
 and returns exactly the text the widget then shows. The text/plain form of a quiz is deterministic,
 so quiz cells need no nbval tag.
 """
+
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
 from typing import Any
 
-from ._result import _inline
-from .quizzes import QUIZZES, Question
+from lmlessons.exercises._result import _inline
+from lmlessons.exercises.quizzes import QUIZZES, Question
 
 LETTERS = "ABCDEFGH"
 _CSS = (
@@ -56,13 +57,23 @@ class Quiz:
     # ------------------------------------------------------------------ programmatic use
     def _index(self, question: int) -> int:
         if not isinstance(question, int) or not 1 <= question <= len(self.questions):
-            raise ValueError(f"question must be an int in 1..{len(self.questions)}, got {question!r}")
+            raise ValueError(
+                f"question must be an int in 1..{len(self.questions)}, got {question!r}"
+            )
         return question - 1
 
     def _choice(self, q: Question, choice: int | str) -> int:
-        if isinstance(choice, str) and len(choice) == 1 and choice.upper() in LETTERS[: len(q.choices)]:
+        if (
+            isinstance(choice, str)
+            and len(choice) == 1
+            and choice.upper() in LETTERS[: len(q.choices)]
+        ):
             return LETTERS.index(choice.upper())
-        if isinstance(choice, int) and not isinstance(choice, bool) and 0 <= choice < len(q.choices):
+        if (
+            isinstance(choice, int)
+            and not isinstance(choice, bool)
+            and 0 <= choice < len(q.choices)
+        ):
             return choice
         raise ValueError(
             f"choice must be a letter A-{LETTERS[len(q.choices) - 1]} or an index 0-{len(q.choices) - 1}, got {choice!r}"
@@ -115,8 +126,14 @@ class Quiz:
                 self._buttons.append(button)
                 self._feedback.append(feedback)
                 number = f"{qi + 1}. " if len(self.questions) > 1 else ""
-                boxes += [widgets.HTML(f"<p style='margin:8px 0 2px 0'>{number}{_prompt_html(q.prompt)}</p>"),
-                          radio, button, feedback]
+                boxes += [
+                    widgets.HTML(
+                        f"<p style='margin:8px 0 2px 0'>{number}{_prompt_html(q.prompt)}</p>"
+                    ),
+                    radio,
+                    button,
+                    feedback,
+                ]
             self._widget = widgets.VBox(boxes)
             self._widget.add_class("lmlessons-quiz")
         return self._widget
@@ -132,7 +149,7 @@ class Quiz:
             number = f"{qi + 1}. " if len(self.questions) > 1 else ""
             lines += ["", f"{number}{q.prompt}"]
             lines += [f"  {LETTERS[i]}. {c.text}" for i, c in enumerate(q.choices)]
-        lines += ["", "Answer in the widget, or with .answer(\"B\", question=1)."]
+        lines += ["", 'Answer in the widget, or with .answer("B", question=1).']
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -4,6 +4,7 @@ render as HTML in Jupyter.
 Both renderings are deterministic (no timings, no ids, no addresses, no random text), so a
 notebook that shows a check result passes strict nbval.
 """
+
 from __future__ import annotations
 
 import html
@@ -44,7 +45,9 @@ def _paragraphs_html(text: str) -> str:
         lines = para.split("\n")
         if all(line.startswith("    ") for line in lines):  # an indented code block
             code = html.escape("\n".join(line[4:] for line in lines))
-            blocks.append(f'<pre style="margin:4px 0;font-size:12px;background:transparent">{code}</pre>')
+            blocks.append(
+                f'<pre style="margin:4px 0;font-size:12px;background:transparent">{code}</pre>'
+            )
         elif lines[0].startswith("- "):  # a list; lines not starting with "- " continue an item
             entries: list[str] = []
             for line in lines:
@@ -55,7 +58,11 @@ def _paragraphs_html(text: str) -> str:
             items = "".join(f"<li>{_inline(e)}</li>" for e in entries)
             blocks.append(f'<ul style="margin:4px 0 4px 18px;padding:0">{items}</ul>')
         else:
-            blocks.append('<p style="margin:4px 0">' + _inline(" ".join(line.strip() for line in lines)) + "</p>")
+            blocks.append(
+                '<p style="margin:4px 0">'
+                + _inline(" ".join(line.strip() for line in lines))
+                + "</p>"
+            )
     return "".join(blocks)
 
 
@@ -139,7 +146,9 @@ class Hint:
 
     def __str__(self) -> str:
         more = (
-            f'\n\nMore: `hint("{self.exercise}", {self.level + 1})`' if self.level < self.levels else ""
+            f'\n\nMore: `hint("{self.exercise}", {self.level + 1})`'
+            if self.level < self.levels
+            else ""
         )
         return f"Hint {self.level}/{self.levels} for {self.exercise}:\n\n{self.text.strip()}{more}"
 

@@ -10,6 +10,7 @@ A check calls the learner's function many times on hidden cases. The runner
 ``isolated_rng`` saves and restores every global random state (torch, Python, NumPy), so a
 learner's function that forgets ``generator=`` cannot change the rest of the notebook.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,7 +47,8 @@ def _learner_frame(exc: BaseException) -> str:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith((_PACKAGE_DIR, _TORCH_DIR)) and "site-packages" not in f.filename
+        if not f.filename.startswith((_PACKAGE_DIR, _TORCH_DIR))
+        and "site-packages" not in f.filename
     ]
     if not frames:
         return ""
@@ -80,7 +82,11 @@ def global_rng_changed(before: tuple[Any, ...]) -> str | None:
         return "torch"
     if now[1] != before[1]:
         return "random"
-    if not (now[2][0] == before[2][0] and np.array_equal(now[2][1], before[2][1]) and now[2][2:] == before[2][2:]):
+    if not (
+        now[2][0] == before[2][0]
+        and np.array_equal(now[2][1], before[2][1])
+        and now[2][2:] == before[2][2:]
+    ):
         return "numpy"
     return None
 
@@ -147,7 +153,11 @@ class Runner:
         self.calls += 1
         sink = io.StringIO()
         try:
-            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+            with (
+                contextlib.redirect_stdout(sink),
+                contextlib.redirect_stderr(sink),
+                warnings.catch_warnings(),
+            ):
                 warnings.simplefilter("ignore")
                 out = self.fn(*args, **kwargs)
         except NotImplementedError as exc:

@@ -5,6 +5,7 @@ what the probabilities imply, allowing ``Z`` standard deviations (plus one count
 discreteness). At Z = 5 a correct function fails a given rate test with probability below
 1e-6, while the mistakes the checks look for move the rate by 10 or more standard deviations.
 """
+
 from __future__ import annotations
 
 import math

@@ -8,6 +8,7 @@ watches whether the learner's loss moves. Every check also covers: a scalar tens
 the logits, inputs left unchanged, 0 (not NaN) when there is nothing to predict, and
 ``num_items_in_batch`` (sum / count, the gradient-accumulation fix).
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._cases import IGNORE, clm_labels, gen, mlm_labels, random_logits
-from ._runner import Mistake, Runner
+from lmlessons.exercises._cases import IGNORE, clm_labels, gen, mlm_labels, random_logits
+from lmlessons.exercises._runner import Mistake, Runner
 
 MLM_SIGNATURE = "mlm_loss(logits, labels, *, num_items_in_batch=None) -> loss"
 CLM_SIGNATURE = "clm_loss(logits, labels, *, num_items_in_batch=None) -> loss   # labels unshifted"
@@ -61,7 +62,10 @@ def _explain_ce(exc: BaseException) -> tuple[str, str] | None:
             "with `labels != -100`.",
         )
     if "view size is not compatible" in text:
-        return ("raised_exception", "A sliced tensor is not contiguous: use `.reshape(...)` instead of `.view(...)`.")
+        return (
+            "raised_exception",
+            "A sliced tensor is not contiguous: use `.reshape(...)` instead of `.view(...)`.",
+        )
     return None
 
 
@@ -85,7 +89,11 @@ def _as_loss(out: Any, case: str) -> torch.Tensor:
             "loss, a 0-dim tensor (the seed file returned `(loss, info)`; statistics belong elsewhere).",
         )
     if not isinstance(out, torch.Tensor):
-        extra = " (`.item()` turns the loss into a Python number and cuts it off from the graph)" if isinstance(out, (int, float)) else ""
+        extra = (
+            " (`.item()` turns the loss into a Python number and cuts it off from the graph)"
+            if isinstance(out, (int, float))
+            else ""
+        )
         raise Mistake(
             "not_a_tensor",
             "the loss is not a tensor",
@@ -100,7 +108,9 @@ def _as_loss(out: Any, case: str) -> torch.Tensor:
             "0-dim tensor: the mean over target tokens (did you use `reduction='none'`?).",
         )
     if not out.dtype.is_floating_point:
-        raise Mistake("wrong_dtype", "the loss is not a float", f"On {case}, the loss has dtype {out.dtype}.")
+        raise Mistake(
+            "wrong_dtype", "the loss is not a float", f"On {case}, the loss has dtype {out.dtype}."
+        )
     return out
 
 
@@ -119,7 +129,9 @@ class _LossCall:
         explain: Callable[[BaseException], tuple[str, str] | None] = _explain_ce,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        leaves = [a.clone().requires_grad_(True) if a.is_floating_point() else a.clone() for a in args]
+        leaves = [
+            a.clone().requires_grad_(True) if a.is_floating_point() else a.clone() for a in args
+        ]
         out = self.run.call(*leaves, case=case, explain=explain, **kwargs)
         for name, leaf, original in zip(self.names, leaves, args):
             if not torch.equal(leaf.detach(), original):
@@ -159,14 +171,20 @@ def _per_row_mean(ce: torch.Tensor, targets: torch.Tensor) -> float:
     return float((ce.sum(-1)[rows] / counts[rows]).mean())
 
 
-def _first_match(got: float, expected: float, candidates: list[tuple[str, float, str, str]]) -> None:
+def _first_match(
+    got: float, expected: float, candidates: list[tuple[str, float, str, str]]
+) -> None:
     for code, value, title, why in candidates:
         if _close(got, value) and not _close(value, expected):
             raise Mistake(code, title, why)
 
 
 def _require_grad(
-    run: Runner, loss: torch.Tensor, leaves: list[torch.Tensor], reference: tuple[torch.Tensor, torch.Tensor], case: str
+    run: Runner,
+    loss: torch.Tensor,
+    leaves: list[torch.Tensor],
+    reference: tuple[torch.Tensor, torch.Tensor],
+    case: str,
 ) -> None:
     if not loss.requires_grad:
         raise Mistake(
@@ -197,7 +215,9 @@ def _reference(
     return fn(leaf, *rest, **kwargs), leaf
 
 
-def _check_empty(run: Runner, call: _LossCall, args: list[torch.Tensor], case: str, code: str, what: str) -> None:
+def _check_empty(
+    run: Runner, call: _LossCall, args: list[torch.Tensor], case: str, code: str, what: str
+) -> None:
     loss, leaves = call(args, case, explain=_explain_empty)
     got = float(loss.detach())
     if not math.isfinite(got):
@@ -287,7 +307,9 @@ def _check_num_items(
             f"On {what_t}, your loss is {float(loss.detach()):.6f}; expected {expected:.6f}. The "
             "Trainer passes the count as a 0-dim tensor: accept both an int and a tensor.",
         )
-    run.ok("with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the full-batch loss")
+    run.ok(
+        "with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the full-batch loss"
+    )
 
 
 # ----------------------------------------------------------------------------------- mlm_loss
@@ -346,17 +368,31 @@ def check_mlm_loss(run: Runner) -> None:
                 ),
                 (
                     "nll_without_log_softmax",
-                    float(-(logits.double().gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1))[labels != IGNORE].mean()),
+                    float(
+                        -(
+                            logits.double()
+                            .gather(-1, labels.clamp(min=0).unsqueeze(-1))
+                            .squeeze(-1)
+                        )[labels != IGNORE].mean()
+                    ),
                     "`nll_loss` applied to raw scores",
                     f"On {case}, your loss is {got:.4f}: `F.nll_loss` expects log-probabilities. Apply "
                     "`log_softmax` first, or use `F.cross_entropy`, which does both.",
                 ),
             ],
         )
-        _perturb_ignored(run, call, [logits, labels], labels != IGNORE, got, case, code="uses_unmasked_positions",
-                         title="the scores at unmasked positions change the loss",
-                         why="Your loss changes when only the scores at positions labelled -100 change. Those "
-                         "positions are not predicted; only positions with `labels != -100` may count.")
+        _perturb_ignored(
+            run,
+            call,
+            [logits, labels],
+            labels != IGNORE,
+            got,
+            case,
+            code="uses_unmasked_positions",
+            title="the scores at unmasked positions change the loss",
+            why="Your loss changes when only the scores at positions labelled -100 change. Those "
+            "positions are not predicted; only positions with `labels != -100` may count.",
+        )
         raise Mistake(
             "wrong_value",
             "wrong loss value",
@@ -366,8 +402,14 @@ def check_mlm_loss(run: Runner) -> None:
     run.ok("equals the mean cross-entropy over positions whose label is not -100")
     _require_grad(run, loss, leaves, reference, case)
     empty = torch.full_like(labels, IGNORE)
-    _check_empty(run, call, [logits, empty], "hidden case 2 (every label is -100: nothing was masked)",
-                 "nan_when_nothing_masked", "nothing is masked")
+    _check_empty(
+        run,
+        call,
+        [logits, empty],
+        "hidden case 2 (every label is -100: nothing was masked)",
+        "nan_when_nothing_masked",
+        "nothing is masked",
+    )
     _check_num_items(run, call, [logits, labels], case, total, count, 17, lmlessons.mlm_loss)
 
 
@@ -492,33 +534,61 @@ def check_clm_loss(run: Runner) -> None:
         has_target = targets != IGNORE  # (B, T)
         last_only = torch.zeros_like(has_target)
         last_only[:, :-1] = True  # everything but the last column counts as "may count"
-        _perturb_ignored(run, call, [logits, labels], last_only, got, case, code="not_shifted",
-                         title="the last position is scored, so the labels are not shifted",
-                         why="your loss changes when only the scores at the *last* position change, but the "
-                         "last position has no next token to predict. Score `logits[:, :-1]` against "
-                         "`labels[:, 1:]`.")
-        _perturb_ignored(run, call, [logits, labels], has_target, got, case, code="not_ignoring_padding",
-                         title="padding is not ignored",
-                         why="your loss changes when only the scores at positions whose next token is "
-                         "-100 (padding, prompt) change. Those positions must not count; keep -100 in the "
-                         "targets and let `F.cross_entropy` ignore them.")
+        _perturb_ignored(
+            run,
+            call,
+            [logits, labels],
+            last_only,
+            got,
+            case,
+            code="not_shifted",
+            title="the last position is scored, so the labels are not shifted",
+            why="your loss changes when only the scores at the *last* position change, but the "
+            "last position has no next token to predict. Score `logits[:, :-1]` against "
+            "`labels[:, 1:]`.",
+        )
+        _perturb_ignored(
+            run,
+            call,
+            [logits, labels],
+            has_target,
+            got,
+            case,
+            code="not_ignoring_padding",
+            title="padding is not ignored",
+            why="your loss changes when only the scores at positions whose next token is "
+            "-100 (padding, prompt) change. Those positions must not count; keep -100 in the "
+            "targets and let `F.cross_entropy` ignore them.",
+        )
         raise Mistake(
             "wrong_value",
             "wrong loss value",
             f"On {case}, your loss is {got:.6f}; expected {expected:.6f}, the mean cross-entropy of "
             "`logits[:, :-1]` against `labels[:, 1:]` over targets that are not -100.",
         )
-    run.ok("shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) is ignored")
+    run.ok(
+        "shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) is ignored"
+    )
     _require_grad(run, loss, leaves, reference, case)
     only_first = torch.full_like(labels, IGNORE)
     only_first[:, 0] = labels[:, 0]  # position 0 is never a target after the shift
-    _check_empty(run, call, [logits, only_first],
-                 "hidden case 2 (only position 0 has a label, so after the shift nothing is left to predict)",
-                 "nan_when_no_targets", "there is nothing to predict")
+    _check_empty(
+        run,
+        call,
+        [logits, only_first],
+        "hidden case 2 (only position 0 has a label, so after the shift nothing is left to predict)",
+        "nan_when_no_targets",
+        "there is nothing to predict",
+    )
     one = logits[:, :1].contiguous()
-    _check_empty(run, call, [one, labels[:, :1].contiguous()],
-                 "hidden case 3 (sequences of length 1: no next token at all)",
-                 "nan_when_no_targets", "sequences have length 1")
+    _check_empty(
+        run,
+        call,
+        [one, labels[:, :1].contiguous()],
+        "hidden case 3 (sequences of length 1: no next token at all)",
+        "nan_when_no_targets",
+        "sequences have length 1",
+    )
     _check_num_items(run, call, [logits, labels], case, total, count, 13, lmlessons.clm_loss)
 
 
@@ -563,7 +633,9 @@ def check_bert_pretraining_loss(run: Runner) -> None:
         if _close(got, (mlm + nsp) / 2):  # an average, or a sum normalised by the weights?
             loss_w, _ = call(args, case_w, mlm_weight=w_mlm, nsp_weight=w_nsp)
             if _close(float(loss_w.detach()), normalised):
-                raise Mistake("misweighted", "the weighted sum is normalised by the weights", normalised_why)
+                raise Mistake(
+                    "misweighted", "the weighted sum is normalised by the weights", normalised_why
+                )
         _first_match(
             got,
             expected,
@@ -611,7 +683,9 @@ def check_bert_pretraining_loss(run: Runner) -> None:
             "wrong loss value",
             f"On {case}, your loss is {got:.6f}; expected MLM + NSP = {expected:.6f} ({parts}).",
         )
-    run.ok("default weights: MLM mean over masked positions + NSP cross-entropy (0 = IsNext), as `BertForPreTraining`")
+    run.ok(
+        "default weights: MLM mean over masked positions + NSP cross-entropy (0 = IsNext), as `BertForPreTraining`"
+    )
     _require_grad(run, loss, leaves, reference, case)
 
     loss, _ = call(args, case_w, mlm_weight=w_mlm, nsp_weight=w_nsp)
@@ -634,7 +708,12 @@ def check_bert_pretraining_loss(run: Runner) -> None:
                     "the weights are swapped",
                     f"On {case_w}, your loss is {got:.4f} = nsp_weight * MLM + mlm_weight * NSP. Expected {formula}.",
                 ),
-                ("misweighted", normalised, "the weighted sum is normalised by the weights", normalised_why),
+                (
+                    "misweighted",
+                    normalised,
+                    "the weighted sum is normalised by the weights",
+                    normalised_why,
+                ),
                 (
                     "misweighted",
                     w_mlm * mlm + nsp,

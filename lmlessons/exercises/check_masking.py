@@ -9,15 +9,16 @@ Hidden cases, in order (the first failure is reported):
 3. rates on a large batch with unusual probabilities (0.4 / 0.5 / 0.3), binomial tolerances;
 4. the generator: one seed gives one result, different seeds differ, no global generator used.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import torch
 
-from ._cases import IGNORE, Vocab, gen, mlm_batch
-from ._runner import Mistake, Runner, global_rng_changed
-from ._stats import pct, within
+from lmlessons.exercises._cases import IGNORE, Vocab, gen, mlm_batch
+from lmlessons.exercises._runner import Mistake, Runner, global_rng_changed
+from lmlessons.exercises._stats import pct, within
 
 SIGNATURE = (
     "mask_tokens(input_ids, *, mask_token_id, vocab_size, special_tokens_mask=None, "
@@ -54,13 +55,24 @@ def _explain(exc: BaseException) -> tuple[str, str] | None:
 class _Case:
     """One call's inputs, kept so the outputs can be compared with them."""
 
-    def __init__(self, vocab: Vocab, ids: torch.Tensor, special: torch.Tensor, probs: dict[str, float], label: str):
+    def __init__(
+        self,
+        vocab: Vocab,
+        ids: torch.Tensor,
+        special: torch.Tensor,
+        probs: dict[str, float],
+        label: str,
+    ):
         self.vocab = vocab
         self.ids = ids
         self.special = special
         self.probs = probs
-        prob_text = ", ".join(f"{k}={v}" for k, v in probs.items()) if probs else "default probabilities"
-        self.text = f"{label} ({vocab.describe()}; input_ids of shape {tuple(ids.shape)}; {prob_text})"
+        prob_text = (
+            ", ".join(f"{k}={v}" for k, v in probs.items()) if probs else "default probabilities"
+        )
+        self.text = (
+            f"{label} ({vocab.describe()}; input_ids of shape {tuple(ids.shape)}; {prob_text})"
+        )
 
     def kwargs(self) -> dict[str, Any]:
         return dict(
@@ -70,10 +82,14 @@ class _Case:
             **self.probs,
         )
 
-    def run(self, run: Runner, seed: int | None = 0, *, same_objects: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(
+        self, run: Runner, seed: int | None = 0, *, same_objects: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ids_before, special_before = self.ids.clone(), self.special.clone()
         generator = None if seed is None else gen(seed)
-        out = run.call(self.ids, **self.kwargs(), generator=generator, case=self.text, explain=_explain)
+        out = run.call(
+            self.ids, **self.kwargs(), generator=generator, case=self.text, explain=_explain
+        )
         masked, labels = _unpack(out, self)
         if masked is self.ids or labels is self.ids or not torch.equal(self.ids, ids_before):
             changed = int((self.ids != ids_before).sum())
@@ -101,7 +117,8 @@ def _unpack(out: Any, case: _Case) -> tuple[torch.Tensor, torch.Tensor]:
         what = (
             f"a single tensor of shape {tuple(out.shape)}"
             if isinstance(out, torch.Tensor)
-            else f"{type(out).__name__}" + (f" of {len(out)} items" if isinstance(out, (tuple, list)) else "")
+            else f"{type(out).__name__}"
+            + (f" of {len(out)} items" if isinstance(out, (tuple, list)) else "")
         )
         raise Mistake(
             "wrong_return",
@@ -179,7 +196,11 @@ def _check_labels_and_specials(case: _Case, masked: torch.Tensor, labels: torch.
         )
     eligible = ~special
     n_eligible = int(eligible.sum())
-    if bool(selected.all()) or (n_eligible >= 20 and bool(selected[eligible].all()) and case.probs.get("mlm_probability", 0.15) < 0.5):
+    if bool(selected.all()) or (
+        n_eligible >= 20
+        and bool(selected[eligible].all())
+        and case.probs.get("mlm_probability", 0.15) < 0.5
+    ):
         raise Mistake(
             "labels_not_ignored",
             "labels are not -100 at unselected positions",
@@ -272,7 +293,13 @@ def check_mask_tokens(run: Runner) -> None:
 
     eligible = ~special.bool()
     n_eligible = int(eligible.sum())
-    c1 = _Case(vocab, ids, special, {"mlm_probability": 1.0, "mask_replace_prob": 1.0, "random_replace_prob": 0.0}, "hidden case 3")
+    c1 = _Case(
+        vocab,
+        ids,
+        special,
+        {"mlm_probability": 1.0, "mask_replace_prob": 1.0, "random_replace_prob": 0.0},
+        "hidden case 3",
+    )
     masked, labels = c1.run(run, seed=2)
     _check_labels_and_specials(c1, masked, labels)
     n_sel = int((labels != IGNORE)[eligible].sum())
@@ -293,9 +320,17 @@ def check_mask_tokens(run: Runner) -> None:
             f"({pct(n_masked, n_eligible)}); with `mask_replace_prob=1.0` every one must. Use the "
             "`mask_replace_prob` and `random_replace_prob` arguments instead of fixed 0.8 / 0.1.",
         )
-    run.ok("`mlm_probability=0` selects nothing; `mlm_probability=1` selects every non-special position")
+    run.ok(
+        "`mlm_probability=0` selects nothing; `mlm_probability=1` selects every non-special position"
+    )
 
-    c2 = _Case(vocab, ids, special, {"mlm_probability": 1.0, "mask_replace_prob": 0.0, "random_replace_prob": 0.0}, "hidden case 4")
+    c2 = _Case(
+        vocab,
+        ids,
+        special,
+        {"mlm_probability": 1.0, "mask_replace_prob": 0.0, "random_replace_prob": 0.0},
+        "hidden case 4",
+    )
     masked, labels = c2.run(run, seed=3)
     _check_labels_and_specials(c2, masked, labels)
     n_changed = int((masked != ids).sum())
@@ -309,7 +344,13 @@ def check_mask_tokens(run: Runner) -> None:
             "`mask_replace_prob` and `random_replace_prob` arguments instead of fixed 0.8 / 0.1.",
         )
 
-    c3 = _Case(vocab, ids, special, {"mlm_probability": 1.0, "mask_replace_prob": 0.0, "random_replace_prob": 1.0}, "hidden case 5")
+    c3 = _Case(
+        vocab,
+        ids,
+        special,
+        {"mlm_probability": 1.0, "mask_replace_prob": 0.0, "random_replace_prob": 1.0},
+        "hidden case 5",
+    )
     masked, labels = c3.run(run, seed=4)
     _check_labels_and_specials(c3, masked, labels)
     out_of_range = (masked < 0) | (masked >= vocab.size)
@@ -330,13 +371,21 @@ def check_mask_tokens(run: Runner) -> None:
             f"only by chance, 1 in {vocab.size}), but {n_kept} of {n_eligible} kept their id. Use "
             "`random_replace_prob` instead of a fixed 0.1.",
         )
-    run.ok("`mask_replace_prob` and `random_replace_prob` are honoured (all [MASK], all kept, all random)")
+    run.ok(
+        "`mask_replace_prob` and `random_replace_prob` are honoured (all [MASK], all kept, all random)"
+    )
 
     # 3. rates on a large batch with unusual probabilities
     big_vocab = Vocab.make(seed=21, size=97)
     big_ids, big_special = mlm_batch(big_vocab, batch=64, length=64, seed=22)
     p, p_mask, p_random = 0.4, 0.5, 0.3
-    c4 = _Case(big_vocab, big_ids, big_special, {"mlm_probability": p, "mask_replace_prob": p_mask, "random_replace_prob": p_random}, "hidden case 6")
+    c4 = _Case(
+        big_vocab,
+        big_ids,
+        big_special,
+        {"mlm_probability": p, "mask_replace_prob": p_mask, "random_replace_prob": p_random},
+        "hidden case 6",
+    )
     masked, labels = c4.run(run, seed=5)
     _check_labels_and_specials(c4, masked, labels)
     elig = ~big_special.bool()
@@ -356,7 +405,11 @@ def check_mask_tokens(run: Runner) -> None:
     other = n_sel - to_mask - kept
     exp_mask, exp_kept = p_mask + p_random / v, (1 - p_mask - p_random) + p_random / v
     exp_other = p_random * (v - 2) / v
-    if not (within(to_mask, n_sel, exp_mask) and within(kept, n_sel, exp_kept) and within(other, n_sel, exp_other)):
+    if not (
+        within(to_mask, n_sel, exp_mask)
+        and within(kept, n_sel, exp_kept)
+        and within(other, n_sel, exp_other)
+    ):
         observed = (
             f"observed among the {n_sel} selected: {pct(to_mask, n_sel)} [MASK], {pct(other, n_sel)} random, "
             f"{pct(kept, n_sel)} kept; expected about {exp_mask:.1%}, {exp_other:.1%}, {exp_kept:.1%}"
@@ -420,9 +473,18 @@ def check_mask_tokens(run: Runner) -> None:
             "it with `if special_tokens_mask is not None:` before using the mask.",
         )
 
-    out = run.call(ids.clone(), mask_token_id=vocab.mask, vocab_size=vocab.size, special_tokens_mask=None,
-                   mlm_probability=1.0, mask_replace_prob=1.0, random_replace_prob=0.0, generator=gen(7),
-                   case=none_case + " with mlm_probability=1.0, mask_replace_prob=1.0", explain=explain_none)
+    out = run.call(
+        ids.clone(),
+        mask_token_id=vocab.mask,
+        vocab_size=vocab.size,
+        special_tokens_mask=None,
+        mlm_probability=1.0,
+        mask_replace_prob=1.0,
+        random_replace_prob=0.0,
+        generator=gen(7),
+        case=none_case + " with mlm_probability=1.0, mask_replace_prob=1.0",
+        explain=explain_none,
+    )
     masked, labels = _unpack(out, _Case(vocab, ids, special, {}, "hidden case 7"))
     if not (torch.equal(labels, ids) and bool((masked == vocab.mask).all())):
         raise Mistake(

@@ -8,6 +8,7 @@ another document (label 1 = NotNext). Then: truncation to ``max_length``, ``nsp_
 (exact at 0 and 1, a binomial rate at 0.3), and the generator. Any valid algorithm passes
 (Google's chunks, one pair per sentence boundary, ...), not only the package's.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ._cases import Corpus, gen
-from ._runner import Mistake, Runner, global_rng_changed
-from ._stats import pct, within
+from lmlessons.exercises._cases import Corpus, gen
+from lmlessons.exercises._runner import Mistake, Runner, global_rng_changed
+from lmlessons.exercises._stats import pct, within
 
 SIGNATURE = (
     "make_nsp_pairs(documents, *, cls_token_id, sep_token_id, pad_token_id, max_length, "
@@ -43,9 +44,7 @@ class _Case:
         self.corpus = corpus
         self.max_length = max_length
         self.nsp_probability = nsp_probability
-        self.text = (
-            f"{label} ({corpus.describe()}; max_length={max_length}, nsp_probability={nsp_probability})"
-        )
+        self.text = f"{label} ({corpus.describe()}; max_length={max_length}, nsp_probability={nsp_probability})"
 
     def run(self, run: Runner, seed: int | None) -> dict[str, torch.Tensor]:
         docs = self.corpus.documents
@@ -73,7 +72,9 @@ class _Case:
 
 def _unpack(out: Any, case: _Case) -> dict[str, torch.Tensor]:
     if not isinstance(out, dict):
-        what = f"a {type(out).__name__}" + (f" of {len(out)} items" if isinstance(out, (tuple, list)) else "")
+        what = f"a {type(out).__name__}" + (
+            f" of {len(out)} items" if isinstance(out, (tuple, list)) else ""
+        )
         raise Mistake(
             "returns_tuple" if isinstance(out, (tuple, list)) else "wrong_return",
             "should return a dict of tensors",
@@ -227,7 +228,11 @@ def _parse(out: dict[str, torch.Tensor], case: _Case) -> list[Row]:
             )
         expected_types = [0] * (s1 + 1) + [1] * (n - s1 - 1) + [0] * (len(row) - n)
         if tt != expected_types:
-            raise Mistake("wrong_segment_ids", "wrong segment ids (`token_type_ids`)", _segment_message(at, tt, expected_types, s1, n))
+            raise Mistake(
+                "wrong_segment_ids",
+                "wrong segment ids (`token_type_ids`)",
+                _segment_message(at, tt, expected_types, s1, n),
+            )
         stray = [t for t in tokens_a + tokens_b if t in specials]
         if stray:
             raise Mistake(
@@ -252,7 +257,9 @@ def _parse(out: dict[str, torch.Tensor], case: _Case) -> list[Row]:
         b = _span(tokens_b, corpus)
         if b is None:
             known = sum(t in corpus.where for t in tokens_b)
-            if known < len(tokens_b) / 2 or _runs(tokens_b, corpus) >= max(2, len(tokens_b) // 2 + 1):
+            if known < len(tokens_b) / 2 or _runs(tokens_b, corpus) >= max(
+                2, len(tokens_b) // 2 + 1
+            ):
                 raise Mistake(
                     "negative_random_ids",
                     "segment B is made of random token ids",
@@ -311,10 +318,14 @@ def _check_labels(rows: list[Row], case: _Case, *, strict: bool) -> None:
     def other(row: Row) -> bool:
         return row.a_doc != row.b_doc
 
-    right = [r for r in rows if not ((r.label == 0 and continues(r)) or (r.label == 1 and other(r)))]
+    right = [
+        r for r in rows if not ((r.label == 0 and continues(r)) or (r.label == 1 and other(r)))
+    ]
     if not right:
         return
-    swapped = [r for r in rows if not ((r.label == 1 and continues(r)) or (r.label == 0 and other(r)))]
+    swapped = [
+        r for r in rows if not ((r.label == 1 and continues(r)) or (r.label == 0 and other(r)))
+    ]
     if not swapped:
         raise Mistake(
             "swapped_nsp_labels",
@@ -363,23 +374,37 @@ def check_make_nsp_pairs(run: Runner) -> None:
     before = run.rng_state()
     out = case.run(run, seed=0)
     used_global = global_rng_changed(before)
-    run.ok("returns a dict of LongTensors `input_ids`, `token_type_ids`, `attention_mask`, `next_sentence_label`")
+    run.ok(
+        "returns a dict of LongTensors `input_ids`, `token_type_ids`, `attention_mask`, `next_sentence_label`"
+    )
     rows = _parse(out, case)
     run.ok("every example is `[CLS] A [SEP] B [SEP]` + padding, with the ids given as arguments")
-    run.ok("segment ids: 0 through the first [SEP], 1 for B and its [SEP], 0 on padding; mask 1 on real tokens")
+    run.ok(
+        "segment ids: 0 through the first [SEP], 1 for B and its [SEP], 0 on padding; mask 1 on real tokens"
+    )
     _check_labels(rows, case, strict=True)
-    run.ok("label 0 (IsNext): B is the text right after A; label 1 (NotNext): B from another document")
+    run.ok(
+        "label 0 (IsNext): B is the text right after A; label 1 (NotNext): B from another document"
+    )
 
     # 2. two long documents: negatives drawn from "any document" hit A's own half of the time
-    two = _Case(Corpus.make(71, n_docs=2, sentences=(10, 12), tokens=(2, 4)), max_length=64,
-                nsp_probability=0.5, label="hidden case 2")
+    two = _Case(
+        Corpus.make(71, n_docs=2, sentences=(10, 12), tokens=(2, 4)),
+        max_length=64,
+        nsp_probability=0.5,
+        label="hidden case 2",
+    )
     for seed in (0, 1, 2):
         _check_labels(_parse(two.run(run, seed=seed), two), two, strict=True)
     run.ok("NotNext segments never come from A's own document (two-document corpus, 3 seeds)")
 
     # 3. truncation
-    short = _Case(Corpus.make(81, n_docs=8, sentences=(3, 4), tokens=(4, 8)), max_length=12,
-                  nsp_probability=0.5, label="hidden case 3")
+    short = _Case(
+        Corpus.make(81, n_docs=8, sentences=(3, 4), tokens=(4, 8)),
+        max_length=12,
+        nsp_probability=0.5,
+        label="hidden case 3",
+    )
     rows = _parse(short.run(run, seed=0), short)
     _check_labels(rows, short, strict=False)
     run.ok("pairs longer than `max_length` are trimmed, both segments kept non-empty")

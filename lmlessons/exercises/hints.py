@@ -1,4 +1,5 @@
 """Graded hints: level 1 nudges, level 2 names the tools, level 3 is nearly the solution."""
+
 from __future__ import annotations
 
 HINTS: dict[str, tuple[str, str, str]] = {

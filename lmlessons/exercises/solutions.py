@@ -4,6 +4,7 @@ They are short on purpose: no input validation (the package versions in ``lmless
 one idea per line, shape comments. The test suite checks that each one passes its checker and
 agrees with the package.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,7 +33,10 @@ def mask_tokens(
 
     # 3. corrupt a copy of the input; the caller's tensor stays untouched
     masked = input_ids.clone()
-    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool() & selected
+    to_mask = (
+        torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator).bool()
+        & selected
+    )
     masked[to_mask] = mask_token_id
     # among the rest, random_replace_prob / (1 - mask_replace_prob) become a random id
     rest = 1.0 - mask_replace_prob
@@ -45,11 +49,16 @@ def mask_tokens(
 
 
 def mlm_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     vocab_size = logits.shape[-1]
     # sum over the positions whose label is not -100 (cross_entropy skips -100 by default)
-    total = F.cross_entropy(logits.reshape(-1, vocab_size).float(), labels.reshape(-1), reduction="sum")
+    total = F.cross_entropy(
+        logits.reshape(-1, vocab_size).float(), labels.reshape(-1), reduction="sum"
+    )
     if num_items_in_batch is not None:
         return total / num_items_in_batch  # gradient accumulation: divide by the step's count
     count = (labels != -100).sum()
@@ -57,7 +66,10 @@ def mlm_loss(
 
 
 def clm_loss(
-    logits: torch.Tensor, labels: torch.Tensor, *, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     vocab_size = logits.shape[-1]
     # position t predicts token t + 1: drop the last logits and the first labels
@@ -135,7 +147,9 @@ def bert_pretraining_loss(
     nsp_weight: float = 1.0,
 ) -> torch.Tensor:
     vocab_size = mlm_logits.shape[-1]
-    total = F.cross_entropy(mlm_logits.reshape(-1, vocab_size).float(), mlm_labels.reshape(-1), reduction="sum")
+    total = F.cross_entropy(
+        mlm_logits.reshape(-1, vocab_size).float(), mlm_labels.reshape(-1), reduction="sum"
+    )
     mlm = total / (mlm_labels != -100).sum().clamp(min=1)  # mean over masked tokens, 0 if none
     nsp = F.cross_entropy(nsp_logits.float(), nsp_labels)  # (B, 2) vs (B,), 0 = IsNext
     return mlm_weight * mlm + nsp_weight * nsp

@@ -15,6 +15,7 @@ can check that moving the slider re-ran the callback. Their output is an ``ipywi
 whose ``outputs`` are replaced in one assignment, so they work the same in a kernel and in
 plain pytest.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,8 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from ..causality import causal_mask
-from ..display import COLORS, token_table_html
+from lmlessons.causality import causal_mask
+from lmlessons.widgets.display import COLORS, token_table_html
 
 __all__ = [
     "IGNORED",
@@ -45,7 +46,7 @@ __all__ = [
 
 IGNORED = "-100"  #: how a label that is ignored (-100) is written in the tables
 
-#: Colours of the "what position t sees" row (the course palette of :mod:`lmlessons.display`).
+#: Colours of the "what position t sees" row (the course palette of :mod:`lmlessons.widgets.display`).
 VIEW_COLORS: dict[str, str] = {
     "current": COLORS["kept"],  # the position itself
     "visible": COLORS["segment_a"],  # may attend to it
@@ -59,7 +60,10 @@ _VIEW_LEGEND = {
     "t's answer, visible (leak!)": VIEW_COLORS["answer_visible"],
     "t's target": COLORS["target"],
 }
-_SHIFT_LEGEND = {"label: learned": COLORS["target"], "label -100: nothing learned": COLORS["ignored"]}
+_SHIFT_LEGEND = {
+    "label: learned": COLORS["target"],
+    "label -100: nothing learned": COLORS["ignored"],
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,9 +116,13 @@ def shift_table_html(
     inputs = _check_tokens("input_tokens", input_tokens)
     labels = inputs if label_tokens is None else _check_tokens("label_tokens", label_tokens)
     if len(labels) != len(inputs):
-        raise ValueError(f"label_tokens must have one entry per input token ({len(inputs)}), got {len(labels)}")
+        raise ValueError(
+            f"label_tokens must have one entry per input token ({len(inputs)}), got {len(labels)}"
+        )
     top = shifted_targets(labels, shift)
-    name = label_name or ("labels, as learned (shifted left by 1)" if shift == 1 else f"learned target (t + {shift})")
+    name = label_name or (
+        "labels, as learned (shifted left by 1)" if shift == 1 else f"learned target (t + {shift})"
+    )
     rows = {name: top, "input_ids": inputs}
     colors = {name: [COLORS["ignored"] if v == IGNORED else COLORS["target"] for v in top]}
     return token_table_html(rows, colors=colors, caption=caption, legend=_SHIFT_LEGEND)
@@ -129,12 +137,17 @@ def _check_pattern(pattern: object, length: int) -> torch.Tensor:
     if not isinstance(pattern, torch.Tensor):
         raise TypeError(f"pattern must be a (T, T) torch.Tensor, got {type(pattern).__name__}")
     if tuple(pattern.shape) != (length, length):
-        raise ValueError(f"pattern must have shape ({length}, {length}) (one row per token), got {tuple(pattern.shape)}")
+        raise ValueError(
+            f"pattern must have shape ({length}, {length}) (one row per token), got {tuple(pattern.shape)}"
+        )
     return pattern.detach().float()
 
 
 def position_view(
-    pattern: torch.Tensor, tokens: Sequence[str], position: int, label_tokens: Sequence[str] | None = None
+    pattern: torch.Tensor,
+    tokens: Sequence[str],
+    position: int,
+    label_tokens: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """What ``position`` sees in ``pattern`` ``(T, T)`` (a mask or attention probabilities: a
     column is visible when its entry is > 0) and what it must predict.
@@ -163,11 +176,15 @@ def position_marker(view: Mapping[str, Any], *, is_decoder: bool | None = None) 
     """The marker line, e.g. ``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``
     (lesson 03 leaves out ``is_decoder``). Deterministic: no times, no addresses."""
     head = "[widget]" if is_decoder is None else f"[widget] is_decoder={bool(is_decoder)}"
-    return (f"{head} position={view['position']} sees={view['sees']} predicts={view['predicts']} "
-            f"sees_answer={view['sees_answer']}")
+    return (
+        f"{head} position={view['position']} sees={view['sees']} predicts={view['predicts']} "
+        f"sees_answer={view['sees_answer']}"
+    )
 
 
-def position_table_html(tokens: Sequence[str], view: Mapping[str, Any], *, caption: str | None = None) -> str:
+def position_table_html(
+    tokens: Sequence[str], view: Mapping[str, Any], *, caption: str | None = None
+) -> str:
     """Two rows: the target of position ``t`` (above, only in column ``t``) and the inputs (below),
     coloured by what ``t`` sees: itself, visible, hidden, or its answer, visible (a leak)."""
     toks = _check_tokens("tokens", tokens)
@@ -216,7 +233,9 @@ def plot_attention(
 
         ax.add_patch(Rectangle((-0.5, row - 0.5), n, 1, fill=False, edgecolor="#1a9641", lw=2))
         if row + 1 < n:
-            ax.add_patch(Rectangle((row + 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#d7191c", lw=2))
+            ax.add_patch(
+                Rectangle((row + 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#d7191c", lw=2)
+            )
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -238,11 +257,20 @@ def _png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: str) -> 
 def _outputs(marker: str, table: str, png: str | None) -> tuple[dict[str, Any], ...]:
     outs: list[dict[str, Any]] = [
         {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
-        {"output_type": "display_data", "data": {"text/html": table, "text/plain": "<table>"}, "metadata": {}},
+        {
+            "output_type": "display_data",
+            "data": {"text/html": table, "text/plain": "<table>"},
+            "metadata": {},
+        },
     ]
     if png is not None:
-        outs.append({"output_type": "display_data", "data": {"image/png": png, "text/plain": "<heatmap>"},
-                     "metadata": {}})
+        outs.append(
+            {
+                "output_type": "display_data",
+                "data": {"image/png": png, "text/plain": "<heatmap>"},
+                "metadata": {},
+            }
+        )
     return tuple(outs)
 
 
@@ -251,8 +279,15 @@ def _position_slider(n: int, position: int | None) -> widgets.IntSlider:
         position = min(3, n - 1)
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < n:
         raise ValueError(f"position must be an int in [0, {n}), got {position!r}")
-    return widgets.IntSlider(value=position, min=0, max=n - 1, step=1, description="position",
-                             style={"description_width": "80px"}, layout=widgets.Layout(width="420px"))
+    return widgets.IntSlider(
+        value=position,
+        min=0,
+        max=n - 1,
+        step=1,
+        description="position",
+        style={"description_width": "80px"},
+        layout=widgets.Layout(width="420px"),
+    )
 
 
 def position_widget(
@@ -271,7 +306,9 @@ def position_widget(
     ``.redraw()`` for tests.
     """
     toks = _check_tokens("tokens", tokens)
-    weights = causal_mask(len(toks)).float() if pattern is None else _check_pattern(pattern, len(toks))
+    weights = (
+        causal_mask(len(toks)).float() if pattern is None else _check_pattern(pattern, len(toks))
+    )
     labels = None if label_tokens is None else _check_tokens("label_tokens", label_tokens)
     slider = _position_slider(len(toks), position)
     out = widgets.Output()
@@ -279,8 +316,12 @@ def position_widget(
     def redraw(*_: Any) -> None:
         t = int(slider.value)
         view = position_view(weights, toks, t, labels)
-        table = position_table_html(toks, view, caption=f"position {t} ({toks[t]!r}) sees {view['sees']} "
-                                                         f"token(s) and must predict {view['predicts']!r}")
+        table = position_table_html(
+            toks,
+            view,
+            caption=f"position {t} ({toks[t]!r}) sees {view['sees']} "
+            f"token(s) and must predict {view['predicts']!r}",
+        )
         png = _png(weights, toks, t, f"causal mask, row {t}") if heatmap else None
         out.outputs = _outputs(position_marker(view), table, png)
 
@@ -314,25 +355,36 @@ def is_decoder_widget(
     """
     toks = _check_tokens("tokens", tokens)
     if not isinstance(patterns, Mapping) or set(patterns) != {True, False}:
-        raise ValueError("patterns must be a dict {True: (T, T) tensor, False: (T, T) tensor} keyed by is_decoder")
+        raise ValueError(
+            "patterns must be a dict {True: (T, T) tensor, False: (T, T) tensor} keyed by is_decoder"
+        )
     weights = {k: _check_pattern(v, len(toks)) for k, v in patterns.items()}
     if not isinstance(is_decoder, bool):
         raise TypeError(f"is_decoder must be a bool, got {type(is_decoder).__name__}")
     labels = None if label_tokens is None else _check_tokens("label_tokens", label_tokens)
     slider = _position_slider(len(toks), position)
-    toggle = widgets.ToggleButtons(options=[("True (causal)", True), ("False (bidirectional)", False)],
-                                   value=is_decoder, description="is_decoder",
-                                   style={"description_width": "80px", "button_width": "150px"})
+    toggle = widgets.ToggleButtons(
+        options=[("True (causal)", True), ("False (bidirectional)", False)],
+        value=is_decoder,
+        description="is_decoder",
+        style={"description_width": "80px", "button_width": "150px"},
+    )
     out = widgets.Output()
 
     def redraw(*_: Any) -> None:
         t, dec = int(slider.value), bool(toggle.value)
         view = position_view(weights[dec], toks, t, labels)
-        verdict = "it can read its answer: a leak" if view["sees_answer"] else "its answer is hidden"
-        table = position_table_html(toks, view, caption=f"is_decoder={dec}: position {t} ({toks[t]!r}) sees "
-                                                         f"{view['sees']} token(s), must predict "
-                                                         f"{view['predicts']!r}; {verdict}")
-        png = (_png(weights[dec], toks, t, f"attention, is_decoder={dec}") if heatmap else None)
+        verdict = (
+            "it can read its answer: a leak" if view["sees_answer"] else "its answer is hidden"
+        )
+        table = position_table_html(
+            toks,
+            view,
+            caption=f"is_decoder={dec}: position {t} ({toks[t]!r}) sees "
+            f"{view['sees']} token(s), must predict "
+            f"{view['predicts']!r}; {verdict}",
+        )
+        png = _png(weights[dec], toks, t, f"attention, is_decoder={dec}") if heatmap else None
         out.outputs = _outputs(position_marker(view, is_decoder=dec), table, png)
 
     slider.observe(redraw, names="value")
@@ -370,9 +422,21 @@ def plot_logit_change(
     n = len(next(iter(values.values())))
     width = 0.8 / len(values)
     for i, (name, v) in enumerate(values.items()):
-        ax.bar([x + (i - (len(values) - 1) / 2) * width for x in range(n)], v.tolist(), width=width, label=name,
-               color=f"C{i}")
-    ax.axvspan(position - 0.5, position + 0.5, color=COLORS["mask"], alpha=0.4, lw=0, label=f"replaced (position {position})")
+        ax.bar(
+            [x + (i - (len(values) - 1) / 2) * width for x in range(n)],
+            v.tolist(),
+            width=width,
+            label=name,
+            color=f"C{i}",
+        )
+    ax.axvspan(
+        position - 0.5,
+        position + 0.5,
+        color=COLORS["mask"],
+        alpha=0.4,
+        lw=0,
+        label=f"replaced (position {position})",
+    )
     if tokens is not None:
         ax.set_xticks(range(n), _check_tokens("tokens", tokens), rotation=90, fontsize=8)
     else:
@@ -390,7 +454,11 @@ def plot_logit_change(
 
 
 def plot_loss_curves(
-    ax: Any, curves: Mapping[str, Sequence[float]], *, reference: float | None = None, smooth: float = 0.9
+    ax: Any,
+    curves: Mapping[str, Sequence[float]],
+    *,
+    reference: float | None = None,
+    smooth: float = 0.9,
 ) -> Any:
     """Training-loss curves (raw, faint; smoothed with a bias-corrected moving average, bold).
     ``reference`` draws a dashed line, e.g. ``ln(vocab_size)``, the loss of uniform guessing."""

@@ -9,6 +9,7 @@ test can check that moving a slider really re-ran the masking.
 The output is an ``ipywidgets.Output`` whose ``outputs`` are replaced in one assignment, so the
 widget works the same in a kernel and in plain pytest (no display hook needed).
 """
+
 from __future__ import annotations
 
 import html
@@ -19,8 +20,8 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from ..display import COLORS, token_table_html
-from ..masking import mask_tokens
+from lmlessons.masking import mask_tokens
+from lmlessons.widgets.display import COLORS, token_table_html
 
 __all__ = [
     "CATEGORY_COLORS",
@@ -34,7 +35,7 @@ __all__ = [
     "plot_replacement_rates",
 ]
 
-#: The colour of each position's fate (the course palette of :mod:`lmlessons.display`).
+#: The colour of each position's fate (the course palette of :mod:`lmlessons.widgets.display`).
 CATEGORY_COLORS: dict[str, str | None] = {
     "special": COLORS["special"],
     "mask": COLORS["mask"],
@@ -70,8 +71,9 @@ def token_categories(
     if input_ids.dim() != 1:
         raise ValueError(f"input_ids must be one sequence (T,), got shape {tuple(input_ids.shape)}")
     out = []
-    for orig, new, lab, spec in zip(input_ids.tolist(), masked_input_ids.tolist(), labels.tolist(),
-                                    special_tokens_mask.tolist()):
+    for orig, new, lab, spec in zip(
+        input_ids.tolist(), masked_input_ids.tolist(), labels.tolist(), special_tokens_mask.tolist()
+    ):
         if spec:
             out.append("special")
         elif lab == -100:
@@ -96,7 +98,9 @@ def masking_table_html(
 ) -> str:
     """A token table of one sequence: the original tokens, the model's input (coloured by fate)
     and the ``labels`` row (the original id where selected, -100 elsewhere)."""
-    cats = token_categories(input_ids, masked_input_ids, labels, special_tokens_mask, tokenizer.mask_token_id)
+    cats = token_categories(
+        input_ids, masked_input_ids, labels, special_tokens_mask, tokenizer.mask_token_id
+    )
     rows = {
         "original": tokenizer.convert_ids_to_tokens(input_ids.tolist()),
         "input_ids (model sees)": tokenizer.convert_ids_to_tokens(masked_input_ids.tolist()),
@@ -104,7 +108,9 @@ def masking_table_html(
     }
     colors = {
         "input_ids (model sees)": [CATEGORY_COLORS[c] for c in cats],
-        "labels": [COLORS["target"] if lab != -100 else COLORS["ignored"] for lab in labels.tolist()],
+        "labels": [
+            COLORS["target"] if lab != -100 else COLORS["ignored"] for lab in labels.tolist()
+        ],
     }
     return token_table_html(rows, colors=colors, caption=caption, legend=_LEGEND)
 
@@ -132,9 +138,14 @@ def measure_rates(
     ids = input_ids.reshape(1, -1).expand(n_draws, -1)  # (N, T)
     special = special_tokens_mask.reshape(1, -1).expand(n_draws, -1)
     masked, labels = mask_tokens(
-        ids, mask_token_id=mask_token_id, vocab_size=vocab_size, special_tokens_mask=special,
-        mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
-        random_replace_prob=random_replace_prob, generator=torch.Generator().manual_seed(seed),
+        ids,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        special_tokens_mask=special,
+        mlm_probability=mlm_probability,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+        generator=torch.Generator().manual_seed(seed),
     )
     sel = labels != -100
     n_eligible = int((~special.bool()).sum())
@@ -154,8 +165,13 @@ def measure_rates(
 
 
 def masking_marker(
-    *, mlm_probability: float, mask_replace_prob: float, random_replace_prob: float, seed: int,
-    sentence: int, categories: Sequence[str],
+    *,
+    mlm_probability: float,
+    mask_replace_prob: float,
+    random_replace_prob: float,
+    seed: int,
+    sentence: int,
+    categories: Sequence[str],
 ) -> str:
     """The widget's marker line for a browser test (deterministic: no times, no addresses)."""
     n = {c: sum(1 for x in categories if x == c) for c in ("mask", "random", "kept")}
@@ -175,7 +191,10 @@ def _rates_html(measured: dict[str, float], requested: dict[str, float], n_draws
         ("kept (of selected)", "1 - mask - random", "kept"),
     ]
     cell = "padding:2px 8px;border:1px solid #bbb;font-family:monospace;text-align:right"
-    head = "".join(f'<th style="{cell}">{h}</th>' for h in ("", "requested", f"measured over {n_draws:,} draws"))
+    head = "".join(
+        f'<th style="{cell}">{h}</th>'
+        for h in ("", "requested", f"measured over {n_draws:,} draws")
+    )
     body = "".join(
         f'<tr><th style="{cell};text-align:left">{html.escape(label)}</th>'
         f'<td style="{cell}">{requested[key]:.3f} <span style="color:#777">({html.escape(arg)})</span></td>'
@@ -184,14 +203,18 @@ def _rates_html(measured: dict[str, float], requested: dict[str, float], n_draws
     )
     note = (
         f'<div style="font-size:11px;color:#555">{int(measured["n_selected"]):,} selected of '
-        f'{int(measured["n_eligible"]):,} eligible positions; the measured shares move towards the '
+        f"{int(measured['n_eligible']):,} eligible positions; the measured shares move towards the "
         "requested ones as the number of draws grows (law of large numbers).</div>"
     )
     return f'<table style="border-collapse:collapse;font-size:12px;margin:4px 0">{head}{body}</table>{note}'
 
 
 def _html_output(text: str) -> dict[str, Any]:
-    return {"output_type": "display_data", "data": {"text/html": text, "text/plain": "<table>"}, "metadata": {}}
+    return {
+        "output_type": "display_data",
+        "data": {"text/html": text, "text/plain": "<table>"},
+        "metadata": {},
+    }
 
 
 def _stream(text: str) -> dict[str, Any]:
@@ -226,7 +249,9 @@ def masking_widget(
         raise TypeError("sentences must hold non-empty strings")
     for attr in ("mask_token_id", "all_special_ids", "convert_ids_to_tokens"):
         if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer with a [MASK] token)")
+            raise ValueError(
+                f"tokenizer must define {attr} (a BERT-style tokenizer with a [MASK] token)"
+            )
     if isinstance(n_draws, bool) or not isinstance(n_draws, int) or n_draws < 1:
         raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
 
@@ -236,16 +261,46 @@ def masking_widget(
 
     style = {"description_width": "150px"}
     layout = widgets.Layout(width="420px")
-    p_slider = widgets.FloatSlider(value=mlm_probability, min=0.0, max=1.0, step=0.05, description="mlm_probability",
-                                   readout_format=".2f", style=style, layout=layout)
-    m_slider = widgets.FloatSlider(value=mask_replace_prob, min=0.0, max=1.0, step=0.05,
-                                   description="mask_replace_prob", readout_format=".2f", style=style, layout=layout)
-    r_slider = widgets.FloatSlider(value=random_replace_prob, min=0.0, max=round(1.0 - mask_replace_prob, 2),
-                                   step=0.05, description="random_replace_prob", readout_format=".2f", style=style,
-                                   layout=layout)
-    s_slider = widgets.IntSlider(value=seed, min=0, max=99, step=1, description="seed", style=style, layout=layout)
-    chooser = widgets.Dropdown(options=[(_label(i, s), i) for i, s in enumerate(sentences)], value=0,
-                               description="sentence", style=style, layout=widgets.Layout(width="640px"))
+    p_slider = widgets.FloatSlider(
+        value=mlm_probability,
+        min=0.0,
+        max=1.0,
+        step=0.05,
+        description="mlm_probability",
+        readout_format=".2f",
+        style=style,
+        layout=layout,
+    )
+    m_slider = widgets.FloatSlider(
+        value=mask_replace_prob,
+        min=0.0,
+        max=1.0,
+        step=0.05,
+        description="mask_replace_prob",
+        readout_format=".2f",
+        style=style,
+        layout=layout,
+    )
+    r_slider = widgets.FloatSlider(
+        value=random_replace_prob,
+        min=0.0,
+        max=round(1.0 - mask_replace_prob, 2),
+        step=0.05,
+        description="random_replace_prob",
+        readout_format=".2f",
+        style=style,
+        layout=layout,
+    )
+    s_slider = widgets.IntSlider(
+        value=seed, min=0, max=99, step=1, description="seed", style=style, layout=layout
+    )
+    chooser = widgets.Dropdown(
+        options=[(_label(i, s), i) for i, s in enumerate(sentences)],
+        value=0,
+        description="sentence",
+        style=style,
+        layout=widgets.Layout(width="640px"),
+    )
     out = widgets.Output()
 
     def redraw(*_: Any) -> None:
@@ -255,20 +310,48 @@ def masking_widget(
         ids = encoded[i]  # (T,)
         special = torch.isin(ids, special_ids)  # (T,): [CLS], [SEP] never selected
         masked, labels = mask_tokens(
-            ids.unsqueeze(0), mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
-            special_tokens_mask=special.unsqueeze(0), mlm_probability=p, mask_replace_prob=pm,
-            random_replace_prob=pr, generator=torch.Generator().manual_seed(int(s_slider.value)),
+            ids.unsqueeze(0),
+            mask_token_id=tokenizer.mask_token_id,
+            vocab_size=vocab_size,
+            special_tokens_mask=special.unsqueeze(0),
+            mlm_probability=p,
+            mask_replace_prob=pm,
+            random_replace_prob=pr,
+            generator=torch.Generator().manual_seed(int(s_slider.value)),
         )
         cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
-        measured = measure_rates(ids, special, mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
-                                 mlm_probability=p, mask_replace_prob=pm, random_replace_prob=pr,
-                                 n_draws=n_draws, seed=int(s_slider.value))
+        measured = measure_rates(
+            ids,
+            special,
+            mask_token_id=tokenizer.mask_token_id,
+            vocab_size=vocab_size,
+            mlm_probability=p,
+            mask_replace_prob=pm,
+            random_replace_prob=pr,
+            n_draws=n_draws,
+            seed=int(s_slider.value),
+        )
         requested = {"selected": p, "mask": pm, "random": pr, "kept": max(0.0, 1.0 - pm - pr)}
-        table = masking_table_html(tokenizer, ids, masked[0], labels[0], special,
-                                   caption=f"sentence {i}, seed {int(s_slider.value)}: one draw")
-        marker = masking_marker(mlm_probability=p, mask_replace_prob=pm, random_replace_prob=pr,
-                                seed=int(s_slider.value), sentence=i, categories=cats)
-        out.outputs = (_stream(marker), _html_output(table + _rates_html(measured, requested, n_draws)))
+        table = masking_table_html(
+            tokenizer,
+            ids,
+            masked[0],
+            labels[0],
+            special,
+            caption=f"sentence {i}, seed {int(s_slider.value)}: one draw",
+        )
+        marker = masking_marker(
+            mlm_probability=p,
+            mask_replace_prob=pm,
+            random_replace_prob=pr,
+            seed=int(s_slider.value),
+            sentence=i,
+            categories=cats,
+        )
+        out.outputs = (
+            _stream(marker),
+            _html_output(table + _rates_html(measured, requested, n_draws)),
+        )
 
     def on_mask_prob(change: dict[str, Any]) -> None:
         # mask + random must stay <= 1: shrinking the random slider's max clamps its value
@@ -305,7 +388,12 @@ def binomial_pmf(n: int, p: float) -> list[float]:
 
 
 def plot_masked_counts(
-    ax: Any, bernoulli_counts: Sequence[int], exact_counts: Sequence[int] | None, *, n: int, p: float
+    ax: Any,
+    bernoulli_counts: Sequence[int],
+    exact_counts: Sequence[int] | None,
+    *,
+    n: int,
+    p: float,
 ) -> Any:
     """Histogram of targets per sequence over many draws (Bernoulli selection) against
     Binomial(``n``, ``p``), and the exact-count selection as a single bar."""
@@ -313,19 +401,44 @@ def plot_masked_counts(
     hi = max(int(counts.max()), int(n * p * 2) + 3)
     freq = torch.bincount(counts, minlength=hi + 1).double() / len(counts)
     ks = list(range(hi + 1))
-    ax.bar(ks, freq.tolist(), width=0.8, color=COLORS["mask"], edgecolor="#888", label="Bernoulli: measured")
+    ax.bar(
+        ks,
+        freq.tolist(),
+        width=0.8,
+        color=COLORS["mask"],
+        edgecolor="#888",
+        label="Bernoulli: measured",
+    )
     pmf = binomial_pmf(n, p)
-    ax.plot(ks, [pmf[k] if k <= n else 0.0 for k in ks], "o-", color="#333", ms=4, lw=1,
-            label=f"Binomial({n}, {p:g})")
+    ax.plot(
+        ks,
+        [pmf[k] if k <= n else 0.0 for k in ks],
+        "o-",
+        color="#333",
+        ms=4,
+        lw=1,
+        label=f"Binomial({n}, {p:g})",
+    )
     if exact_counts is not None:
         ex = torch.as_tensor(list(exact_counts))
         values, number = torch.unique(ex, return_counts=True)
         if len(values) == 1:  # one sentence: every draw has the same count, a line says it best
-            ax.axvline(float(values[0]), color=COLORS["random"], lw=3, ls="--",
-                       label=f"exact count (Google BERT): {int(values[0])} in every draw")
+            ax.axvline(
+                float(values[0]),
+                color=COLORS["random"],
+                lw=3,
+                ls="--",
+                label=f"exact count (Google BERT): {int(values[0])} in every draw",
+            )
         else:
-            ax.bar(values.tolist(), (number.double() / len(ex)).tolist(), width=0.35, color=COLORS["random"],
-                   edgecolor="#333", label="exact count (Google BERT)")
+            ax.bar(
+                values.tolist(),
+                (number.double() / len(ex)).tolist(),
+                width=0.35,
+                color=COLORS["random"],
+                edgecolor="#333",
+                label="exact count (Google BERT)",
+            )
     ax.set_xlabel("number of selected tokens in the sequence")
     ax.set_ylabel("share of draws")
     ax.legend(fontsize=8)
@@ -337,10 +450,22 @@ def plot_replacement_rates(ax: Any, measured: dict[str, float], requested: dict[
     """Side-by-side bars: requested vs measured shares of [MASK] / random / kept."""
     keys = ["mask", "random", "kept"]
     xs = range(len(keys))
-    ax.bar([x - 0.2 for x in xs], [requested[k] for k in keys], width=0.4, color="#cccccc", edgecolor="#555",
-           label="requested")
-    ax.bar([x + 0.2 for x in xs], [measured[k] for k in keys], width=0.4,
-           color=[COLORS["mask"], COLORS["random"], COLORS["kept"]], edgecolor="#555", label="measured")
+    ax.bar(
+        [x - 0.2 for x in xs],
+        [requested[k] for k in keys],
+        width=0.4,
+        color="#cccccc",
+        edgecolor="#555",
+        label="requested",
+    )
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [measured[k] for k in keys],
+        width=0.4,
+        color=[COLORS["mask"], COLORS["random"], COLORS["kept"]],
+        edgecolor="#555",
+        label="measured",
+    )
     for x, k in zip(xs, keys):
         ax.text(x + 0.2, measured[k] + 0.01, f"{measured[k]:.3f}", ha="center", fontsize=8)
     ax.set_xticks(list(xs), ["[MASK]", "random token", "kept"])

@@ -5,6 +5,7 @@ transformers' ``fill-mask`` pipeline does, without the pipeline). :func:`mlm_wid
 type a sentence with [MASK], press Enter, and see the predictions as bars; its callback writes a
 marker line ``[widget] masks=1 top1=ball text=the dog chased the [MASK] .`` for a browser test.
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,7 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from ..display import COLORS
+from lmlessons.widgets.display import COLORS
 
 __all__ = ["normalize_mask_text", "fill_mask", "plot_top_k", "mlm_marker", "mlm_widget"]
 
@@ -32,7 +33,9 @@ def normalize_mask_text(text: str, mask_token: str = "[MASK]") -> str:
 
 
 @torch.no_grad()
-def fill_mask(model: Any, tokenizer: Any, text: str, *, top_k: int = 5) -> list[list[tuple[str, float]]]:
+def fill_mask(
+    model: Any, tokenizer: Any, text: str, *, top_k: int = 5
+) -> list[list[tuple[str, float]]]:
     """For each [MASK] in ``text`` (left to right): the ``top_k`` most likely tokens and their
     probabilities (softmax over the whole vocabulary at that position).
 
@@ -49,7 +52,13 @@ def fill_mask(model: Any, tokenizer: Any, text: str, *, top_k: int = 5) -> list[
     was_training = model.training
     model.eval()
     try:
-        out = model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
+        out = model(
+            **{
+                k: v
+                for k, v in enc.items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
+        )
     finally:
         model.train(was_training)
     logits = out.logits if hasattr(out, "logits") else out.prediction_logits  # (1, T, V)
@@ -115,8 +124,13 @@ def mlm_widget(
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    box_text = widgets.Text(value=text, description="sentence", continuous_update=False,
-                            style={"description_width": "80px"}, layout=widgets.Layout(width="640px"))
+    box_text = widgets.Text(
+        value=text,
+        description="sentence",
+        continuous_update=False,
+        style={"description_width": "80px"},
+        layout=widgets.Layout(width="640px"),
+    )
     out = widgets.Output()
 
     def redraw(*_: Any) -> None:
@@ -126,16 +140,26 @@ def mlm_widget(
             {"output_type": "stream", "name": "stdout", "text": mlm_marker(typed, preds) + "\n"}
         ]
         if not preds:
-            outputs.append({"output_type": "stream", "name": "stdout",
-                            "text": f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed.\n"})
+            outputs.append(
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed.\n",
+                }
+            )
         else:
             lines = [
                 f"[MASK] #{i + 1}: " + ", ".join(f"{tok} {p:.3f}" for tok, p in pred)
                 for i, pred in enumerate(preds)
             ]
             png = base64.b64encode(_figure_png(preds)).decode("ascii")
-            outputs.append({"output_type": "display_data",
-                            "data": {"image/png": png, "text/plain": "\n".join(lines)}, "metadata": {}})
+            outputs.append(
+                {
+                    "output_type": "display_data",
+                    "data": {"image/png": png, "text/plain": "\n".join(lines)},
+                    "metadata": {},
+                }
+            )
         out.outputs = tuple(outputs)
 
     box_text.observe(redraw, names="value")

@@ -12,6 +12,7 @@ check that moving the slider really rebuilt the pairs.
 The output is an ``ipywidgets.Output`` whose ``outputs`` are replaced in one assignment, so the
 widget works the same in a kernel and in plain pytest.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -22,9 +23,9 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from .._checks import check_int, check_probability
-from ..display import COLORS, token_table_html
-from ..pairs import make_nsp_pairs
+from lmlessons._checks import check_int, check_probability
+from lmlessons.pairs import make_nsp_pairs
+from lmlessons.widgets.display import COLORS, token_table_html
 
 __all__ = [
     "LABEL_NAMES",
@@ -94,13 +95,18 @@ class DocumentIndex:
 def _row(pairs: Mapping[str, torch.Tensor], index: int) -> tuple[list[int], list[int], list[int]]:
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         if key not in pairs:
-            raise ValueError(f"pairs must hold {key!r} (the output of make_nsp_pairs / make_sop_pairs)")
+            raise ValueError(
+                f"pairs must hold {key!r} (the output of make_nsp_pairs / make_sop_pairs)"
+            )
     n = pairs["input_ids"].shape[0]
     index = check_int("index", index)
     if not 0 <= index < n:
         raise ValueError(f"index must be in [0, {n}), got {index}")
-    return (pairs["input_ids"][index].tolist(), pairs["token_type_ids"][index].tolist(),
-            pairs["attention_mask"][index].tolist())
+    return (
+        pairs["input_ids"][index].tolist(),
+        pairs["token_type_ids"][index].tolist(),
+        pairs["attention_mask"][index].tolist(),
+    )
 
 
 def pair_segments(pairs: Mapping[str, torch.Tensor], index: int) -> tuple[list[int], list[int]]:
@@ -155,22 +161,30 @@ def pair_table_html(
     rows["attention_mask"] = mask[:width]
     if caption is None and label_key in pairs:
         label = int(pairs[label_key][index])
-        meaning = label_name(label) if label_key == "next_sentence_label" else ("swapped" if label else "in order")
+        meaning = (
+            label_name(label)
+            if label_key == "next_sentence_label"
+            else ("swapped" if label else "in order")
+        )
         caption = f"pair {index}: {label_key} = {label} ({meaning})"
     return token_table_html(rows, column_colors=colors, caption=caption, legend=_LEGEND)
 
 
 def nsp_marker(nsp_probability: float, pair: int, label: int, notnext_rate: float) -> str:
     """The widget's deterministic state line (what a browser test waits for)."""
-    return (f"[widget] nsp_probability={nsp_probability:.2f} pair={pair} label={label_name(label)} "
-            f"notnext_rate={notnext_rate:.2f}")
+    return (
+        f"[widget] nsp_probability={nsp_probability:.2f} pair={pair} label={label_name(label)} "
+        f"notnext_rate={notnext_rate:.2f}"
+    )
 
 
 def _text_html(tokenizer: Any, a: Sequence[int], b: Sequence[int]) -> str:
     def span(ids: Sequence[int], color: str, name: str) -> str:
         text = html.escape(tokenizer.decode(list(ids)))
-        return (f'<div style="margin:2px 0"><b>{name}</b> <span style="background:{color};padding:1px 4px">'
-                f"{text}</span></div>")
+        return (
+            f'<div style="margin:2px 0"><b>{name}</b> <span style="background:{color};padding:1px 4px">'
+            f"{text}</span></div>"
+        )
 
     return span(a, COLORS["segment_a"], "A:") + span(b, COLORS["segment_b"], "B:")
 
@@ -198,7 +212,9 @@ def nsp_pair_widget(
         if getattr(tokenizer, attr, None) is None:
             raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer)")
     if topics is not None and len(topics) != len(token_documents):
-        raise ValueError(f"topics must give one topic per document ({len(token_documents)}), got {len(topics)}")
+        raise ValueError(
+            f"topics must give one topic per document ({len(token_documents)}), got {len(topics)}"
+        )
     index = DocumentIndex(token_documents)
 
     def source(segment: Sequence[int]) -> str:
@@ -211,18 +227,32 @@ def nsp_pair_widget(
 
     def build(p: float) -> dict[str, torch.Tensor]:
         return make_nsp_pairs(
-            token_documents, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-            pad_token_id=tokenizer.pad_token_id, max_length=max_length, nsp_probability=p,
-            short_seq_prob=short_seq_prob, generator=torch.Generator().manual_seed(seed),
+            token_documents,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            max_length=max_length,
+            nsp_probability=p,
+            short_seq_prob=short_seq_prob,
+            generator=torch.Generator().manual_seed(seed),
         )
 
     state = {"pairs": build(nsp_probability), "busy": False}
     p_slider = widgets.FloatSlider(
-        value=nsp_probability, min=0.0, max=1.0, step=0.05, description="nsp_probability",
-        readout_format=".2f", continuous_update=False, style={"description_width": "initial"},
+        value=nsp_probability,
+        min=0.0,
+        max=1.0,
+        step=0.05,
+        description="nsp_probability",
+        readout_format=".2f",
+        continuous_update=False,
+        style={"description_width": "initial"},
     )
     pair_slider = widgets.IntSlider(
-        value=0, min=0, max=state["pairs"]["input_ids"].shape[0] - 1, description="pair",
+        value=0,
+        min=0,
+        max=state["pairs"]["input_ids"].shape[0] - 1,
+        description="pair",
         continuous_update=False,
     )
     out = widgets.Output()
@@ -235,19 +265,35 @@ def nsp_pair_widget(
         rate = labels.float().mean().item()
         a, b = pair_segments(pairs, row)
         n_pairs = labels.numel()
-        summary = (f'<div style="font-size:12px">{n_pairs} pairs built with nsp_probability = '
-                   f"{p_slider.value:.2f}: {int(labels.sum())} NotNext ({rate:.2f}), "
-                   f"{n_pairs - int(labels.sum())} IsNext. "
-                   f"<b>next_sentence_label = {label} ({label_name(label)})</b>: "
-                   + ("B is the text that follows A in its document." if label == 0
-                      else "B comes from another document.") + "</div>")
-        where = (f'<div style="font-size:12px">A from {html.escape(source(a))}; '
-                 f"B from {html.escape(source(b))}</div>")
-        body = (pair_table_html(tokenizer, pairs, row, show_padding=False) + _text_html(tokenizer, a, b)
-                + where + summary)
+        summary = (
+            f'<div style="font-size:12px">{n_pairs} pairs built with nsp_probability = '
+            f"{p_slider.value:.2f}: {int(labels.sum())} NotNext ({rate:.2f}), "
+            f"{n_pairs - int(labels.sum())} IsNext. "
+            f"<b>next_sentence_label = {label} ({label_name(label)})</b>: "
+            + (
+                "B is the text that follows A in its document."
+                if label == 0
+                else "B comes from another document."
+            )
+            + "</div>"
+        )
+        where = (
+            f'<div style="font-size:12px">A from {html.escape(source(a))}; '
+            f"B from {html.escape(source(b))}</div>"
+        )
+        body = (
+            pair_table_html(tokenizer, pairs, row, show_padding=False)
+            + _text_html(tokenizer, a, b)
+            + where
+            + summary
+        )
         marker = nsp_marker(p_slider.value, row, label, rate)
         out.outputs = (
-            {"output_type": "display_data", "data": {"text/html": body, "text/plain": marker}, "metadata": {}},
+            {
+                "output_type": "display_data",
+                "data": {"text/html": body, "text/plain": marker},
+                "metadata": {},
+            },
             {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
         )
 

@@ -11,6 +11,7 @@ of the gradient norm on the shared encoder (``model.base_model``: embeddings, la
 the part both heads pull on) and the cosine between the two gradients. Every redraw writes one
 marker line, e.g. ``[widget] mlm_weight=1.00 nsp_weight=1.00 loss=8.567 mlm_grad_share=0.998``.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,15 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import torch
 
-from ..losses import mlm_loss, nsp_loss
+from lmlessons.losses import mlm_loss, nsp_loss
 
-__all__ = ["TermGradients", "term_gradients", "weighted_terms", "pretraining_marker", "loss_weights_widget"]
+__all__ = [
+    "TermGradients",
+    "term_gradients",
+    "weighted_terms",
+    "pretraining_marker",
+    "loss_weights_widget",
+]
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -61,10 +68,10 @@ def term_gradients(
     """Gradients of the MLM term and the NSP term of a ``BertForPreTraining`` on ``batch``.
 
     Args:
-        model: a ``BertForPreTraining`` (e.g. :func:`lmlessons.models.tiny_bert_pretraining`).
+        model: a ``BertForPreTraining`` (e.g. :func:`lmlessons.course.models.tiny_bert_pretraining`).
         batch: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 where not
             masked) and ``next_sentence_label`` (0 = IsNext), e.g. from
-            :func:`lmlessons.batches.nsp_batches`.
+            :func:`lmlessons.course.batches.nsp_batches`.
         parameters: where to measure the gradients; default ``model.base_model.parameters()``
             (the encoder both heads share).
 
@@ -72,25 +79,43 @@ def term_gradients(
     """
     for key in ("input_ids", "labels", "next_sentence_label"):
         if key not in batch:
-            raise ValueError(f"batch must hold {key!r} (e.g. from lmlessons.batches.nsp_batches)")
-    params = [p for p in (model.base_model.parameters() if parameters is None else parameters) if p.requires_grad]
+            raise ValueError(
+                f"batch must hold {key!r} (e.g. from lmlessons.course.batches.nsp_batches)"
+            )
+    params = [
+        p
+        for p in (model.base_model.parameters() if parameters is None else parameters)
+        if p.requires_grad
+    ]
     if not params:
         raise ValueError("parameters holds no trainable parameter")
     out = model(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
-    mlm = mlm_loss(out.prediction_logits, batch["labels"])  # (B, T, V) -> () mean over masked tokens
-    nsp = nsp_loss(out.seq_relationship_logits, batch["next_sentence_label"])  # (B, 2) -> () mean over sequences
+    mlm = mlm_loss(
+        out.prediction_logits, batch["labels"]
+    )  # (B, T, V) -> () mean over masked tokens
+    nsp = nsp_loss(
+        out.seq_relationship_logits, batch["next_sentence_label"]
+    )  # (B, 2) -> () mean over sequences
     g_mlm = torch.autograd.grad(mlm, params, retain_graph=True, allow_unused=True)
     g_nsp = torch.autograd.grad(nsp, params, allow_unused=True)
 
     def flat(grads: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
-        return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).double()
-                          for g, p in zip(grads, params)])
+        return torch.cat(
+            [
+                (g if g is not None else torch.zeros_like(p)).reshape(-1).double()
+                for g, p in zip(grads, params)
+            ]
+        )
 
     gm, gn = flat(g_mlm), flat(g_nsp)  # (P,), (P,)
     return TermGradients(
-        mlm_loss=mlm.item(), nsp_loss=nsp.item(),
-        mlm_sq=float(gm @ gm), nsp_sq=float(gn @ gn), dot=float(gm @ gn),
-        num_masked=int((batch["labels"] != -100).sum()), num_sequences=int(batch["input_ids"].shape[0]),
+        mlm_loss=mlm.item(),
+        nsp_loss=nsp.item(),
+        mlm_sq=float(gm @ gm),
+        nsp_sq=float(gn @ gn),
+        dot=float(gm @ gn),
+        num_masked=int((batch["labels"] != -100).sum()),
+        num_sequences=int(batch["input_ids"].shape[0]),
         num_parameters=int(gm.numel()),
     )
 
@@ -128,8 +153,10 @@ def weighted_terms(terms: TermGradients, mlm_weight: float, nsp_weight: float) -
 
 def pretraining_marker(mlm_weight: float, nsp_weight: float, result: Mapping[str, float]) -> str:
     """The widget's deterministic state line (what a browser test waits for)."""
-    return (f"[widget] mlm_weight={mlm_weight:.2f} nsp_weight={nsp_weight:.2f} "
-            f"loss={result['loss']:.3f} mlm_grad_share={result['mlm_grad_share']:.3f}")
+    return (
+        f"[widget] mlm_weight={mlm_weight:.2f} nsp_weight={nsp_weight:.2f} "
+        f"loss={result['loss']:.3f} mlm_grad_share={result['mlm_grad_share']:.3f}"
+    )
 
 
 def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
@@ -137,34 +164,63 @@ def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
     cells = []
     for name, value, color in parts:
         pct = 100.0 * value / total if total > 0 else 0.0
-        cells.append(f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
-                     f'line-height:18px;vertical-align:top;display:inline-block;font-size:11px;overflow:hidden;'
-                     f'white-space:nowrap">'
-                     f"&nbsp;{name} {pct:.0f}%</div>")
-    return (f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
-            f'<div style="width:420px;border:1px solid #bbb;line-height:0">{"".join(cells)}</div></div>')
+        cells.append(
+            f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
+            f"line-height:18px;vertical-align:top;display:inline-block;font-size:11px;overflow:hidden;"
+            f'white-space:nowrap">'
+            f"&nbsp;{name} {pct:.0f}%</div>"
+        )
+    return (
+        f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
+        f'<div style="width:420px;border:1px solid #bbb;line-height:0">{"".join(cells)}</div></div>'
+    )
 
 
 _MLM_COLOR, _NSP_COLOR = "#f4a582", "#92c5de"
 
 
 def loss_weights_widget(
-    terms: TermGradients, *, mlm_weight: float = 1.0, nsp_weight: float = 1.0, max_weight: float = 10.0
+    terms: TermGradients,
+    *,
+    mlm_weight: float = 1.0,
+    nsp_weight: float = 1.0,
+    max_weight: float = 10.0,
 ) -> widgets.VBox:
     """Sliders for ``mlm_weight`` (the first) and ``nsp_weight``, showing the weighted loss and
     each term's share of the loss and of the encoder's gradient norm, for the batch of
     ``terms`` (from :func:`term_gradients`)."""
     if not isinstance(terms, TermGradients):
-        raise TypeError(f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}")
-    mlm_weight, nsp_weight = _check_weight("mlm_weight", mlm_weight), _check_weight("nsp_weight", nsp_weight)
+        raise TypeError(
+            f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}"
+        )
+    mlm_weight, nsp_weight = (
+        _check_weight("mlm_weight", mlm_weight),
+        _check_weight("nsp_weight", nsp_weight),
+    )
     max_weight = _check_weight("max_weight", max_weight)
     if not max_weight >= max(mlm_weight, nsp_weight, 0.1):
         raise ValueError(f"max_weight must be >= both weights, got {max_weight}")
     style = {"description_width": "initial"}
-    mlm_slider = widgets.FloatSlider(value=mlm_weight, min=0.0, max=max_weight, step=0.1, description="mlm_weight",
-                                     readout_format=".2f", continuous_update=False, style=style)
-    nsp_slider = widgets.FloatSlider(value=nsp_weight, min=0.0, max=max_weight, step=0.1, description="nsp_weight",
-                                     readout_format=".2f", continuous_update=False, style=style)
+    mlm_slider = widgets.FloatSlider(
+        value=mlm_weight,
+        min=0.0,
+        max=max_weight,
+        step=0.1,
+        description="mlm_weight",
+        readout_format=".2f",
+        continuous_update=False,
+        style=style,
+    )
+    nsp_slider = widgets.FloatSlider(
+        value=nsp_weight,
+        min=0.0,
+        max=max_weight,
+        step=0.1,
+        description="nsp_weight",
+        readout_format=".2f",
+        continuous_update=False,
+        style=style,
+    )
     out = widgets.Output()
 
     def redraw(_: object = None) -> None:
@@ -177,12 +233,21 @@ def loss_weights_widget(
             f"{terms.num_sequences} sequences) = {r['loss']:.4f}<br>"
             f"encoder gradient norm = {r['grad_norm']:.4f} (MLM term {r['mlm_grad_norm']:.4f}, NSP term "
             f"{r['nsp_grad_norm']:.4f}, cosine between them {terms.cosine:+.3f})</div>"
-            + _bar([("MLM", r["mlm_part"], _MLM_COLOR), ("NSP", r["nsp_part"], _NSP_COLOR)], "share of the loss")
-            + _bar([("MLM", r["mlm_grad_norm"], _MLM_COLOR), ("NSP", r["nsp_grad_norm"], _NSP_COLOR)],
-                   "share of the gradient norm (encoder)")
+            + _bar(
+                [("MLM", r["mlm_part"], _MLM_COLOR), ("NSP", r["nsp_part"], _NSP_COLOR)],
+                "share of the loss",
+            )
+            + _bar(
+                [("MLM", r["mlm_grad_norm"], _MLM_COLOR), ("NSP", r["nsp_grad_norm"], _NSP_COLOR)],
+                "share of the gradient norm (encoder)",
+            )
         )
         out.outputs = (
-            {"output_type": "display_data", "data": {"text/html": body, "text/plain": marker}, "metadata": {}},
+            {
+                "output_type": "display_data",
+                "data": {"text/html": body, "text/plain": marker},
+                "metadata": {},
+            },
             {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
         )
 

@@ -13,6 +13,7 @@ model into a widget (vocabulary size and chunk size); its output starts with the
 marker line ``[widget] vocab_size=32000 chunk_size=1024 peak_MiB=... dense_MiB=...`` that a
 browser test can wait for.
 """
+
 from __future__ import annotations
 
 import base64
@@ -55,10 +56,16 @@ def _pos_int(name: str, value: object) -> int:
     return value
 
 
-def logits_bytes(batch_size: int, seq_len: int, vocab_size: int, *, bytes_per_value: int = 4) -> int:
+def logits_bytes(
+    batch_size: int, seq_len: int, vocab_size: int, *, bytes_per_value: int = 4
+) -> int:
     """Bytes of one ``(B, T, V)`` logits tensor: ``B * T * V * bytes_per_value`` (4 for float32)."""
-    for name, v in (("batch_size", batch_size), ("seq_len", seq_len), ("vocab_size", vocab_size),
-                    ("bytes_per_value", bytes_per_value)):
+    for name, v in (
+        ("batch_size", batch_size),
+        ("seq_len", seq_len),
+        ("vocab_size", vocab_size),
+        ("bytes_per_value", bytes_per_value),
+    ):
         _pos_int(name, v)
     return batch_size * seq_len * vocab_size * bytes_per_value
 
@@ -86,8 +93,14 @@ def estimate_peak_bytes(
     bytes_per_value = _pos_int("bytes_per_value", bytes_per_value)
     if labelled_rows is None:
         labelled_rows = n_rows
-    if isinstance(labelled_rows, bool) or not isinstance(labelled_rows, int) or not 0 <= labelled_rows <= n_rows:
-        raise ValueError(f"labelled_rows must be an int in [0, n_rows={n_rows}], got {labelled_rows!r}")
+    if (
+        isinstance(labelled_rows, bool)
+        or not isinstance(labelled_rows, int)
+        or not 0 <= labelled_rows <= n_rows
+    ):
+        raise ValueError(
+            f"labelled_rows must be an int in [0, n_rows={n_rows}], got {labelled_rows!r}"
+        )
     grads = n_rows * hidden_size + vocab_size * hidden_size + (vocab_size if bias else 0)
     if chunk_size is None:
         values = 3 * n_rows * vocab_size
@@ -136,21 +149,51 @@ def plot_peak_vs_chunk(
     ``measured`` maps chunk sizes (``None`` = dense) to measured MiB, drawn as points.
     """
     cs = [c for c in chunk_sizes if c <= n_rows] or [n_rows]
-    est = [estimate_peak_bytes(n_rows, hidden_size, vocab_size, chunk_size=c, labelled_rows=labelled_rows) / MIB
-           for c in cs]
+    est = [
+        estimate_peak_bytes(
+            n_rows, hidden_size, vocab_size, chunk_size=c, labelled_rows=labelled_rows
+        )
+        / MIB
+        for c in cs
+    ]
     dense = estimate_peak_bytes(n_rows, hidden_size, vocab_size, labelled_rows=labelled_rows) / MIB
     ax.plot(cs, est, marker="o", ms=3, label="chunked (estimate)")
     ax.axhline(dense, color="C3", ls="--", label="dense (estimate)")
     if current is not None:
-        cur = estimate_peak_bytes(n_rows, hidden_size, vocab_size, chunk_size=current, labelled_rows=labelled_rows)
-        ax.plot([current], [cur / MIB], marker="*", ms=12, color="C1", ls="none", label=f"chunk_size={current}")
+        cur = estimate_peak_bytes(
+            n_rows, hidden_size, vocab_size, chunk_size=current, labelled_rows=labelled_rows
+        )
+        ax.plot(
+            [current],
+            [cur / MIB],
+            marker="*",
+            ms=12,
+            color="C1",
+            ls="none",
+            label=f"chunk_size={current}",
+        )
     if measured:
         pts = [(c, m) for c, m in measured.items() if c is not None]
         if pts:
-            ax.plot([c for c, _ in pts], [m for _, m in pts], marker="x", ms=8, ls="none", color="k",
-                    label="chunked (measured)")
+            ax.plot(
+                [c for c, _ in pts],
+                [m for _, m in pts],
+                marker="x",
+                ms=8,
+                ls="none",
+                color="k",
+                label="chunked (measured)",
+            )
         if None in measured:
-            ax.plot([cs[-1]], [measured[None]], marker="+", ms=12, ls="none", color="C3", label="dense (measured)")
+            ax.plot(
+                [cs[-1]],
+                [measured[None]],
+                marker="+",
+                ms=12,
+                ls="none",
+                color="C3",
+                label="dense (measured)",
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("chunk_size (rows)")
@@ -162,8 +205,10 @@ def plot_peak_vs_chunk(
 
 def scale_marker(vocab_size: int, chunk_size: int, peak_mib: float, dense_mib: float) -> str:
     """The widget's deterministic marker line."""
-    return (f"[widget] vocab_size={vocab_size} chunk_size={chunk_size} "
-            f"peak_MiB={peak_mib:.0f} dense_MiB={dense_mib:.0f}")
+    return (
+        f"[widget] vocab_size={vocab_size} chunk_size={chunk_size} "
+        f"peak_MiB={peak_mib:.0f} dense_MiB={dense_mib:.0f}"
+    )
 
 
 def _figure_png(n_rows: int, hidden_size: int, vocab_size: int, chunk_size: int) -> bytes:
@@ -201,12 +246,22 @@ def scale_widget(
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {list(CHUNK_SIZES)}, got {chunk_size!r}")
     options = sorted(((label, v) for label, v in vocabularies.items()), key=lambda kv: kv[1])
-    vocab = widgets.SelectionSlider(options=options, value=vocab_size, description="vocab_size",
-                                    continuous_update=False, style={"description_width": "90px"},
-                                    layout=widgets.Layout(width="520px"))
-    chunk = widgets.SelectionSlider(options=[(f"{c:,}", c) for c in CHUNK_SIZES], value=chunk_size,
-                                    description="chunk_size", continuous_update=False,
-                                    style={"description_width": "90px"}, layout=widgets.Layout(width="520px"))
+    vocab = widgets.SelectionSlider(
+        options=options,
+        value=vocab_size,
+        description="vocab_size",
+        continuous_update=False,
+        style={"description_width": "90px"},
+        layout=widgets.Layout(width="520px"),
+    )
+    chunk = widgets.SelectionSlider(
+        options=[(f"{c:,}", c) for c in CHUNK_SIZES],
+        value=chunk_size,
+        description="chunk_size",
+        continuous_update=False,
+        style={"description_width": "90px"},
+        layout=widgets.Layout(width="520px"),
+    )
     out = widgets.Output()
 
     def redraw(*_: Any) -> None:
@@ -214,15 +269,25 @@ def scale_widget(
         peak = estimate_peak_bytes(n_rows, hidden_size, v, chunk_size=c) / MIB
         dense = estimate_peak_bytes(n_rows, hidden_size, v) / MIB
         logits = logits_bytes(1, n_rows, v) / MIB
-        text = "\n".join([
-            f"{n_rows:,} tokens x V={v:,}: one float32 logits tensor is {logits:,.0f} MiB",
-            f"dense head + loss, forward + backward: ~{dense:,.0f} MiB (three (N, V) tensors + gradients)",
-            f"linear_cross_entropy, chunk_size={c:,}: ~{peak:,.0f} MiB ({peak / dense:.1%} of dense)",
-        ])
+        text = "\n".join(
+            [
+                f"{n_rows:,} tokens x V={v:,}: one float32 logits tensor is {logits:,.0f} MiB",
+                f"dense head + loss, forward + backward: ~{dense:,.0f} MiB (three (N, V) tensors + gradients)",
+                f"linear_cross_entropy, chunk_size={c:,}: ~{peak:,.0f} MiB ({peak / dense:.1%} of dense)",
+            ]
+        )
         png = base64.b64encode(_figure_png(n_rows, hidden_size, v, c)).decode("ascii")
         out.outputs = (
-            {"output_type": "stream", "name": "stdout", "text": scale_marker(v, c, peak, dense) + "\n"},
-            {"output_type": "display_data", "data": {"image/png": png, "text/plain": text}, "metadata": {}},
+            {
+                "output_type": "stream",
+                "name": "stdout",
+                "text": scale_marker(v, c, peak, dense) + "\n",
+            },
+            {
+                "output_type": "display_data",
+                "data": {"image/png": png, "text/plain": text},
+                "metadata": {},
+            },
         )
 
     vocab.observe(redraw, names="value")

@@ -1,6 +1,6 @@
 """A small training loop for every model of the course, with a live loss plot in notebooks.
 
-:func:`train` runs AdamW on batches from :mod:`lmlessons.batches` for a step budget or a time
+:func:`train` runs AdamW on batches from :mod:`lmlessons.course.batches` for a step budget or a time
 budget and returns a :class:`History`. The loss is computed by the package's own functions
 (:func:`lmlessons.mlm_loss`, :func:`lmlessons.clm_loss`, :func:`lmlessons.nsp_loss`) from the
 model's logits, so it is the loss the lessons derive, for every model:
@@ -15,6 +15,7 @@ optimizer step are fetched first, their target tokens counted (``num_items_in_ba
 after the shift), and each micro-batch loss is ``sum / num_items_in_batch``. Summed over the K
 micro-batches this is exactly the full-batch mean, not the mean of K means.
 """
+
 from __future__ import annotations
 
 import io
@@ -26,8 +27,8 @@ from typing import Any
 
 import torch
 
-from ._checks import IGNORE_INDEX, check_int
-from .losses import clm_loss, mlm_loss, nsp_loss
+from lmlessons._checks import IGNORE_INDEX, check_int
+from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
 
 __all__ = ["History", "train", "evaluate", "infer_objective", "OBJECTIVES"]
 
@@ -109,7 +110,9 @@ class History:
 
 def _draw_losses(ax: Any, h: History, *, x: str = "step", reference: bool = True) -> None:
     xs = getattr(h, x)
-    label = {"mlm": "MLM loss", "clm": "causal LM loss", "pretraining": "MLM + NSP loss"}[h.objective]
+    label = {"mlm": "MLM loss", "clm": "causal LM loss", "pretraining": "MLM + NSP loss"}[
+        h.objective
+    ]
     ax.plot(xs, h.loss, color="C0", alpha=0.25, lw=1)
     ax.plot(xs, h.smoothed("loss"), color="C0", lw=2, label=label)
     if h.objective == "pretraining":
@@ -117,8 +120,12 @@ def _draw_losses(ax: Any, h: History, *, x: str = "step", reference: bool = True
         ax.plot(xs, h.smoothed("nsp_loss"), color="C2", lw=1.5, label="NSP term")
         ax.axhline(math.log(2), color="C2", ls=":", lw=1, label="ln 2 (NSP coin flip)")
     if reference:
-        ax.axhline(h.uniform_loss, color="gray", ls="--", lw=1, label=f"ln(vocab) = {h.uniform_loss:.2f}")
-    ax.set_xlabel({"step": "optimizer step", "wall_time": "seconds", "tokens_seen": "tokens seen"}.get(x, x))
+        ax.axhline(
+            h.uniform_loss, color="gray", ls="--", lw=1, label=f"ln(vocab) = {h.uniform_loss:.2f}"
+        )
+    ax.set_xlabel(
+        {"step": "optimizer step", "wall_time": "seconds", "tokens_seen": "tokens seen"}.get(x, x)
+    )
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -163,7 +170,13 @@ class _LivePlot:
             _draw_losses(self.ax, h)
             if self.ax2 is not None:
                 self.ax2.clear()
-                self.ax2.plot(h.step, _moving_mean(h.nsp_accuracy, 20), color="C3", lw=1.5, label="NSP accuracy")
+                self.ax2.plot(
+                    h.step,
+                    _moving_mean(h.nsp_accuracy, 20),
+                    color="C3",
+                    lw=1.5,
+                    label="NSP accuracy",
+                )
                 self.ax2.set_ylim(0, 1)
                 self.ax2.set_ylabel("NSP accuracy")
                 self.ax2.legend(fontsize=8, loc="lower left")
@@ -245,7 +258,11 @@ def _mlm_logits(
     keep = labels != IGNORE_INDEX  # (B, T)
     hidden = out.last_hidden_state[keep]  # (N, H)
     if objective == "pretraining":
-        return model.cls.predictions(hidden), labels[keep], model.cls.seq_relationship(out.pooler_output)
+        return (
+            model.cls.predictions(hidden),
+            labels[keep],
+            model.cls.seq_relationship(out.pooler_output),
+        )
     return model.cls.predictions(hidden), labels[keep], None  # (N, V), (N,)
 
 
@@ -276,7 +293,9 @@ def _micro_batch_loss(
 
 def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.Tensor]:
     if not isinstance(batch, dict):
-        raise TypeError(f"batches must yield dicts of tensors, got {type(batch).__name__} at batch {index}")
+        raise TypeError(
+            f"batches must yield dicts of tensors, got {type(batch).__name__} at batch {index}"
+        )
     missing = [k for k in _REQUIRED_KEYS[objective] if k not in batch]
     if missing:
         hint = {
@@ -284,7 +303,9 @@ def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.T
             "pretraining": "use lmlessons.nsp_batches",
             "clm": "use lmlessons.clm_batches",
         }[objective]
-        raise ValueError(f"objective {objective!r} needs batch keys {list(_REQUIRED_KEYS[objective])}; missing {missing} ({hint})")
+        raise ValueError(
+            f"objective {objective!r} needs batch keys {list(_REQUIRED_KEYS[objective])}; missing {missing} ({hint})"
+        )
     return batch
 
 
@@ -329,7 +350,7 @@ def train(
     """Train ``model`` on ``batches`` until a budget runs out; return the :class:`History`.
 
     Args:
-        model: any model of :mod:`lmlessons.models` (or another transformers MLM/CLM model).
+        model: any model of :mod:`lmlessons.course.models` (or another transformers MLM/CLM model).
         batches: an iterable of batch dicts, e.g. ``lmlessons.mlm_batches(corpus, tokenizer)``.
             One optimizer step uses ``grad_accum_steps`` of them.
         objective: ``"mlm"``, ``"pretraining"`` (MLM + NSP) or ``"clm"``; None infers it from the
@@ -365,11 +386,15 @@ def train(
         max_steps = check_int("max_steps", max_steps, minimum=1)
     if max_seconds is not None:
         if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)):
-            raise TypeError(f"max_seconds must be a number of seconds, got {type(max_seconds).__name__}")
+            raise TypeError(
+                f"max_seconds must be a number of seconds, got {type(max_seconds).__name__}"
+            )
         if not max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
     if max_steps is None and max_seconds is None and not hasattr(batches, "__len__"):
-        raise ValueError("give max_steps or max_seconds (batches may be endless), or a finite list of batches")
+        raise ValueError(
+            "give max_steps or max_seconds (batches may be endless), or a finite list of batches"
+        )
     grad_accum_steps = check_int("grad_accum_steps", grad_accum_steps, minimum=1)
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
     if schedule not in ("constant", "linear", "cosine"):
@@ -387,14 +412,21 @@ def train(
     device = next(model.parameters()).device
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(schedule, warmup_steps, max_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _schedule(schedule, warmup_steps, max_steps)
+    )
 
     from tqdm.auto import tqdm
 
     by_time = max_steps is None and max_seconds is not None
     total = math.ceil(max_seconds) if by_time else (max_steps or len(batches) // grad_accum_steps)  # type: ignore[arg-type]
-    bar = tqdm(total=total, disable=not live, unit="s" if by_time else "step", desc=title or type(model).__name__,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]")
+    bar = tqdm(
+        total=total,
+        disable=not live,
+        unit="s" if by_time else "step",
+        desc=title or type(model).__name__,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
+    )
     plot = _LivePlot(history, title or type(model).__name__) if live and in_notebook() else None
     last_plot = time.perf_counter()
 
@@ -417,7 +449,12 @@ def train(
                 except StopIteration:
                     break
                 index += 1
-                micro.append({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()})
+                micro.append(
+                    {
+                        k: (v.to(device) if isinstance(v, torch.Tensor) else v)
+                        for k, v in batch.items()
+                    }
+                )
             if len(micro) < grad_accum_steps:  # batches ran out: drop an incomplete step
                 history.stopped_by = "batches"
                 break
@@ -453,7 +490,9 @@ def train(
             history.wall_time.append(now - start)
 
             if live:
-                bar.set_postfix_str(f"step {history.num_steps}, loss {step_loss:.3f}", refresh=False)
+                bar.set_postfix_str(
+                    f"step {history.num_steps}, loss {step_loss:.3f}", refresh=False
+                )
                 bar.update((min(now - start, total) if by_time else history.num_steps) - bar.n)
             if plot is not None and now - last_plot >= plot_every:
                 plot.update()
@@ -476,7 +515,10 @@ def train(
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, batches: Iterable[dict[str, torch.Tensor]], *, objective: str | None = None
+    model: torch.nn.Module,
+    batches: Iterable[dict[str, torch.Tensor]],
+    *,
+    objective: str | None = None,
 ) -> dict[str, float]:
     """Held-out metrics over a *finite* iterable of batches (e.g. ``epochs=1``), token-weighted.
 
@@ -495,12 +537,19 @@ def evaluate(
     ce_sum, correct, targets = 0.0, 0, 0
     nsp_sum, nsp_correct, sequences = 0.0, 0, 0
     for i, batch in enumerate(batches):
-        batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in _check_batch(batch, objective, i).items()}
+        batch = {
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v)
+            for k, v in _check_batch(batch, objective, i).items()
+        }
         if objective == "clm":
             logits = _forward(model, batch).logits  # (B, T, V)
-            labels = torch.nn.functional.pad(batch["labels"][..., 1:], (0, 1), value=IGNORE_INDEX)  # shifted
+            labels = torch.nn.functional.pad(
+                batch["labels"][..., 1:], (0, 1), value=IGNORE_INDEX
+            )  # shifted
         else:
-            logits, labels, nsp_logits = _mlm_logits(model, batch, objective, _supports_sparse(model))
+            logits, labels, nsp_logits = _mlm_logits(
+                model, batch, objective, _supports_sparse(model)
+            )
         keep = labels != IGNORE_INDEX
         rows, gold = logits[keep].float(), labels[keep]  # (N, V), (N,)
         ce_sum += torch.nn.functional.cross_entropy(rows, gold, reduction="sum").item()
@@ -509,16 +558,28 @@ def evaluate(
         sequences += batch["input_ids"].shape[0]
         if objective == "pretraining":
             nsl = batch["next_sentence_label"]
-            nsp_sum += torch.nn.functional.cross_entropy(nsp_logits.float(), nsl, reduction="sum").item()
+            nsp_sum += torch.nn.functional.cross_entropy(
+                nsp_logits.float(), nsl, reduction="sum"
+            ).item()
             nsp_correct += int((nsp_logits.argmax(-1) == nsl).sum())
     model.train(was_training)
     if targets == 0:
         raise ValueError("batches held no target tokens to evaluate")
     loss = ce_sum / targets
     if objective == "clm":
-        return {"clm_loss": loss, "perplexity": math.exp(loss), "next_token_accuracy": correct / targets,
-                "num_targets": targets, "num_sequences": sequences}
-    metrics = {"mlm_loss": loss, "mlm_accuracy": correct / targets, "num_targets": targets, "num_sequences": sequences}
+        return {
+            "clm_loss": loss,
+            "perplexity": math.exp(loss),
+            "next_token_accuracy": correct / targets,
+            "num_targets": targets,
+            "num_sequences": sequences,
+        }
+    metrics = {
+        "mlm_loss": loss,
+        "mlm_accuracy": correct / targets,
+        "num_targets": targets,
+        "num_sequences": sequences,
+    }
     if objective == "pretraining":
         metrics.update(nsp_loss=nsp_sum / sequences, nsp_accuracy=nsp_correct / sequences)
         metrics["loss"] = metrics["mlm_loss"] + metrics["nsp_loss"]

@@ -1,4 +1,4 @@
-"""Measure the course's speed budgets: ``python -m lmlessons.budgets [--seconds 30]``.
+"""Measure the course's speed budgets: ``python -m tools.budgets [--seconds 30]``.
 
 Prints (and with ``--json`` writes) the numbers the README quotes:
 
@@ -17,6 +17,7 @@ Prints (and with ``--json`` writes) the numbers the README quotes:
 "Final loss" is the mean training loss of the last 20 steps. Time budgets are not
 deterministic: the step count depends on the machine and its load, which is printed too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,6 @@ import time
 from typing import Any
 
 import torch
-
 
 _COLD = """
 import time
@@ -46,16 +46,21 @@ print(t1 - t0, t2 - t1)
 
 def _cold_load_times() -> dict[str, float]:
     """The two loads in a fresh interpreter, ``import lmlessons`` (torch) and transformers included."""
-    out = subprocess.run([sys.executable, "-c", _COLD], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD], check=True, capture_output=True, text=True
+    ).stdout
     corpus_s, tokenizer_s = (float(v) for v in out.split())
-    return {"cold_import_and_load_corpus_s": corpus_s, "cold_import_and_load_tokenizer_s": tokenizer_s}
+    return {
+        "cold_import_and_load_corpus_s": corpus_s,
+        "cold_import_and_load_tokenizer_s": tokenizer_s,
+    }
 
 
 def _load_times() -> dict[str, float]:
     from transformers import BertTokenizerFast  # noqa: F401  (import cost reported separately)
 
-    from . import corpus as corpus_module
-    from . import tokenizer as tokenizer_module
+    from lmlessons import corpus as corpus_module
+    from lmlessons import tokenizer as tokenizer_module
 
     corpus_module._course_documents.cache_clear()
     start = time.perf_counter()
@@ -68,7 +73,11 @@ def _load_times() -> dict[str, float]:
     start = time.perf_counter()
     tokenizer_module.load_tokenizer()
     tokenizer_s = time.perf_counter() - start
-    return {"load_corpus_course_s": corpus_s, "load_corpus_python_docs_s": pydocs_s, "load_tokenizer_s": tokenizer_s}
+    return {
+        "load_corpus_course_s": corpus_s,
+        "load_corpus_python_docs_s": pydocs_s,
+        "load_tokenizer_s": tokenizer_s,
+    }
 
 
 # name -> (model factory keywords, batch keywords, train keywords, target drop below ln V)
@@ -81,11 +90,11 @@ RUNS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], float | No
 
 
 def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
-    from .batches import clm_batches, mlm_batches
-    from .corpus import load_corpus
-    from .models import tiny_bert_lm_head, tiny_bert_mlm
-    from .tokenizer import load_tokenizer
-    from .training import train
+    from lmlessons.course.batches import clm_batches, mlm_batches
+    from lmlessons.course.corpus import load_corpus
+    from lmlessons.course.models import tiny_bert_lm_head, tiny_bert_mlm
+    from lmlessons.course.tokenizer import load_tokenizer
+    from lmlessons.course.training import train
 
     if kind not in RUNS:
         raise ValueError(f"kind must be one of {list(RUNS)}, got {kind!r}")
@@ -93,7 +102,10 @@ def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
     corpus, tok = load_corpus("course"), load_tokenizer()
     g = torch.Generator().manual_seed(seed)
     if kind.startswith("mlm"):
-        model, batches = tiny_bert_mlm(tok, seed=seed, **model_kw), mlm_batches(corpus, tok, generator=g, **batch_kw)
+        model, batches = (
+            tiny_bert_mlm(tok, seed=seed, **model_kw),
+            mlm_batches(corpus, tok, generator=g, **batch_kw),
+        )
     else:
         model = tiny_bert_lm_head(tok, seed=seed, **model_kw)
         batches = clm_batches(corpus, tok, generator=g, **batch_kw)
@@ -111,13 +123,21 @@ def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lmlessons.budgets", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="length of each live run (default 30)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.budgets", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="length of each live run (default 30)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
     parser.add_argument("--only-loads", action="store_true", help="skip the three training runs")
     parser.add_argument("--no-live", action="store_true", help="no progress bars")
-    parser.add_argument("--json", type=str, default=None, help="also write the results to this JSON file")
+    parser.add_argument(
+        "--json", type=str, default=None, help="also write the results to this JSON file"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -137,16 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load_corpus('python-docs'): {loads['load_corpus_python_docs_s']:.3f} s  (cached parse)")
     print(f"load_tokenizer():           {loads['load_tokenizer_s']:.3f} s  (budget < 1 s)")
     loads.update(_cold_load_times())
-    print(f"fresh process, import lmlessons (torch) + load_corpus('course'): "
-          f"{loads['cold_import_and_load_corpus_s']:.2f} s")
-    print(f"fresh process, import transformers + load_tokenizer():          "
-          f"{loads['cold_import_and_load_tokenizer_s']:.2f} s")
+    print(
+        f"fresh process, import lmlessons (torch) + load_corpus('course'): "
+        f"{loads['cold_import_and_load_corpus_s']:.2f} s"
+    )
+    print(
+        f"fresh process, import transformers + load_tokenizer():          "
+        f"{loads['cold_import_and_load_tokenizer_s']:.2f} s"
+    )
     ok = loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
     if not args.only_loads:
         for kind, (*_, target) in RUNS.items():
             r = results[kind] = _run(kind, args.seconds, args.seed, live=not args.no_live)
-            line = (f"{kind:7s} {r['steps']:5d} steps in {r['seconds']:.1f} s: loss {r['first_loss']:.3f} -> "
-                    f"{r['final_loss']:.3f} (ln V = {r['ln_vocab']:.3f}, {100 * r['drop_below_ln_vocab']:.1f}% below)")
+            line = (
+                f"{kind:7s} {r['steps']:5d} steps in {r['seconds']:.1f} s: loss {r['first_loss']:.3f} -> "
+                f"{r['final_loss']:.3f} (ln V = {r['ln_vocab']:.3f}, {100 * r['drop_below_ln_vocab']:.1f}% below)"
+            )
             if target is not None:
                 passed = r["drop_below_ln_vocab"] >= target
                 ok &= passed
@@ -155,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         leaky, causal = results["leaky"]["final_loss"], results["causal"]["final_loss"]
         collapsed = leaky < 0.1 * results["leaky"]["ln_vocab"] and causal > 4 * leaky
         ok &= collapsed
-        print(f"leaky decoder collapses toward 0 ({leaky:.3f}) while the causal one does not ({causal:.3f}): "
-              f"{'PASS' if collapsed else 'FAIL'}")
+        print(
+            f"leaky decoder collapses toward 0 ({leaky:.3f}) while the causal one does not ({causal:.3f}): "
+            f"{'PASS' if collapsed else 'FAIL'}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

@@ -4,6 +4,7 @@
 position, with optional background colours per cell. The HTML is deterministic (no ids, no
 timestamps), so strict nbval can compare it.
 """
+
 from __future__ import annotations
 
 import html
@@ -51,8 +52,15 @@ def token_table_html(
         raise ValueError(f"column_colors must have {width} entries, got {len(column_colors)}")
     parts = ['<table style="border-collapse:collapse;margin:4px 0;font-size:12px">']
     if caption:
-        parts.append(f'<caption style="caption-side:top;text-align:left;font-weight:bold">{html.escape(caption)}</caption>')
-    parts.append("<tr>" + _cell("", None, head=True) + "".join(_cell(i, None, head=True) for i in range(width)) + "</tr>")
+        parts.append(
+            f'<caption style="caption-side:top;text-align:left;font-weight:bold">{html.escape(caption)}</caption>'
+        )
+    parts.append(
+        "<tr>"
+        + _cell("", None, head=True)
+        + "".join(_cell(i, None, head=True) for i in range(width))
+        + "</tr>"
+    )
     for name, values in rows.items():
         row_colors = (colors or {}).get(name)
         if row_colors is not None and len(row_colors) != width:
@@ -87,4 +95,8 @@ def token_table(
     ``colors[row][j]`` colours one cell; ``column_colors[j]`` colours a whole column (a cell
     colour wins). ``legend`` maps a label to a colour. Returns an ``IPython.display.HTML``.
     """
-    return HTML(token_table_html(rows, colors=colors, column_colors=column_colors, caption=caption, legend=legend))
+    return HTML(
+        token_table_html(
+            rows, colors=colors, column_colors=column_colors, caption=caption, legend=legend
+        )
+    )

@@ -12,6 +12,7 @@ average (``Trainer.compute_loss``).
 :func:`run_distributed_demo` launches ``world_size`` CPU processes (gloo backend, 127.0.0.1 only)
 that do both, and compares them with one process on the whole batch.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .linear_ce import linear_cross_entropy
-from .shifting import shift_labels
+from lmlessons.linear_ce import linear_cross_entropy
+from lmlessons.shifting import shift_labels
 
 __all__ = ["DistributedDemoResult", "demo_batch", "demo_parameters", "run_distributed_demo"]
 
@@ -69,7 +70,9 @@ def demo_batch(
     return ids, labels
 
 
-def demo_parameters(vocab_size: int = 50, hidden_size: int = 8, *, seed: int = 0) -> list[torch.Tensor]:
+def demo_parameters(
+    vocab_size: int = 50, hidden_size: int = 8, *, seed: int = 0
+) -> list[torch.Tensor]:
     """Embedding (V, H) and output weight (V, H) of a tiny bigram language model."""
     g = torch.Generator().manual_seed(seed + 1)
     emb = torch.randn(vocab_size, hidden_size, generator=g)
@@ -77,10 +80,14 @@ def demo_parameters(vocab_size: int = 50, hidden_size: int = 8, *, seed: int = 0
     return [emb.requires_grad_(), head.requires_grad_()]
 
 
-def _loss(params: list[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+def _loss(
+    params: list[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None
+) -> torch.Tensor:
     emb, head = params
     hidden = torch.tanh(emb[ids])  # (B, T, H)
-    return linear_cross_entropy(hidden, head, shift_labels(labels), num_items_in_batch=num_items_in_batch)
+    return linear_cross_entropy(
+        hidden, head, shift_labels(labels), num_items_in_batch=num_items_in_batch
+    )
 
 
 def _free_port() -> int:
@@ -105,7 +112,10 @@ def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], que
     if iface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)  # keep gloo on the loopback device
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
         timeout=datetime.timedelta(seconds=60),
     )
     try:
@@ -142,16 +152,24 @@ def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], que
         dist.all_reduce(reported, op=dist.ReduceOp.SUM)
         fixed_loss = float(reported) / world_size
 
-        queue.put({
-            "rank": rank, "tokens": n_local, "rank_mean": rank_mean,
-            "naive_loss": naive_loss, "fixed_loss": fixed_loss,
-            "naive_grads": [g.tolist() for g in naive_grads], "fixed_grads": [g.tolist() for g in fixed_grads],
-        })
+        queue.put(
+            {
+                "rank": rank,
+                "tokens": n_local,
+                "rank_mean": rank_mean,
+                "naive_loss": naive_loss,
+                "fixed_loss": fixed_loss,
+                "naive_grads": [g.tolist() for g in naive_grads],
+                "fixed_grads": [g.tolist() for g in fixed_grads],
+            }
+        )
     finally:
         dist.destroy_process_group()
 
 
-def run_distributed_demo(world_size: int = 2, lengths: tuple[int, ...] = (3, 5, 14, 16)) -> DistributedDemoResult:
+def run_distributed_demo(
+    world_size: int = 2, lengths: tuple[int, ...] = (3, 5, 14, 16)
+) -> DistributedDemoResult:
     """Run the per-rank-count (buggy) and global-count (fixed) losses on ``world_size`` processes.
 
     Rows of the batch from :func:`demo_batch` are split contiguously over the ranks, so with the
@@ -164,12 +182,19 @@ def run_distributed_demo(world_size: int = 2, lengths: tuple[int, ...] = (3, 5, 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if len(lengths) < world_size:
-        raise ValueError(f"lengths must give at least one sequence per rank ({world_size}), got {len(lengths)}")
+        raise ValueError(
+            f"lengths must give at least one sequence per rank ({world_size}), got {len(lengths)}"
+        )
     ids, labels = demo_batch(lengths)  # also validates lengths
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.spawn(_worker, args=(world_size, _free_port(), tuple(lengths), queue), nprocs=world_size, join=True)
+    mp.spawn(
+        _worker,
+        args=(world_size, _free_port(), tuple(lengths), queue),
+        nprocs=world_size,
+        join=True,
+    )
     msgs = sorted((queue.get() for _ in range(world_size)), key=lambda m: m["rank"])
 
     params = demo_parameters()

@@ -5,9 +5,10 @@ Runs every written lesson in JupyterLab in Chromium exactly as the browser test 
 of the cell that shows the widget, after the move. The README shows these images next to the
 lesson list. Needs Chromium (``apt-get install chromium``) and the ``playwright`` package.
 
-    python -m lmlessons.screenshots            # all lessons
-    python -m lmlessons.screenshots --only 03  # one lesson (repeatable)
+    python -m tools.screenshots            # all lessons
+    python -m tools.screenshots --only 03  # one lesson (repeatable)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,28 +16,53 @@ import sys
 import time
 from pathlib import Path
 
-from ._browser_lessons import LESSONS
-from ._jupyter_browser import (NOTEBOOKS_DIR, REPO_ROOT, JupyterLab, check_lesson, find_chromium,
-                               launch_chromium, new_context)
+from tools.browser import (
+    NOTEBOOKS_DIR,
+    REPO_ROOT,
+    JupyterLab,
+    check_lesson,
+    find_chromium,
+    launch_chromium,
+    new_context,
+)
+from tools.browser_lessons import LESSONS
 
 DEFAULT_OUT = REPO_ROOT / "docs" / "screenshots"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lmlessons.screenshots", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="directory for the PNGs (default: docs/screenshots)")
-    parser.add_argument("--only", action="append", default=[], metavar="NN",
-                        help="only the lesson with this two-digit number (repeatable)")
-    parser.add_argument("--run-timeout", type=float, default=120.0,
-                        help="seconds allowed for one lesson's run-all (default 120)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.screenshots",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="directory for the PNGs (default: docs/screenshots)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NN",
+        help="only the lesson with this two-digit number (repeatable)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=120.0,
+        help="seconds allowed for one lesson's run-all (default 120)",
+    )
     args = parser.parse_args(argv)
 
     chromium = find_chromium()
     if chromium is None:
-        print("no Chromium found: install it (apt-get install chromium) or set LMLESSONS_CHROMIUM",
-              file=sys.stderr)
+        print(
+            "no Chromium found: install it (apt-get install chromium) or set LMLESSONS_CHROMIUM",
+            file=sys.stderr,
+        )
         return 2
     jobs = []
     failures: list[str] = []
@@ -47,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         if path is None:
             print(f"skip {lesson.notebook}: not written yet")
         elif lesson.is_todo:
-            print(f"FAIL {path.name}: its row in lmlessons/_browser_lessons.py is TODO", file=sys.stderr)
+            print(
+                f"FAIL {path.name}: its row in lmlessons/_browser_lessons.py is TODO",
+                file=sys.stderr,
+            )
             failures.append(path.name)
         else:
             jobs.append((lesson, path))
@@ -66,19 +95,31 @@ def main(argv: list[str] | None = None) -> int:
             for lesson, path in jobs:
                 target = args.out / f"{path.stem}.png"
                 try:
-                    result = check_lesson(context, lab, path.name, lesson.widget, lesson.expected,
-                                          run_timeout=args.run_timeout, screenshot=target)
+                    result = check_lesson(
+                        context,
+                        lab,
+                        path.name,
+                        lesson.widget,
+                        lesson.expected,
+                        run_timeout=args.run_timeout,
+                        screenshot=target,
+                    )
                 except AssertionError as exc:
                     print(f"FAIL {path.name}: {exc}", file=sys.stderr)
                     failures.append(path.name)
                     continue
                 written += 1
-                shown = target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target
-                print(f"wrote {shown} ({target.stat().st_size // 1024} KiB, {result.total_s:.1f} s)")
+                shown = (
+                    target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target
+                )
+                print(
+                    f"wrote {shown} ({target.stat().st_size // 1024} KiB, {result.total_s:.1f} s)"
+                )
         finally:
             browser.close()
     print(f"{written}/{len(jobs)} screenshots in {time.monotonic() - start:.0f} s")
     return 1 if failures else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

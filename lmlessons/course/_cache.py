@@ -4,6 +4,7 @@
 ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), plus
 ``lmlessons``. The same rule as ``platformdirs.user_cache_dir``, without the dependency.
 """
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ Three sources, one loader (:func:`load_corpus`):
 The split is by *document*, so no validation sentence has its neighbours in the training set:
 next-sentence prediction and perplexity on validation are then measured on unseen text.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cache import user_cache_dir
+from lmlessons.course._cache import user_cache_dir
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 BUILTIN_CORPORA = ("course", "python-docs")
 
 __all__ = ["Corpus", "load_corpus", "split_sentences", "BUILTIN_CORPORA"]
@@ -111,7 +112,7 @@ class Corpus:
 # sentence. Lower-case continuations ("3.5 and", "e.g. the") never split.
 _BOUNDARY = re.compile(r"([.!?]+[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs e.g i.e cf fig no vol approx dept est inc ltd co".split()
+    ["mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "e.g", "i.e", "cf", "fig", "no", "vol", "approx", "dept", "est", "inc", "ltd", "co"]
 )
 
 
@@ -160,7 +161,9 @@ def _read_text(path: Path) -> str:
         raise ValueError(f"load_corpus: {str(path)!r} is a directory; expected a UTF-8 text file")
     data = path.read_bytes()
     if b"\x00" in data:
-        raise ValueError(f"load_corpus: {str(path)!r} is not a text file (it contains NUL bytes: binary data?)")
+        raise ValueError(
+            f"load_corpus: {str(path)!r} is not a text file (it contains NUL bytes: binary data?)"
+        )
     try:
         text = data.decode("utf-8-sig")  # a leading byte-order mark is dropped
     except UnicodeDecodeError as err:
@@ -196,7 +199,9 @@ def _course_files() -> list[Path]:
 
 
 @functools.lru_cache(maxsize=4)
-def _course_documents(signature: tuple[tuple[str, int, int], ...]) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+def _course_documents(
+    signature: tuple[tuple[str, int, int], ...],
+) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """Parse every ``course_<topic>.txt`` (cached per set of file names, sizes and mtimes)."""
     documents: list[tuple[str, ...]] = []
     topics: list[str] = []
@@ -222,8 +227,7 @@ def _load_course() -> tuple[list[list[str]], list[str]]:
 
 _PYDOCS_VERSION = 1  # bump when the extraction below changes, so old caches are ignored
 _SKIP_MODULES = frozenset(
-    "test idlelib lib2to3 turtledemo ensurepip site-packages dist-packages pydoc_data encodings "
-    "distutils venv this antigravity".split()
+    ["test", "idlelib", "lib2to3", "turtledemo", "ensurepip", "site-packages", "dist-packages", "pydoc_data", "encodings", "distutils", "venv", "this", "antigravity"]
 )
 _UNDERLINE = re.compile(r"^([=\-~^*+#\"'`])\1{2,}$")
 _MIN_WORDS, _MAX_WORDS = 4, 80
@@ -237,9 +241,7 @@ def _prose_sentences(text: str) -> list[str]:
     paragraphs: list[list[str]] = [[]]
     for i, line in enumerate(lines):
         nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        if not line.strip():
-            paragraphs.append([])
-        elif _UNDERLINE.match(line.strip()) or _UNDERLINE.match(nxt):  # a heading and its line
+        if not line.strip() or _UNDERLINE.match(line.strip()) or _UNDERLINE.match(nxt):
             paragraphs.append([])
         else:
             paragraphs[-1].append(line)
@@ -279,8 +281,12 @@ def _stdlib_files(root: Path) -> list[tuple[str, Path]]:
             out.append((name, entry))
         elif entry.is_dir() and (entry / "__init__.py").is_file():
             for dirpath, dirnames, filenames in os.walk(entry):
-                dirnames[:] = sorted(d for d in dirnames if d not in ("test", "tests", "idle_test", "__pycache__"))
-                out.extend((name, Path(dirpath) / f) for f in sorted(filenames) if f.endswith(".py"))
+                dirnames[:] = sorted(
+                    d for d in dirnames if d not in ("test", "tests", "idle_test", "__pycache__")
+                )
+                out.extend(
+                    (name, Path(dirpath) / f) for f in sorted(filenames) if f.endswith(".py")
+                )
     return out
 
 
@@ -357,7 +363,9 @@ def _load_python_docs() -> tuple[list[list[str]], list[str]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _split(topics: Sequence[str], validation_fraction: float, seed: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _split(
+    topics: Sequence[str], validation_fraction: float, seed: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Stratified by topic: from each topic, ``round(fraction * n)`` documents (at least one when
     the topic has two or more and the fraction is > 0) go to validation, chosen by ``seed``."""
     rng = random.Random(seed)  # Random.shuffle with an int seed is stable across Python versions
@@ -406,7 +414,9 @@ def load_corpus(
         TypeError: ``source`` is not a string or a path.
     """
     if isinstance(validation_fraction, bool) or not isinstance(validation_fraction, (int, float)):
-        raise TypeError(f"validation_fraction must be a float in [0, 1), got {type(validation_fraction).__name__}")
+        raise TypeError(
+            f"validation_fraction must be a float in [0, 1), got {type(validation_fraction).__name__}"
+        )
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -424,4 +434,10 @@ def load_corpus(
             f"source must be 'course', 'python-docs' or a path to a text file, got {type(source).__name__}"
         )
     train_idx, val_idx = _split(topics, float(validation_fraction), seed)
-    return Corpus(name=name, documents=documents, topics=topics, train_indices=train_idx, validation_indices=val_idx)
+    return Corpus(
+        name=name,
+        documents=documents,
+        topics=topics,
+        train_indices=train_idx,
+        validation_indices=val_idx,
+    )

@@ -1,6 +1,6 @@
 """Drive the course the way a learner sees it: JupyterLab 4 in Chromium.
 
-Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``lmlessons.screenshots``
+Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``tools.screenshots``
 (``make screenshots``). Three parts:
 
 - :class:`JupyterLab` starts ``jupyter lab`` on a free 127.0.0.1 port with its own temporary
@@ -16,6 +16,7 @@ Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``lmlesson
 The per-lesson table (which widget to move and what it must print) is
 ``lmlessons/_browser_lessons.py``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,7 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # playwright is a test/dev dependency, imported lazily
-    from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator, Page, Playwright
+    from playwright.sync_api import (
+        Browser,
+        BrowserContext,
+        ConsoleMessage,
+        Locator,
+        Page,
+        Playwright,
+    )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -82,8 +90,11 @@ def free_port() -> int:
 
 def tree_hashes(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root``, by relative path."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def git_status(repo: Path = REPO_ROOT) -> str | None:
@@ -92,7 +103,10 @@ def git_status(repo: Path = REPO_ROOT) -> str | None:
         return None
     result = subprocess.run(
         ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
-        cwd=repo, capture_output=True, text=True, check=True,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return result.stdout
 
@@ -108,8 +122,13 @@ class JupyterLab:
     removed on exit.
     """
 
-    def __init__(self, notebooks_dir: Path = NOTEBOOKS_DIR, *, python: str = sys.executable,
-                 startup_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        notebooks_dir: Path = NOTEBOOKS_DIR,
+        *,
+        python: str = sys.executable,
+        startup_timeout: float = 90.0,
+    ) -> None:
         self.notebooks_dir = Path(notebooks_dir)
         if not self.notebooks_dir.is_dir():
             raise ValueError(f"notebooks_dir must be an existing directory, got {notebooks_dir!r}")
@@ -123,7 +142,7 @@ class JupyterLab:
         self._log_file: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "JupyterLab":
+    def __enter__(self) -> JupyterLab:
         try:
             self.start()
         except BaseException:
@@ -145,19 +164,25 @@ class JupyterLab:
 
     def start(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="lmlessons-lab-"))
-        dirs = {name: self.tmp / name for name in ("config", "data", "runtime", "ipython", "workspaces")}
+        dirs = {
+            name: self.tmp / name for name in ("config", "data", "runtime", "ipython", "workspaces")
+        }
         for d in dirs.values():
             d.mkdir()
         # The server's root: a copy of the notebooks, so nothing the browser does reaches the repo.
         self.root_dir = self.tmp / "notebooks"
-        shutil.copytree(self.notebooks_dir, self.root_dir,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            self.notebooks_dir,
+            self.root_dir,
+            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+        )
         # "Jupyter news" prompt off by configuration: user-level page config in our own config dir
         # (what `jupyter labextension disable <plugin>` writes at --level=user).
         labconfig = dirs["config"] / "labconfig"
         labconfig.mkdir()
         (labconfig / "page_config.json").write_text(
-            json.dumps({"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}, indent=2))
+            json.dumps({"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}, indent=2)
+        )
 
         env = dict(os.environ)
         env.update(
@@ -169,7 +194,9 @@ class JupyterLab:
             IPYTHONDIR=str(dirs["ipython"]),
             PYTHONDONTWRITEBYTECODE="1",  # the kernels import lmlessons from the repo
             # Kernels import this checkout's lmlessons, whatever else is installed.
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+            ),
         )
         env.pop("JUPYTER_PATH", None)
         env.pop("JUPYTER_CONFIG_PATH", None)
@@ -183,7 +210,9 @@ class JupyterLab:
     def _launch(self, env: dict[str, str], workspaces: Path) -> bool:
         """Start the server on ``self.port``; True once it answers, False if the port was taken."""
         cmd = [
-            self.python, "-m", "jupyterlab",
+            self.python,
+            "-m",
+            "jupyterlab",
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={self.port}",
@@ -198,9 +227,15 @@ class JupyterLab:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self._log_file = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=self.tmp, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log_file, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if self.proc.poll() is not None:
@@ -208,7 +243,9 @@ class JupyterLab:
                 self._log_file = None
                 if "already in use" in self.log_tail():
                     return False
-                raise RuntimeError(f"jupyter lab exited with code {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"jupyter lab exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 self.api("GET", "/api/status")
                 return True
@@ -217,7 +254,8 @@ class JupyterLab:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"jupyter lab did not answer on {self.base_url} within {self.startup_timeout} s:\n"
-                    f"{self.log_tail()}")
+                    f"{self.log_tail()}"
+                )
             time.sleep(0.25)
 
     def stop(self) -> None:
@@ -251,9 +289,12 @@ class JupyterLab:
     # -- REST API ----------------------------------------------------------------------------
     def api(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             payload = resp.read()
         return json.loads(payload) if payload else None
@@ -272,13 +313,15 @@ class JupyterLab:
 
     def lab_url(self, notebook: str, workspace: str) -> str:
         """URL opening ``notebook`` in a fresh named workspace (no tabs restored from earlier pages)."""
-        return f"{self.base_url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
+        return (
+            f"{self.base_url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # The browser
 # --------------------------------------------------------------------------------------------
-def launch_chromium(pw: "Playwright", executable: str | None = None) -> "Browser":
+def launch_chromium(pw: Playwright, executable: str | None = None) -> Browser:
     executable = executable or find_chromium()
     if executable is None:
         raise RuntimeError("no Chromium found (looked for " + ", ".join(CHROMIUM_CANDIDATES) + ")")
@@ -288,7 +331,7 @@ def launch_chromium(pw: "Playwright", executable: str | None = None) -> "Browser
 VIEWPORT = {"width": 1280, "height": 900}
 
 
-def new_context(browser: "Browser") -> "BrowserContext":
+def new_context(browser: Browser) -> BrowserContext:
     """One context for all lessons: pages share the HTTP cache (JupyterLab's bundles load once)."""
     return browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
 
@@ -304,12 +347,12 @@ class ConsoleLog:
     errors: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
-    def attach(self, page: "Page") -> "ConsoleLog":
+    def attach(self, page: Page) -> ConsoleLog:
         page.on("console", self._on_console)
         page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
         return self
 
-    def _on_console(self, msg: "ConsoleMessage") -> None:
+    def _on_console(self, msg: ConsoleMessage) -> None:
         if msg.type != "error":
             return
         loc = msg.location or {}
@@ -405,66 +448,82 @@ class RunReport:
     kernel: str
 
 
-def open_notebook(page: "Page", lab: JupyterLab, notebook: str, *, workspace: str,
-                  timeout: float = 90.0) -> None:
+def open_notebook(
+    page: Page, lab: JupyterLab, notebook: str, *, workspace: str, timeout: float = 90.0
+) -> None:
     """Open ``notebook`` (relative to the server root) and wait until its kernel is idle."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page.goto(lab.lab_url(notebook, workspace), wait_until="domcontentloaded", timeout=timeout * 1000)
+    page.goto(
+        lab.lab_url(notebook, workspace), wait_until="domcontentloaded", timeout=timeout * 1000
+    )
     try:
-        page.wait_for_function(_JS_NOTEBOOK_READY, arg=notebook, timeout=timeout * 1000, polling=250)
+        page.wait_for_function(
+            _JS_NOTEBOOK_READY, arg=notebook, timeout=timeout * 1000, polling=250
+        )
     except PlaywrightTimeout as exc:
-        raise AssertionError(f"{notebook} did not open with an idle kernel within {timeout} s") from exc
+        raise AssertionError(
+            f"{notebook} did not open with an idle kernel within {timeout} s"
+        ) from exc
     # More room for wide outputs (token tables): the file browser is not part of a lesson.
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
 
 
-def run_all_cells(page: "Page", *, timeout: float = 120.0) -> RunReport:
+def run_all_cells(page: Page, *, timeout: float = 120.0) -> RunReport:
     """Clear all outputs, run all cells, and wait until every non-empty code cell has an
     execution count and the kernel is idle. Raises AssertionError on the first error output."""
     start = time.monotonic()
     # Clearing first resets the stored execution counts, so "all counted" means "all ran now".
     # Neither command is awaited: awaiting run-all hangs in JupyterLab 4 (see ANCHORS.md).
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs'); }")
+    page.evaluate(
+        "() => { window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs'); }"
+    )
     page.wait_for_function(
-        "() => { const s = (" + _JS_RUN_STATUS + ")(); return s.done === 0; }", timeout=10_000)
+        "() => { const s = (" + _JS_RUN_STATUS + ")(); return s.done === 0; }", timeout=10_000
+    )
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     status: dict[str, Any] = {}
     while True:
         status = page.evaluate(_JS_RUN_STATUS)
         if status["errors"]:
-            raise AssertionError("error output while running the notebook:\n" + "\n".join(status["errors"]))
+            raise AssertionError(
+                "error output while running the notebook:\n" + "\n".join(status["errors"])
+            )
         if status["total"] and status["done"] == status["total"] and status["kernel"] == "idle":
             break
         if time.monotonic() - start > timeout:
             raise AssertionError(
                 f"run-all did not finish within {timeout} s: {status['done']}/{status['total']} "
-                f"cells ran, kernel {status['kernel']}")
+                f"cells ran, kernel {status['kernel']}"
+            )
         page.wait_for_timeout(250)
     counts = status["counts"]
     if counts != list(range(1, len(counts) + 1)):
-        raise AssertionError(f"cells did not run once each, top to bottom, in a fresh kernel: {counts}")
+        raise AssertionError(
+            f"cells did not run once each, top to bottom, in a fresh kernel: {counts}"
+        )
     return RunReport(seconds=time.monotonic() - start, cells=len(counts), kernel=status["kernel"])
 
 
-def error_outputs(page: "Page") -> list[str]:
+def error_outputs(page: Page) -> list[str]:
     """Tracebacks (stderr) and broken widgets visible in the notebook's outputs."""
     return list(page.evaluate(_JS_DOM_ERRORS))
 
 
-def markers(page: "Page") -> list[str]:
+def markers(page: Page) -> list[str]:
     """Every ``[widget] ...`` line currently shown in the notebook's outputs."""
     return list(page.evaluate(_JS_MARKERS, MARKER_PREFIX))
 
 
-def wait_for_marker(page: "Page", expected: str, *, timeout: float = 30.0) -> None:
+def wait_for_marker(page: Page, expected: str, *, timeout: float = 30.0) -> None:
     """Wait until the exact line ``expected`` is shown in an output (whole-line match)."""
     if not expected.startswith(MARKER_PREFIX):
         raise ValueError(f"expected must start with {MARKER_PREFIX!r}, got {expected!r}")
     js = "(args) => (" + _JS_MARKERS + ")(args[0]).includes(args[1])"
     try:
-        page.wait_for_function(js, arg=[MARKER_PREFIX, expected.strip()], timeout=timeout * 1000,
-                               polling=100)
+        page.wait_for_function(
+            js, arg=[MARKER_PREFIX, expected.strip()], timeout=timeout * 1000, polling=100
+        )
     except Exception as exc:
         raise AssertionError(
             f"marker {expected!r} did not appear within {timeout} s; markers shown: {markers(page)}"
@@ -472,7 +531,7 @@ def wait_for_marker(page: "Page", expected: str, *, timeout: float = 30.0) -> No
 
 
 # -- widget specs (the lesson table uses these) -----------------------------------------------
-def _label_regex(label: str) -> "re.Pattern[str]":
+def _label_regex(label: str) -> re.Pattern[str]:
     return re.compile(r"^\s*" + re.escape(label) + r"\s*$")
 
 
@@ -485,11 +544,12 @@ class Slider:
     presses: int = 1
     key: str = "ArrowRight"
 
-    def locate(self, page: "Page") -> "Locator":
+    def locate(self, page: Page) -> Locator:
         return page.locator(".jp-Notebook .widget-slider").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+            has=page.locator(".widget-label", has_text=_label_regex(self.label))
+        )
 
-    def move(self, widget: "Locator") -> None:
+    def move(self, widget: Locator) -> None:
         handle = widget.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
@@ -507,11 +567,12 @@ class TextInput:
     label: str
     text: str
 
-    def locate(self, page: "Page") -> "Locator":
+    def locate(self, page: Page) -> Locator:
         return page.locator(".jp-Notebook .widget-text").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+            has=page.locator(".widget-label", has_text=_label_regex(self.label))
+        )
 
-    def move(self, widget: "Locator") -> None:
+    def move(self, widget: Locator) -> None:
         box = widget.locator("input").first
         box.scroll_into_view_if_needed()
         box.fill(self.text)
@@ -528,11 +589,12 @@ class Dropdown:
     label: str
     option: str
 
-    def locate(self, page: "Page") -> "Locator":
+    def locate(self, page: Page) -> Locator:
         return page.locator(".jp-Notebook .widget-dropdown").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label)))
+            has=page.locator(".widget-label", has_text=_label_regex(self.label))
+        )
 
-    def move(self, widget: "Locator") -> None:
+    def move(self, widget: Locator) -> None:
         select = widget.locator("select").first
         select.scroll_into_view_if_needed()
         select.select_option(label=self.option)
@@ -544,21 +606,23 @@ class Dropdown:
 WidgetSpec = Slider | TextInput | Dropdown
 
 
-def find_widget(page: "Page", spec: "WidgetSpec", *, timeout: float = 30.0) -> "Locator":
+def find_widget(page: Page, spec: WidgetSpec, *, timeout: float = 30.0) -> Locator:
     """The one rendered widget matching ``spec``; fails with the labels present otherwise."""
     widget = spec.locate(page)
     try:
         widget.first.wait_for(state="attached", timeout=timeout * 1000)
     except Exception as exc:
         labels = page.locator(".jp-Notebook .jupyter-widgets .widget-label").all_text_contents()
-        raise AssertionError(f"no {spec.describe()} rendered; widget labels present: {labels}") from exc
+        raise AssertionError(
+            f"no {spec.describe()} rendered; widget labels present: {labels}"
+        ) from exc
     count = widget.count()
     if count != 1:
         raise AssertionError(f"{count} widgets match {spec.describe()}; make the label unique")
     return widget
 
 
-def widget_cell_output(widget: "Locator") -> "Locator":
+def widget_cell_output(widget: Locator) -> Locator:
     """The output area of the cell that displays ``widget`` (widget + its Output), for screenshots."""
     return widget.locator("xpath=ancestor::div[contains(@class,'jp-Cell-outputArea')][1]")
 
@@ -584,9 +648,18 @@ class LessonResult:
     ignored_console: list[str]
 
 
-def check_lesson(context: "BrowserContext", lab: JupyterLab, notebook: str, spec: "WidgetSpec",
-                 expected: str, *, run_timeout: float = 120.0, marker_timeout: float = 60.0,
-                 widget_timeout: float = 30.0, screenshot: Path | None = None) -> LessonResult:
+def check_lesson(
+    context: BrowserContext,
+    lab: JupyterLab,
+    notebook: str,
+    spec: WidgetSpec,
+    expected: str,
+    *,
+    run_timeout: float = 120.0,
+    marker_timeout: float = 60.0,
+    widget_timeout: float = 30.0,
+    screenshot: Path | None = None,
+) -> LessonResult:
     """Open ``notebook`` in a new page, run all cells, assert no error output and no console
     errors, move the main widget and wait for the ``expected`` marker line. Closes the page and
     shuts the notebook's kernel down afterwards. Raises AssertionError when a check fails."""
@@ -605,50 +678,76 @@ def check_lesson(context: "BrowserContext", lab: JupyterLab, notebook: str, spec
         before = markers(page)
         assert expected.strip() not in before, (
             f"{notebook}: the marker {expected!r} is shown before the widget moved, so the test "
-            f"could not tell whether the widget works; pick a move that changes it. Shown: {before}")
+            f"could not tell whether the widget works; pick a move that changes it. Shown: {before}"
+        )
         spec.move(widget)
         wait_for_marker(page, expected, timeout=marker_timeout)
         # Let the callback finish (plots after the marker) before the last checks.
         page.wait_for_function(
             "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
-            " return k && k.status === 'idle'; }", timeout=marker_timeout * 1000, polling=100)
+            " return k && k.status === 'idle'; }",
+            timeout=marker_timeout * 1000,
+            polling=100,
+        )
         page.wait_for_timeout(300)
         t_move = time.monotonic()
         after = markers(page)
         errors = error_outputs(page)
-        assert not errors, f"{notebook}: error output after moving the widget:\n" + "\n---\n".join(errors)
-        assert not console.errors, f"{notebook}: browser console errors:\n" + "\n".join(console.errors)
+        assert not errors, f"{notebook}: error output after moving the widget:\n" + "\n---\n".join(
+            errors
+        )
+        assert not console.errors, f"{notebook}: browser console errors:\n" + "\n".join(
+            console.errors
+        )
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
             widget_cell_output(widget).screenshot(path=str(screenshot), animations="disabled")
-        return LessonResult(notebook=notebook, open_s=t_open - t0, run_s=t_run - t_open,
-                            move_s=t_move - t_run, total_s=time.monotonic() - t0, cells=run.cells,
-                            markers_before=before, markers_after=after,
-                            ignored_console=list(console.ignored))
+        return LessonResult(
+            notebook=notebook,
+            open_s=t_open - t0,
+            run_s=t_run - t_open,
+            move_s=t_move - t_run,
+            total_s=time.monotonic() - t0,
+            cells=run.cells,
+            markers_before=before,
+            markers_after=after,
+            ignored_console=list(console.ignored),
+        )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- JupyterLab server log, last lines ---\n{lab.log_tail(15)}") from None
+        raise AssertionError(
+            f"{exc}\n--- JupyterLab server log, last lines ---\n{lab.log_tail(15)}"
+        ) from None
     finally:
         page.close()
         lab.shutdown_sessions(notebook)
 
 
-def lab_plugin_state(context: "BrowserContext", lab: JupyterLab, plugin_ids: list[str], *,
-                     timeout: float = 90.0) -> dict[str, Any]:
+def lab_plugin_state(
+    context: BrowserContext, lab: JupyterLab, plugin_ids: list[str], *, timeout: float = 90.0
+) -> dict[str, Any]:
     """Open an empty JupyterLab page; report which of ``plugin_ids`` are registered, the toasts
     shown after start-up, and the console errors."""
     page = context.new_page()
     console = ConsoleLog().attach(page)
     try:
-        page.goto(f"{lab.base_url}/lab/workspaces/config-check?reset&token={lab.token}",
-                  wait_until="domcontentloaded", timeout=timeout * 1000)
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
-                               " && document.querySelector('#jp-main-dock-panel')",
-                               timeout=timeout * 1000, polling=250)
+        page.goto(
+            f"{lab.base_url}/lab/workspaces/config-check?reset&token={lab.token}",
+            wait_until="domcontentloaded",
+            timeout=timeout * 1000,
+        )
+        page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.shell"
+            " && document.querySelector('#jp-main-dock-panel')",
+            timeout=timeout * 1000,
+            polling=250,
+        )
         page.evaluate("() => window.jupyterapp.started")
         page.wait_for_timeout(3000)  # the news prompt, when enabled, appears shortly after start
-        plugins = page.evaluate("(ids) => Object.fromEntries(ids.map("
-                                "id => [id, window.jupyterapp.hasPlugin(id)]))", plugin_ids)
+        plugins = page.evaluate(
+            "(ids) => Object.fromEntries(ids.map(id => [id, window.jupyterapp.hasPlugin(id)]))",
+            plugin_ids,
+        )
         toasts = page.locator(".Toastify__toast").all_text_contents()
         return {"plugins": plugins, "toasts": toasts, "console_errors": list(console.errors)}
     finally:

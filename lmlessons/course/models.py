@@ -15,6 +15,7 @@ Vocabulary size and special-token ids come from the tokenizer, never from consta
 0 by default: tiny models trained for seconds underfit, they do not overfit, and a model without
 dropout gives the same loss in ``train()`` and ``eval()`` mode.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -52,12 +53,14 @@ MAX_POSITIONS = 128
 
 def _tokenizer_or_default(tokenizer: PreTrainedTokenizerBase | None) -> PreTrainedTokenizerBase:
     if tokenizer is None:
-        from .tokenizer import load_tokenizer
+        from lmlessons.course.tokenizer import load_tokenizer
 
         return load_tokenizer()
     for attr in ("pad_token_id", "cls_token_id", "sep_token_id"):
         if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())")
+            raise ValueError(
+                f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
+            )
     return tokenizer
 
 
@@ -144,7 +147,9 @@ def _build(model_class: str, config: Any, seed: int) -> PreTrainedModel:
     return model
 
 
-def tiny_bert_mlm(tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any) -> BertForMaskedLM:
+def tiny_bert_mlm(
+    tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
+) -> BertForMaskedLM:
     """A tiny ``BertForMaskedLM``; ``config`` keywords go to :func:`tiny_bert_config`."""
     return _build("BertForMaskedLM", tiny_bert_config(tokenizer, **config), seed)
 
@@ -158,16 +163,24 @@ def tiny_bert_pretraining(
 
 
 def tiny_bert_lm_head(
-    tokenizer: PreTrainedTokenizerBase | None = None, *, is_decoder: bool = True, seed: int = 0, **config: Any
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    is_decoder: bool = True,
+    seed: int = 0,
+    **config: Any,
 ) -> BertLMHeadModel:
     """A tiny ``BertLMHeadModel``. ``is_decoder=True`` makes self-attention causal; ``False``
     builds the leaky decoder (bidirectional attention, next-token labels), on purpose."""
     if not isinstance(is_decoder, bool):
         raise TypeError(f"is_decoder must be a bool, got {type(is_decoder).__name__}")
-    return _build("BertLMHeadModel", tiny_bert_config(tokenizer, is_decoder=is_decoder, **config), seed)
+    return _build(
+        "BertLMHeadModel", tiny_bert_config(tokenizer, is_decoder=is_decoder, **config), seed
+    )
 
 
-def tiny_gpt2(tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any) -> GPT2LMHeadModel:
+def tiny_gpt2(
+    tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
+) -> GPT2LMHeadModel:
     """A tiny ``GPT2LMHeadModel``; ``config`` keywords go to :func:`tiny_gpt2_config`."""
     return _build("GPT2LMHeadModel", tiny_gpt2_config(tokenizer, **config), seed)
 

@@ -8,8 +8,9 @@ the ``[CLS] A [SEP] B [SEP]`` post-processor with ``token_type_ids`` 0 for A and
 The trained tokenizer is wrapped as ``transformers.BertTokenizerFast(tokenizer_object=...)``:
 a bare ``PreTrainedTokenizerFast`` would not return ``token_type_ids``.
 The course ships one, trained on the course corpus: :func:`load_tokenizer`. Rebuild it with
-``python -m lmlessons.pretrain tokenizer --out lmlessons/data``.
+``python -m tools.pretrain tokenizer --out lmlessons/data``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,20 +19,34 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
-from .corpus import Corpus
+from lmlessons.course.corpus import Corpus
 
 if TYPE_CHECKING:  # transformers is imported when a tokenizer is built (it takes seconds)
     from transformers import BertTokenizerFast
 
-__all__ = ["COURSE_WHOLE_WORDS", "SPECIAL_TOKENS", "TOKENIZER_FILE", "train_tokenizer", "load_tokenizer", "wrap_tokenizer"]
+__all__ = [
+    "COURSE_WHOLE_WORDS",
+    "SPECIAL_TOKENS",
+    "TOKENIZER_FILE",
+    "train_tokenizer",
+    "load_tokenizer",
+    "wrap_tokenizer",
+]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-TOKENIZER_FILE = Path(__file__).resolve().parent / "data" / "tokenizer.json"
+TOKENIZER_FILE = Path(__file__).resolve().parents[1] / "data" / "tokenizer.json"
 DEFAULT_VOCAB_SIZE = 2500
 # Words the lessons' examples use ("The dog chased the [MASK].") stay whole in the course tokenizer.
 COURSE_WHOLE_WORDS = ("dog", "cat", "ball", "chased")
@@ -61,14 +76,23 @@ def _iter_texts(data: object) -> Iterator[str]:
         elif isinstance(item, Iterable) and not isinstance(item, (bytes, dict)):
             for j, sentence in enumerate(item):
                 if not isinstance(sentence, str):
-                    raise TypeError(f"documents_or_texts[{i}][{j}] must be a str, got {type(sentence).__name__}")
+                    raise TypeError(
+                        f"documents_or_texts[{i}][{j}] must be a str, got {type(sentence).__name__}"
+                    )
                 yield sentence
         else:
-            raise TypeError(f"documents_or_texts[{i}] must be a str or a list of str, got {type(item).__name__}")
+            raise TypeError(
+                f"documents_or_texts[{i}] must be a str or a list of str, got {type(item).__name__}"
+            )
 
 
 def _train_wordpiece(
-    tok: Tokenizer, texts: list[str], vocab_size: int, min_frequency: int, continuations: list[str], alphabet: list[str]
+    tok: Tokenizer,
+    texts: list[str],
+    vocab_size: int,
+    min_frequency: int,
+    continuations: list[str],
+    alphabet: list[str],
 ) -> dict[str, int]:
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
@@ -99,16 +123,23 @@ def _required_words(
             raise TypeError(f"whole_words must hold str, got {type(word).__name__}")
         pieces = [w for w, _ in pre_tokenize(normalize(word))]
         if len(pieces) != 1:
-            raise ValueError(f"whole_words entry {word!r} is not one word for the pre-tokenizer: {pieces}")
+            raise ValueError(
+                f"whole_words entry {word!r} is not one word for the pre-tokenizer: {pieces}"
+            )
         if pieces[0] not in named:
             named.append(pieces[0])
     frequent: list[str] = []
     if whole_word_frequency is not None:
-        frequent = sorted((w for w, n in counts.items() if n >= whole_word_frequency and w not in named), key=lambda w: (-counts[w], w))
+        frequent = sorted(
+            (w for w, n in counts.items() if n >= whole_word_frequency and w not in named),
+            key=lambda w: (-counts[w], w),
+        )
     return named, frequent
 
 
-def _with_whole_words(vocab: dict[str, int], named: list[str], frequent: list[str], vocab_size: int) -> dict[str, int]:
+def _with_whole_words(
+    vocab: dict[str, int], named: list[str], frequent: list[str], vocab_size: int
+) -> dict[str, int]:
     """Add the whole words missing from ``vocab``, making room by dropping the merges learned
     last (the least frequent pairs); characters and special tokens always stay, so every word
     can still be spelled. WordPiece matches the longest entry first, so an added word is then
@@ -117,12 +148,16 @@ def _with_whole_words(vocab: dict[str, int], named: list[str], frequent: list[st
     text is too small to fill it)."""
     protected = set(named) | set(frequent) | set(SPECIAL_TOKENS)
     ordered = sorted(vocab, key=vocab.get)
-    removable = [t for t in reversed(ordered) if len(t.removeprefix("##")) > 1 and t not in protected]
+    removable = [
+        t for t in reversed(ordered) if len(t.removeprefix("##")) > 1 and t not in protected
+    ]
     missing_named = [w for w in named if w not in vocab]
     missing_frequent = [w for w in frequent if w not in vocab]
     room = vocab_size - len(vocab) + len(removable)  # how many words can be added at most
     if len(missing_named) > room:
-        raise ValueError(f"vocab_size={vocab_size} is too small to add the whole_words {missing_named}")
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small to add the whole_words {missing_named}"
+        )
     added = missing_named + missing_frequent[: room - len(missing_named)]
     if not added:
         return vocab
@@ -146,11 +181,15 @@ def _continuation_tokens(counts: Counter[str], alphabet: list[str]) -> list[str]
     return ["##" + c for c in sorted(chars)]
 
 
-def wrap_tokenizer(tokenizer: Tokenizer, *, model_max_length: int = DEFAULT_MAX_LENGTH) -> BertTokenizerFast:
+def wrap_tokenizer(
+    tokenizer: Tokenizer, *, model_max_length: int = DEFAULT_MAX_LENGTH
+) -> BertTokenizerFast:
     """Wrap a ``tokenizers.Tokenizer`` (with the five BERT special tokens) for transformers."""
     missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
     if missing:
-        raise ValueError(f"tokenizer lacks the special tokens {missing}; BERT needs {list(SPECIAL_TOKENS)}")
+        raise ValueError(
+            f"tokenizer lacks the special tokens {missing}; BERT needs {list(SPECIAL_TOKENS)}"
+        )
     from transformers import BertTokenizerFast
 
     return BertTokenizerFast(
@@ -177,7 +216,7 @@ def train_tokenizer(
     """Train a WordPiece tokenizer and return it as a transformers BERT tokenizer.
 
     Args:
-        documents_or_texts: a :class:`~lmlessons.corpus.Corpus` (its *training* documents are
+        documents_or_texts: a :class:`~lmlessons.course.corpus.Corpus` (its *training* documents are
             used, so validation text stays unseen), one string, a list of strings or a list of
             documents (lists of sentence strings).
         vocab_size: the size of the vocabulary, special tokens and single characters included.
@@ -211,13 +250,17 @@ def train_tokenizer(
         raise ValueError("documents_or_texts holds no text to train on")
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lowercase, strip_accents=lowercase)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, lowercase=lowercase, strip_accents=lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     alphabet = _ASCII_ALPHABET if lowercase else sorted(set(string.printable.strip()))
     normalize, pre_tokenize = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
     counts: Counter[str] = Counter(w for t in texts for w, _ in pre_tokenize(normalize(t)))
-    named, frequent = _required_words(counts, whole_word_frequency, whole_words, normalize, pre_tokenize)
+    named, frequent = _required_words(
+        counts, whole_word_frequency, whole_words, normalize, pre_tokenize
+    )
     continuations = _continuation_tokens(counts, alphabet)
 
     vocab = _train_wordpiece(tok, texts, vocab_size, min_frequency, continuations, alphabet)

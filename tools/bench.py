@@ -1,4 +1,4 @@
-"""Benchmarks of issue 8, side by side in one run: ``python -m lmlessons.bench``.
+"""Benchmarks of issue 8, side by side in one run: ``python -m tools.bench``.
 
 1. Masking: :func:`lmlessons.mask_tokens` (one uniform draw per token) against transformers'
    ``DataCollatorForLanguageModeling.torch_mask_tokens`` (three Bernoulli draws) on 64 x 512 ids.
@@ -23,6 +23,7 @@ estimate (marked ``"method": "ru_maxrss"`` in the JSON).
 
 Nothing is written unless you pass ``--json PATH`` or ``--plot PATH``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,20 +36,27 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from .linear_ce import DEFAULT_CHUNK_SIZE, linear_cross_entropy
-from .losses import clm_loss, mlm_loss
-from .masking import mask_tokens
-from .shifting import shift_labels
+from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE, linear_cross_entropy
+from lmlessons.losses import clm_loss, mlm_loss
+from lmlessons.masking import mask_tokens
+from lmlessons.shifting import shift_labels
 
 __all__ = [
-    "BenchConfig", "BenchRow", "BenchResult", "run_benchmarks", "format_table", "plot_results", "main",
-    "measure_peak_memory", "measure_peak_memory_many",
+    "BenchConfig",
+    "BenchRow",
+    "BenchResult",
+    "run_benchmarks",
+    "format_table",
+    "plot_results",
+    "main",
+    "measure_peak_memory",
+    "measure_peak_memory_many",
 ]
 
 MIB = 2**20
@@ -76,20 +84,37 @@ class BenchConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int) or v < (f.name != "seed")):
-                raise ValueError(f"BenchConfig.{f.name} must be a positive int (seed: >= 0), got {v!r}")
+            if f.type in ("int", int) and (
+                isinstance(v, bool) or not isinstance(v, int) or v < (f.name != "seed")
+            ):
+                raise ValueError(
+                    f"BenchConfig.{f.name} must be a positive int (seed: >= 0), got {v!r}"
+                )
         if self.head_rows % self.head_seq_len:
             raise ValueError(
                 f"BenchConfig.head_rows ({self.head_rows}) must be a multiple of head_seq_len ({self.head_seq_len})"
             )
         if not 0 < self.mlm_probability <= 1:
-            raise ValueError(f"BenchConfig.mlm_probability must be in (0, 1], got {self.mlm_probability}")
+            raise ValueError(
+                f"BenchConfig.mlm_probability must be in (0, 1], got {self.mlm_probability}"
+            )
 
     @classmethod
-    def tiny(cls, **overrides: object) -> "BenchConfig":
+    def tiny(cls, **overrides: object) -> BenchConfig:
         """A few-second configuration for tests and smoke runs (`--quick`)."""
-        base = dict(mask_batch=8, mask_seq_len=64, mask_vocab_size=1000, head_rows=256, head_seq_len=64,
-                    hidden_size=32, vocab_size=512, chunk_size=64, repeats=2, mask_repeats=3, mask_calls=2)
+        base = dict(
+            mask_batch=8,
+            mask_seq_len=64,
+            mask_vocab_size=1000,
+            head_rows=256,
+            head_seq_len=64,
+            hidden_size=32,
+            vocab_size=512,
+            chunk_size=64,
+            repeats=2,
+            mask_repeats=3,
+            mask_calls=2,
+        )
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
 
@@ -111,14 +136,20 @@ class BenchRow:
     candidate_peak_mib: float | None = None
     memory_fraction: float | None = None  # candidate / baseline
     memory_target: float | None = None  # maximal memory_fraction allowed
-    max_abs_diff: float | None = None  # largest |difference| of loss and gradients, candidate vs baseline
+    max_abs_diff: float | None = (
+        None  # largest |difference| of loss and gradients, candidate vs baseline
+    )
     memory_method: str | None = None
 
     @property
     def met(self) -> bool:
         ok = self.speedup >= self.speedup_target
         if self.memory_target is not None:
-            ok = ok and self.memory_fraction is not None and self.memory_fraction <= self.memory_target
+            ok = (
+                ok
+                and self.memory_fraction is not None
+                and self.memory_fraction <= self.memory_target
+            )
         return ok
 
 
@@ -142,6 +173,7 @@ class BenchResult:
 # inputs and variants
 # --------------------------------------------------------------------------------------------
 
+
 def _head_inputs(kind: str, cfg: BenchConfig) -> dict[str, torch.Tensor]:
     """Hidden states, head weight (and bias for MLM, like BERT's decoder) and labels."""
     g = torch.Generator().manual_seed(cfg.seed)
@@ -149,12 +181,18 @@ def _head_inputs(kind: str, cfg: BenchConfig) -> dict[str, torch.Tensor]:
     shape = (batch, cfg.head_seq_len)
     ids = torch.randint(cfg.vocab_size, shape, generator=g)  # (B, T)
     hidden = torch.randn(*shape, cfg.hidden_size, generator=g).requires_grad_()  # (B, T, H)
-    weight = (0.02 * torch.randn(cfg.vocab_size, cfg.hidden_size, generator=g)).requires_grad_()  # (V, H)
+    weight = (
+        0.02 * torch.randn(cfg.vocab_size, cfg.hidden_size, generator=g)
+    ).requires_grad_()  # (V, H)
     out = {"hidden": hidden, "weight": weight}
     if kind == "mlm":
         out["bias"] = torch.zeros(cfg.vocab_size).requires_grad_()  # (V,)
         _, out["labels"] = mask_tokens(  # 15% of the positions keep their id, the rest -100
-            ids, mask_token_id=0, vocab_size=cfg.vocab_size, mlm_probability=cfg.mlm_probability, generator=g
+            ids,
+            mask_token_id=0,
+            vocab_size=cfg.vocab_size,
+            mlm_probability=cfg.mlm_probability,
+            generator=g,
         )
     elif kind == "clm":
         out["labels"] = ids  # unshifted, as transformers' models take them
@@ -168,11 +206,15 @@ VARIANTS = {"mlm": ("dense", "sparse"), "clm": ("dense", "chunked")}
 
 def _check_variant(kind: object, variant: object) -> None:
     if kind not in VARIANTS or variant not in VARIANTS[kind]:  # type: ignore[index]
-        raise ValueError(f"(kind, variant) must be one of {[(k, v) for k in VARIANTS for v in VARIANTS[k]]}, "
-                         f"got ({kind!r}, {variant!r})")
+        raise ValueError(
+            f"(kind, variant) must be one of {[(k, v) for k in VARIANTS for v in VARIANTS[k]]}, "
+            f"got ({kind!r}, {variant!r})"
+        )
 
 
-def _head_variant(kind: str, variant: str, x: dict[str, torch.Tensor], chunk_size: int) -> Callable[[], torch.Tensor]:
+def _head_variant(
+    kind: str, variant: str, x: dict[str, torch.Tensor], chunk_size: int
+) -> Callable[[], torch.Tensor]:
     h, w, b, y = x["hidden"], x["weight"], x.get("bias"), x["labels"]
     if (kind, variant) == ("mlm", "dense"):
         return lambda: mlm_loss(F.linear(h, w, b), y)  # (B, T, V) logits
@@ -189,7 +231,9 @@ def _params(x: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     return [t for t in x.values() if t.requires_grad]
 
 
-def _fwd_bwd(fn: Callable[[], torch.Tensor], params: list[torch.Tensor]) -> tuple[float, torch.Tensor]:
+def _fwd_bwd(
+    fn: Callable[[], torch.Tensor], params: list[torch.Tensor]
+) -> tuple[float, torch.Tensor]:
     for p in params:
         p.grad = None
     start = time.perf_counter()
@@ -201,6 +245,7 @@ def _fwd_bwd(fn: Callable[[], torch.Tensor], params: list[torch.Tensor]) -> tupl
 # --------------------------------------------------------------------------------------------
 # peak memory in a subprocess
 # --------------------------------------------------------------------------------------------
+
 
 def _proc_kib(key: str) -> int:
     with open("/proc/self/status") as f:
@@ -262,10 +307,12 @@ def measure_peak_memory_many(cases: list[tuple[str, str, BenchConfig]]) -> list[
         if not isinstance(cfg, BenchConfig):
             raise TypeError(f"each case's config must be a BenchConfig, got {type(cfg).__name__}")
         _check_variant(kind, variant)
-    code = "import sys; from lmlessons.bench import _memory_child; _memory_child(sys.argv[1])"
+    code = "import sys; from tools.bench import _memory_child; _memory_child(sys.argv[1])"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", MALLOC_MMAP_THRESHOLD_="65536")
     payload = json.dumps([(kind, variant, asdict(cfg)) for kind, variant, cfg in cases])
-    proc = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, payload], capture_output=True, text=True, env=env, timeout=900
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"memory subprocess failed:\n{proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -274,12 +321,15 @@ def measure_peak_memory_many(cases: list[tuple[str, str, BenchConfig]]) -> list[
 
 def measure_peak_memory(kind: str, variant: str, cfg: BenchConfig) -> tuple[float, str]:
     """Peak MiB above the inputs of one forward + backward, measured in a fresh subprocess."""
-    code = "import sys; from lmlessons.bench import _memory_child; _memory_child(sys.argv[1])"
+    code = "import sys; from tools.bench import _memory_child; _memory_child(sys.argv[1])"
     _check_variant(kind, variant)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps([(kind, variant, asdict(cfg))])],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"memory subprocess {kind}/{variant} failed:\n{proc.stderr[-2000:]}")
@@ -291,16 +341,23 @@ def measure_peak_memory(kind: str, variant: str, cfg: BenchConfig) -> tuple[floa
 # the three benchmarks
 # --------------------------------------------------------------------------------------------
 
+
 def _mask_tokenizer(vocab_size: int):
     """A word-level tokenizer with BERT's special tokens, built in memory (nothing downloaded)."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate(specials + [f"w{i}" for i in range(vocab_size - len(specials))])}
+    vocab = {
+        t: i for i, t in enumerate(specials + [f"w{i}" for i in range(vocab_size - len(specials))])
+    }
     return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
-        pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
     )
 
 
@@ -309,17 +366,27 @@ def bench_masking(cfg: BenchConfig) -> BenchRow:
 
     tok = _mask_tokenizer(cfg.mask_vocab_size)
     collator = DataCollatorForLanguageModeling(tok, mlm_probability=cfg.mlm_probability)
-    collator.generator = torch.Generator().manual_seed(cfg.seed)  # both sides use a seeded generator
+    collator.generator = torch.Generator().manual_seed(
+        cfg.seed
+    )  # both sides use a seeded generator
     g = torch.Generator().manual_seed(cfg.seed + 1)
     ids = torch.randint(len(tok), (cfg.mask_batch, cfg.mask_seq_len), generator=g)  # (B, T)
     ids[:, 0], ids[:, -1] = tok.cls_token_id, tok.sep_token_id
-    ids[: cfg.mask_batch // 4, -cfg.mask_seq_len // 8 :] = tok.pad_token_id  # a quarter of rows padded
+    ids[: cfg.mask_batch // 4, -cfg.mask_seq_len // 8 :] = (
+        tok.pad_token_id
+    )  # a quarter of rows padded
     special = torch.isin(ids, torch.tensor(tok.all_special_ids))  # (B, T) bool
     work = ids.clone()  # the collator edits its input in place (we let it, in its favour: no copy)
 
     def ours() -> None:
-        mask_tokens(ids, mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_tokens_mask=special,
-                    mlm_probability=cfg.mlm_probability, generator=g)
+        mask_tokens(
+            ids,
+            mask_token_id=tok.mask_token_id,
+            vocab_size=len(tok),
+            special_tokens_mask=special,
+            mlm_probability=cfg.mlm_probability,
+            generator=g,
+        )
 
     def theirs() -> None:
         collator.torch_mask_tokens(work, special_tokens_mask=special)
@@ -338,9 +405,14 @@ def bench_masking(cfg: BenchConfig) -> BenchRow:
     base, cand = statistics.median(t_theirs), statistics.median(t_ours)
     return BenchRow(
         name=f"1 masking {cfg.mask_batch}x{cfg.mask_seq_len}",
-        baseline="collator.torch_mask_tokens", candidate="mask_tokens",
-        baseline_s=base, candidate_s=cand, speedup=base / cand, speedup_target=1.3,
-        baseline_times=t_theirs, candidate_times=t_ours,
+        baseline="collator.torch_mask_tokens",
+        candidate="mask_tokens",
+        baseline_s=base,
+        candidate_s=cand,
+        speedup=base / cand,
+        speedup_target=1.3,
+        baseline_times=t_theirs,
+        candidate_times=t_ours,
     )
 
 
@@ -351,7 +423,9 @@ def bench_head(kind: str, cfg: BenchConfig) -> BenchRow:
     dense_fn = _head_variant(kind, "dense", x, cfg.chunk_size)
     cand_fn = _head_variant(kind, candidate, x, cfg.chunk_size)
 
-    tiny = BenchConfig.tiny(seed=cfg.seed)  # warm-up on a tiny problem (a full-size dense warm-up costs seconds)
+    tiny = BenchConfig.tiny(
+        seed=cfg.seed
+    )  # warm-up on a tiny problem (a full-size dense warm-up costs seconds)
     xt = _head_inputs(kind, tiny)
     for v in ("dense", candidate):
         _fwd_bwd(_head_variant(kind, v, xt, tiny.chunk_size), _params(xt))
@@ -364,7 +438,10 @@ def bench_head(kind: str, cfg: BenchConfig) -> BenchRow:
         t, loss_c = _fwd_bwd(cand_fn, params)
         t_cand.append(t)
         if grads_d is not None:  # check once that the two agree (value and gradients)
-            diff = max([float((loss_d - loss_c).abs())] + [float((a - p.grad).abs().max()) for a, p in zip(grads_d, params)])
+            diff = max(
+                [float((loss_d - loss_c).abs())]
+                + [float((a - p.grad).abs().max()) for a, p in zip(grads_d, params)]
+            )
             del grads_d
     base, cand = statistics.median(t_dense), statistics.median(t_cand)
     labelled = int((x["labels"] != -100).sum())
@@ -376,9 +453,13 @@ def bench_head(kind: str, cfg: BenchConfig) -> BenchRow:
         name=f"{name}, H={cfg.hidden_size} V={cfg.vocab_size}",
         baseline="dense logits + " + ("mlm_loss" if kind == "mlm" else "clm_loss"),
         candidate=f"linear_cross_entropy ({candidate})",
-        baseline_s=base, candidate_s=cand, speedup=base / cand,
+        baseline_s=base,
+        candidate_s=cand,
+        speedup=base / cand,
         speedup_target=6.0 if kind == "mlm" else 1.0,
-        baseline_times=t_dense, candidate_times=t_cand, max_abs_diff=diff,
+        baseline_times=t_dense,
+        candidate_times=t_cand,
+        max_abs_diff=diff,
         memory_target=None if kind == "mlm" else 0.2,
     )
     del x, params, dense_fn, cand_fn
@@ -390,7 +471,9 @@ def bench_head(kind: str, cfg: BenchConfig) -> BenchRow:
     return row
 
 
-def run_benchmarks(config: BenchConfig | None = None, *, log: Callable[[str], None] | None = None) -> BenchResult:
+def run_benchmarks(
+    config: BenchConfig | None = None, *, log: Callable[[str], None] | None = None
+) -> BenchResult:
     """Run the three benchmarks and return their rows (nothing is printed unless ``log`` is given)."""
     cfg = config if config is not None else BenchConfig()
     if not isinstance(cfg, BenchConfig):
@@ -418,26 +501,46 @@ def run_benchmarks(config: BenchConfig | None = None, *, log: Callable[[str], No
 # output
 # --------------------------------------------------------------------------------------------
 
+
 def _fmt_time(s: float) -> str:
     return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def format_table(result: BenchResult) -> str:
     """A plain-text table: median times, speed-up, peak memory above inputs, target."""
-    header = ["benchmark", "baseline", "candidate", "t base", "t cand", "speed-up", "peak MiB base", "peak MiB cand",
-              "mem", "target", "met"]
+    header = [
+        "benchmark",
+        "baseline",
+        "candidate",
+        "t base",
+        "t cand",
+        "speed-up",
+        "peak MiB base",
+        "peak MiB cand",
+        "mem",
+        "target",
+        "met",
+    ]
     lines = []
     for r in result.rows:
         target = f">= {r.speedup_target:g}x"
         if r.memory_target is not None:
             target += f", mem <= {r.memory_target:.0%}"
-        lines.append([
-            r.name, r.baseline, r.candidate, _fmt_time(r.baseline_s), _fmt_time(r.candidate_s), f"{r.speedup:.2f}x",
-            "-" if r.baseline_peak_mib is None else f"{r.baseline_peak_mib:.0f}",
-            "-" if r.candidate_peak_mib is None else f"{r.candidate_peak_mib:.0f}",
-            "-" if r.memory_fraction is None else f"{r.memory_fraction:.1%}",
-            target, "yes" if r.met else "NO",
-        ])
+        lines.append(
+            [
+                r.name,
+                r.baseline,
+                r.candidate,
+                _fmt_time(r.baseline_s),
+                _fmt_time(r.candidate_s),
+                f"{r.speedup:.2f}x",
+                "-" if r.baseline_peak_mib is None else f"{r.baseline_peak_mib:.0f}",
+                "-" if r.candidate_peak_mib is None else f"{r.candidate_peak_mib:.0f}",
+                "-" if r.memory_fraction is None else f"{r.memory_fraction:.1%}",
+                target,
+                "yes" if r.met else "NO",
+            ]
+        )
     widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(header)]
     fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
     out = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in lines]
@@ -447,7 +550,9 @@ def format_table(result: BenchResult) -> str:
         f"medians of {result.config.repeats} (heads) / {result.config.mask_repeats} (masking) interleaved runs; "
         f"torch {env['torch']}, {env['threads']} threads, {env['cpus']} CPUs; total {result.seconds:.0f} s"
     )
-    out.append("peak MiB = resident memory above the inputs during one forward+backward, fresh subprocess per variant")
+    out.append(
+        "peak MiB = resident memory above the inputs during one forward+backward, fresh subprocess per variant"
+    )
     return "\n".join(out)
 
 
@@ -474,11 +579,35 @@ def plot_results(result: BenchResult, path: str | os.PathLike[str] | None = None
     mem_rows = [(lab, r) for lab, r in zip(labels, result.rows) if r.baseline_peak_mib is not None]
     if mem_rows:
         xs = range(len(mem_rows))
-        ax2.bar([i - 0.2 for i in xs], [r.baseline_peak_mib for _, r in mem_rows], width=0.4, label="dense")
-        ax2.bar([i + 0.2 for i in xs], [r.candidate_peak_mib for _, r in mem_rows], width=0.4, label="linear_cross_entropy")
+        ax2.bar(
+            [i - 0.2 for i in xs],
+            [r.baseline_peak_mib for _, r in mem_rows],
+            width=0.4,
+            label="dense",
+        )
+        ax2.bar(
+            [i + 0.2 for i in xs],
+            [r.candidate_peak_mib for _, r in mem_rows],
+            width=0.4,
+            label="linear_cross_entropy",
+        )
         for i, (_, r) in zip(xs, mem_rows):
-            ax2.text(i - 0.2, r.baseline_peak_mib, f"{r.baseline_peak_mib:.0f}", ha="center", va="bottom", fontsize=8)
-            ax2.text(i + 0.2, r.candidate_peak_mib, f"{r.candidate_peak_mib:.0f}", ha="center", va="bottom", fontsize=8)
+            ax2.text(
+                i - 0.2,
+                r.baseline_peak_mib,
+                f"{r.baseline_peak_mib:.0f}",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+            ax2.text(
+                i + 0.2,
+                r.candidate_peak_mib,
+                f"{r.candidate_peak_mib:.0f}",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         ax2.set_xticks(list(xs), [lab for lab, _ in mem_rows])
         ax2.set_ylim(0, max(r.baseline_peak_mib for _, r in mem_rows) * 1.3)
         ax2.set_ylabel("peak MiB above inputs")
@@ -491,11 +620,24 @@ def plot_results(result: BenchResult, path: str | os.PathLike[str] | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lmlessons.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=None, help=f"timed runs per head variant ({BenchConfig.repeats})")
-    parser.add_argument("--chunk-size", type=int, default=None, help=f"rows per chunk ({DEFAULT_CHUNK_SIZE})")
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for smoke tests)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"timed runs per head variant ({BenchConfig.repeats})",
+    )
+    parser.add_argument(
+        "--chunk-size", type=int, default=None, help=f"rows per chunk ({DEFAULT_CHUNK_SIZE})"
+    )
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the peak-memory subprocesses"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (seconds; for smoke tests)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="also save a plot (e.g. docs/bench.png)")
     args = parser.parse_args(argv)

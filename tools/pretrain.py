@@ -1,4 +1,4 @@
-"""Train the course checkpoints: ``python -m lmlessons.pretrain NAME [--out DIR]``.
+"""Train the course checkpoints: ``python -m tools.pretrain NAME [--out DIR]``.
 
 ``NAME`` is ``bert`` (``BertForPreTraining``, MLM + NSP), ``bert-causal``
 (``BertLMHeadModel(is_decoder=True)``), ``gpt2`` (``GPT2LMHeadModel``), ``all`` (the three), or
@@ -7,27 +7,44 @@ Each run is seeded and uses a fixed step budget, so it is deterministic on a giv
 thread count. Without ``--out`` the files go to the user cache folder, never into the
 repository. The shipped files were made with::
 
-    python -m lmlessons.pretrain tokenizer --out lmlessons/data
-    python -m lmlessons.pretrain all --threads 1 --out lmlessons/checkpoints
+    python -m tools.pretrain tokenizer --out lmlessons/data
+    python -m tools.pretrain all --threads 1 --out lmlessons/data/checkpoints
 """
+
 from __future__ import annotations
 
 import argparse
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from ._cache import user_cache_dir
-from .batches import clm_batches, nsp_batches
-from .checkpoints import CHECKPOINT_NAMES, heldout_metrics, load_checkpoint, save_checkpoint
-from .corpus import load_corpus
-from .models import count_parameters, tiny_bert_lm_head, tiny_bert_pretraining, tiny_gpt2
-from .tokenizer import COURSE_WHOLE_WORDS, DEFAULT_VOCAB_SIZE, load_tokenizer, train_tokenizer
-from .training import train
+from lmlessons.course._cache import user_cache_dir
+from lmlessons.course.batches import clm_batches, nsp_batches
+from lmlessons.course.checkpoints import (
+    CHECKPOINT_NAMES,
+    heldout_metrics,
+    load_checkpoint,
+    save_checkpoint,
+)
+from lmlessons.course.corpus import load_corpus
+from lmlessons.course.models import (
+    count_parameters,
+    tiny_bert_lm_head,
+    tiny_bert_pretraining,
+    tiny_gpt2,
+)
+from lmlessons.course.tokenizer import (
+    COURSE_WHOLE_WORDS,
+    DEFAULT_VOCAB_SIZE,
+    load_tokenizer,
+    train_tokenizer,
+)
+from lmlessons.course.training import train
 
 
 @dataclass(frozen=True)
@@ -53,38 +70,75 @@ RECIPES: dict[str, Recipe] = {
     # hundred steps as BertLMHeadModel(is_decoder=True) (same weights, causal mask), then as
     # BertForPreTraining with MLM + NSP. Dynamic masking and fresh NSP pairs limit memorising.
     "bert": Recipe(
-        build=tiny_bert_pretraining, batches=nsp_batches, max_steps=3000, max_length=64, causal_warm_start_steps=600
+        build=tiny_bert_pretraining,
+        batches=nsp_batches,
+        max_steps=3000,
+        max_length=64,
+        causal_warm_start_steps=600,
     ),
     # Causal models learn fast and then memorise the small corpus (measured for bert-causal,
     # dropout 0.1: held-out perplexity 269, 178, 173, 194, 224 after 100..500 steps while the
     # training loss keeps falling; dropout 0.3 is no better), so they stop early.
     "bert-causal": Recipe(
         build=lambda tok, **kw: tiny_bert_lm_head(tok, is_decoder=True, **kw),
-        batches=clm_batches, max_steps=400, lr=2e-3, warmup_steps=50, dropout=0.1,
+        batches=clm_batches,
+        max_steps=400,
+        lr=2e-3,
+        warmup_steps=50,
+        dropout=0.1,
     ),
-    "gpt2": Recipe(build=tiny_gpt2, batches=clm_batches, max_steps=400, lr=2e-3, warmup_steps=50, dropout=0.1),
+    "gpt2": Recipe(
+        build=tiny_gpt2, batches=clm_batches, max_steps=400, lr=2e-3, warmup_steps=50, dropout=0.1
+    ),
 }
 
 
-def _causal_warm_start(model: Any, corpus: Any, tokenizer: Any, recipe: Recipe, steps: int, seed: int, live: bool) -> dict[str, Any]:
+def _causal_warm_start(
+    model: Any, corpus: Any, tokenizer: Any, recipe: Recipe, steps: int, seed: int, live: bool
+) -> dict[str, Any]:
     """Train the same BERT weights as a causal decoder, then copy them into ``model``."""
     decoder = tiny_bert_lm_head(tokenizer, is_decoder=True, seed=seed, dropout=recipe.dropout)
-    batches = clm_batches(corpus.train, tokenizer, batch_size=recipe.batch_size, max_length=recipe.max_length,
-                          generator=torch.Generator().manual_seed(seed + 1))
-    history = train(decoder, batches, max_steps=steps, lr=2e-3, live=live, title="causal warm start")
+    batches = clm_batches(
+        corpus.train,
+        tokenizer,
+        batch_size=recipe.batch_size,
+        max_length=recipe.max_length,
+        generator=torch.Generator().manual_seed(seed + 1),
+    )
+    history = train(
+        decoder, batches, max_steps=steps, lr=2e-3, live=live, title="causal warm start"
+    )
     missing, unexpected = model.load_state_dict(decoder.state_dict(), strict=False)
-    fresh = {"bert.pooler.dense.weight", "bert.pooler.dense.bias", "cls.seq_relationship.weight", "cls.seq_relationship.bias"}
+    fresh = {
+        "bert.pooler.dense.weight",
+        "bert.pooler.dense.bias",
+        "cls.seq_relationship.weight",
+        "cls.seq_relationship.bias",
+    }
     if set(missing) != fresh or unexpected:  # only the NSP head may start from scratch
         raise RuntimeError(f"warm start mismatch: missing {missing}, unexpected {unexpected}")
-    return {"model": "BertLMHeadModel(is_decoder=True)", "objective": "clm", "steps": history.num_steps, "lr": 2e-3,
-            "train_loss_last_50_steps": history.final("loss", 50), "fresh_parameters": sorted(fresh)}
+    return {
+        "model": "BertLMHeadModel(is_decoder=True)",
+        "objective": "clm",
+        "steps": history.num_steps,
+        "lr": 2e-3,
+        "train_loss_last_50_steps": history.final("loss", 50),
+        "fresh_parameters": sorted(fresh),
+    }
 
 
 def default_out_dir() -> Path:
     return user_cache_dir() / "checkpoints"
 
 
-def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_steps: int | None = None, live: bool = True) -> dict[str, Any]:
+def pretrain(
+    name: str,
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    max_steps: int | None = None,
+    live: bool = True,
+) -> dict[str, Any]:
     """Train checkpoint ``name`` and save it to ``out``; returns the metrics that were saved."""
     if name not in RECIPES:
         raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
@@ -94,15 +148,32 @@ def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_ste
     corpus, tokenizer = load_corpus("course"), load_tokenizer()
     model = recipe.build(tokenizer, seed=seed, dropout=recipe.dropout)
     start, cpu_start = time.perf_counter(), time.process_time()
-    warm_steps = recipe.causal_warm_start_steps if max_steps is None else min(recipe.causal_warm_start_steps, max_steps)
-    warm_start = _causal_warm_start(model, corpus, tokenizer, recipe, warm_steps, seed, live) if warm_steps else None
+    warm_steps = (
+        recipe.causal_warm_start_steps
+        if max_steps is None
+        else min(recipe.causal_warm_start_steps, max_steps)
+    )
+    warm_start = (
+        _causal_warm_start(model, corpus, tokenizer, recipe, warm_steps, seed, live)
+        if warm_steps
+        else None
+    )
     batches = recipe.batches(
-        corpus.train, tokenizer, batch_size=recipe.batch_size, max_length=recipe.max_length,
+        corpus.train,
+        tokenizer,
+        batch_size=recipe.batch_size,
+        max_length=recipe.max_length,
         generator=torch.Generator().manual_seed(seed),
     )
     history = train(
-        model, batches, max_steps=steps, lr=recipe.lr, warmup_steps=min(recipe.warmup_steps, steps // 10),
-        schedule="cosine", live=live, title=f"pretrain {name}",
+        model,
+        batches,
+        max_steps=steps,
+        lr=recipe.lr,
+        warmup_steps=min(recipe.warmup_steps, steps // 10),
+        schedule="cosine",
+        live=live,
+        title=f"pretrain {name}",
     )
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     save_checkpoint(model, name, out)
@@ -111,7 +182,7 @@ def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_ste
         "name": name,
         "architecture": type(model).__name__,
         "parameters": count_parameters(model),
-        "command": f"python -m lmlessons.pretrain {name} --seed {seed} --threads {torch.get_num_threads()}"
+        "command": f"python -m tools.pretrain {name} --seed {seed} --threads {torch.get_num_threads()}"
         + (f" --steps {steps}" if max_steps else ""),
         "seed": seed,
         "steps": history.num_steps,
@@ -125,7 +196,9 @@ def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_ste
         "train_seconds": round(seconds, 1),
         "train_cpu_seconds": round(cpu_seconds, 1),
         "train_loss_last_50_steps": history.final("loss", 50),
-        "heldout": heldout_metrics(reloaded, name=name, corpus=corpus, tokenizer=tokenizer, max_length=recipe.max_length),
+        "heldout": heldout_metrics(
+            reloaded, name=name, corpus=corpus, tokenizer=tokenizer, max_length=recipe.max_length
+        ),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
@@ -137,19 +210,27 @@ def pretrain(name: str, *, out: str | Path | None = None, seed: int = 0, max_ste
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lmlessons.pretrain", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.pretrain", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("name", choices=[*CHECKPOINT_NAMES, "all", "tokenizer"])
-    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_out_dir()})")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"output folder (default: {default_out_dir()})"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="override the recipe's step budget")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = default_out_dir() if args.out is None else args.out
     if args.name == "tokenizer":
-        tokenizer = train_tokenizer(load_corpus("course"), vocab_size=DEFAULT_VOCAB_SIZE, whole_words=COURSE_WHOLE_WORDS)
+        tokenizer = train_tokenizer(
+            load_corpus("course"), vocab_size=DEFAULT_VOCAB_SIZE, whole_words=COURSE_WHOLE_WORDS
+        )
         out.mkdir(parents=True, exist_ok=True)
         tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"), pretty=False)
         print(f"saved a {len(tokenizer):,}-token WordPiece tokenizer to {out / 'tokenizer.json'}")
@@ -157,10 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     names = CHECKPOINT_NAMES if args.name == "all" else (args.name,)
     for name in names:
         m = pretrain(name, out=out, seed=args.seed, max_steps=args.steps, live=not args.quiet)
-        size = sum((out / f"{name}{ext}").stat().st_size for ext in (".safetensors", ".config.json", ".metrics.json"))
+        size = sum(
+            (out / f"{name}{ext}").stat().st_size
+            for ext in (".safetensors", ".config.json", ".metrics.json")
+        )
         held = ", ".join(f"{k} {v:.4g}" for k, v in m["heldout"].items() if isinstance(v, float))
-        print(f"{name}: {m['steps']} steps in {m['train_seconds']} s ({m['train_cpu_seconds']} s CPU), {m['parameters']:,} parameters, "
-              f"{size / 1e6:.2f} MB in {out}\n  held-out: {held}")
+        print(
+            f"{name}: {m['steps']} steps in {m['train_seconds']} s ({m['train_cpu_seconds']} s CPU), {m['parameters']:,} parameters, "
+            f"{size / 1e6:.2f} MB in {out}\n  held-out: {held}"
+        )
     return 0
 
 

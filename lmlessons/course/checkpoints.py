@@ -1,6 +1,6 @@
 """The course's small pretrained models: saved as safetensors + config JSON + metrics JSON.
 
-Three checkpoints ship in ``lmlessons/checkpoints/`` (built by ``python -m lmlessons.pretrain``):
+Three checkpoints ship in ``lmlessons/data/checkpoints/`` (built by ``python -m tools.pretrain``):
 
 * ``"bert"``: ``BertForPreTraining`` trained with MLM + NSP on the course corpus,
 * ``"bert-causal"``: ``BertLMHeadModel(is_decoder=True)`` trained on next-token prediction,
@@ -11,6 +11,7 @@ Loading never unpickles anything: the config is JSON, the model class comes from
 Each ``<name>.metrics.json`` records held-out metrics computed by :func:`heldout_metrics` on the
 validation split with a fixed generator, so a test can recompute and compare them.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ __all__ = [
     "heldout_metrics",
 ]
 
-CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
 # name -> (model class, config class, objective): transformers classes chosen here, never read
 # from a file (a config's "architectures" field could name anything).
 _ARCHITECTURES: dict[str, tuple[str, str, str]] = {
@@ -48,9 +49,11 @@ def _classes(name: str) -> tuple[type, type]:
 
     model_class, config_class, _ = _ARCHITECTURES[name]
     return getattr(transformers, model_class), getattr(transformers, config_class)
+
+
 CHECKPOINT_NAMES = tuple(_ARCHITECTURES)
 EVAL_SEED = 1234  # the generator seed of the held-out metrics (masking and NSP pairs)
-# Held-out sequences are as long as the training ones (see lmlessons.pretrain.RECIPES).
+# Held-out sequences are as long as the training ones (see tools.pretrain.RECIPES).
 EVAL_MAX_LENGTH = {"bert": 64, "bert-causal": 128, "gpt2": 128}
 EVAL_EPOCHS = 4  # passes over the validation documents (each with new masks / pairs)
 
@@ -63,7 +66,11 @@ def _paths(name: str, directory: str | Path | None) -> tuple[Path, Path, Path]:
 
 
 def save_checkpoint(
-    model: PreTrainedModel, name: str, directory: str | Path, *, metrics: dict[str, Any] | None = None
+    model: PreTrainedModel,
+    name: str,
+    directory: str | Path,
+    *,
+    metrics: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write ``<name>.safetensors``, ``<name>.config.json`` and (if given) ``<name>.metrics.json``
     into ``directory``; returns the paths. Tied weights are stored once (``save_model``)."""
@@ -71,14 +78,18 @@ def save_checkpoint(
         raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
     model_class, _ = _classes(name)
     if type(model) is not model_class:
-        raise TypeError(f"checkpoint {name!r} holds a {model_class.__name__}, got a {type(model).__name__}")
+        raise TypeError(
+            f"checkpoint {name!r} holds a {model_class.__name__}, got a {type(model).__name__}"
+        )
     weights, config, metrics_path = _paths(name, directory)
     weights.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, str(weights), metadata={"format": "pt", "lmlessons_checkpoint": name})
     config.write_text(model.config.to_json_string(use_diff=False), encoding="utf-8")
     written = [weights, config]
     if metrics is not None:
-        metrics_path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        metrics_path.write_text(
+            json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         written.append(metrics_path)
     return written
 
@@ -94,7 +105,7 @@ def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTra
     if not weights.is_file() or not config_path.is_file():
         raise FileNotFoundError(
             f"checkpoint {name!r} not found in {str(weights.parent)!r}; build it with "
-            f"`python -m lmlessons.pretrain {name} --out DIR`"
+            f"`python -m tools.pretrain {name} --out DIR`"
         )
     config_dict = json.loads(config_path.read_text(encoding="utf-8"))
     config_dict.pop("transformers_version", None)
@@ -103,7 +114,9 @@ def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTra
     model = model_class(config)
     missing, unexpected = load_model(model, str(weights), strict=True)
     if missing or unexpected:  # strict=True raises first; kept as a guard for older safetensors
-        raise ValueError(f"checkpoint {name!r} does not match its config: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"checkpoint {name!r} does not match its config: missing {missing}, unexpected {unexpected}"
+        )
     return model.eval()
 
 
@@ -129,10 +142,10 @@ def heldout_metrics(
     causal checkpoints: next-token perplexity and top-1 accuracy on packed sequences.
     ``max_length`` defaults to the length the checkpoint was trained on (``EVAL_MAX_LENGTH``).
     """
-    from .batches import clm_batches, nsp_batches
-    from .corpus import load_corpus
-    from .tokenizer import load_tokenizer
-    from .training import evaluate
+    from lmlessons.course.batches import clm_batches, nsp_batches
+    from lmlessons.course.corpus import load_corpus
+    from lmlessons.course.tokenizer import load_tokenizer
+    from lmlessons.course.training import evaluate
 
     if name not in _ARCHITECTURES:
         raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
@@ -142,9 +155,23 @@ def heldout_metrics(
     max_length = EVAL_MAX_LENGTH[name] if max_length is None else max_length
     g = torch.Generator().manual_seed(EVAL_SEED)
     if objective == "pretraining":
-        batches = nsp_batches(corpus.validation, tokenizer, batch_size=64, max_length=max_length, epochs=EVAL_EPOCHS, generator=g)
+        batches = nsp_batches(
+            corpus.validation,
+            tokenizer,
+            batch_size=64,
+            max_length=max_length,
+            epochs=EVAL_EPOCHS,
+            generator=g,
+        )
     else:
-        batches = clm_batches(corpus.validation, tokenizer, batch_size=64, max_length=max_length, epochs=1, generator=g)
+        batches = clm_batches(
+            corpus.validation,
+            tokenizer,
+            batch_size=64,
+            max_length=max_length,
+            epochs=1,
+            generator=g,
+        )
     metrics = evaluate(model, batches, objective=objective)
     if objective == "clm":
         metrics["uniform_perplexity"] = float(len(tokenizer))  # a model with no knowledge

@@ -17,12 +17,13 @@ How to fill a row (see ``lmlessons/_jupyter_browser.py`` for the widget kinds):
 A row whose notebook does not exist yet is skipped; a notebook that exists but whose row is
 still ``TODO`` fails the test ("lesson without a browser check").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._jupyter_browser import NOTEBOOKS_DIR, Dropdown, Slider, TextInput, WidgetSpec
+from tools.browser import NOTEBOOKS_DIR, Dropdown, Slider, TextInput, WidgetSpec
 
 __all__ = ["LESSONS", "Lesson", "Slider", "TextInput", "Dropdown"]
 
@@ -48,8 +49,10 @@ class Lesson:
         """The notebook file, or None when it does not exist (yet)."""
         matches = sorted(notebooks_dir.glob(self.notebook))
         if len(matches) > 1:
-            raise ValueError(f"lesson pattern {self.notebook!r} matches several notebooks: "
-                             f"{[m.name for m in matches]}")
+            raise ValueError(
+                f"lesson pattern {self.notebook!r} matches several notebooks: "
+                f"{[m.name for m in matches]}"
+            )
         return matches[0] if matches else None
 
 

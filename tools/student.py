@@ -1,4 +1,4 @@
-"""Generate the student copies of the lessons: ``python -m lmlessons.student`` (``make student``).
+"""Generate the student copies of the lessons: ``python -m tools.student`` (``make student``).
 
 One source per lesson: ``notebooks/*.ipynb`` are the complete, executed instructor versions.
 Each student copy ``student/<same name>.ipynb`` is made from it by
@@ -19,6 +19,7 @@ regenerated.
 ``--check`` writes nothing and exits 1 if any copy is missing or differs from what the
 generator would write now (the test suite uses it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,9 @@ def strip_solutions(source: str, where: str = "cell") -> str:
         begin = _BEGIN_RE.match(line)
         if begin:
             if begin_line is not None:
-                raise SolutionMarkerError(f"{where}, line {number}: {BEGIN} inside the region opened at line {begin_line}")
+                raise SolutionMarkerError(
+                    f"{where}, line {number}: {BEGIN} inside the region opened at line {begin_line}"
+                )
             if not begin["indent"]:
                 raise SolutionMarkerError(
                     f"{where}, line {number}: {BEGIN} at the top level; put the region inside the exercise "
@@ -70,7 +73,9 @@ def strip_solutions(source: str, where: str = "cell") -> str:
             begin_line = None
         elif begin_line is None:
             out.append(line)
-        elif line.strip() and (len(line) - len(line.lstrip())) < len(out[-1]) - len(out[-1].lstrip()):
+        elif line.strip() and (len(line) - len(line.lstrip())) < len(out[-1]) - len(
+            out[-1].lstrip()
+        ):
             raise SolutionMarkerError(
                 f"{where}, line {number}: a line inside the solution region is indented less than {BEGIN}"
             )
@@ -200,13 +205,21 @@ def _default_root() -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lmlessons.student",
+        prog="python -m tools.student",
         description="Write student copies of the lessons (stubs instead of solutions, no outputs).",
     )
     parser.add_argument("--src", type=Path, help="instructor notebooks (default: notebooks/)")
     parser.add_argument("--dest", type=Path, help="student copies (default: student/)")
-    parser.add_argument("--force", action="store_true", help="overwrite copies a learner has edited (their edits are lost)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a copy is missing or out of date")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite copies a learner has edited (their edits are lost)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a copy is missing or out of date",
+    )
     args = parser.parse_args(argv)
     root = _default_root()
     src = args.src or root / "notebooks"
@@ -226,7 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in report.unchanged:
         print(f"unchanged {_display(path)}")
     for path, why in report.stale:
-        print(f"STALE     {_display(path)}: {why}; run `make student` (python -m lmlessons.student)", file=sys.stderr)
+        print(
+            f"STALE     {_display(path)}: {why}; run `make student` (python -m tools.student)",
+            file=sys.stderr,
+        )
     for path, why in report.refused:
         print(
             f"REFUSED   {_display(path)}: {why}. Not overwritten, so your work is safe. Move or rename it to "

@@ -12,6 +12,7 @@ batches, in the same order, on every machine. The defaults (16 sequences of at m
 are sized for live runs of tiny models on a laptop CPU; BERT itself used 256 x 128, then 512. ``epochs=None`` repeats forever (for training
 with a step or time budget); ``epochs=1`` makes one pass (for evaluation).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -19,10 +20,10 @@ from typing import Any
 
 import torch
 
-from ._checks import check_generator, check_int, check_probability
-from .corpus import Corpus
-from .masking import mask_tokens
-from .pairs import make_nsp_pairs
+from lmlessons._checks import check_generator, check_int, check_probability
+from lmlessons.course.corpus import Corpus
+from lmlessons.masking import mask_tokens
+from lmlessons.pairs import make_nsp_pairs
 
 __all__ = ["tokenize_documents", "pack_sequences", "mlm_batches", "nsp_batches", "clm_batches"]
 
@@ -52,12 +53,22 @@ def _documents(documents: object) -> list[list[str]]:
 
 
 def _check_tokenizer(tokenizer: Any) -> None:
-    for attr in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids"):
+    for attr in (
+        "pad_token_id",
+        "cls_token_id",
+        "sep_token_id",
+        "mask_token_id",
+        "all_special_ids",
+    ):
         if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())")
+            raise ValueError(
+                f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
+            )
 
 
-def tokenize_documents(documents: Corpus | Sequence[Sequence[str]], tokenizer: Any) -> list[list[list[int]]]:
+def tokenize_documents(
+    documents: Corpus | Sequence[Sequence[str]], tokenizer: Any
+) -> list[list[list[int]]]:
     """Token ids of every sentence (no special tokens), keeping the document structure.
     Sentences that tokenize to nothing are dropped, and then documents left empty."""
     docs = _documents(documents)
@@ -76,7 +87,11 @@ def tokenize_documents(documents: Corpus | Sequence[Sequence[str]], tokenizer: A
 
 
 def pack_sequences(
-    token_documents: Sequence[Sequence[Sequence[int]]], *, max_length: int, cls_token_id: int, sep_token_id: int
+    token_documents: Sequence[Sequence[Sequence[int]]],
+    *,
+    max_length: int,
+    cls_token_id: int,
+    sep_token_id: int,
 ) -> list[list[int]]:
     """Pack consecutive sentences of each document into ``[CLS] ... [SEP]`` sequences of at most
     ``max_length`` tokens (RoBERTa's DOC-SENTENCES packing: a sequence never crosses a document
@@ -110,7 +125,9 @@ def _pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, t
     return input_ids, attention_mask
 
 
-def _check_common(batch_size: object, max_length: object, epochs: object, generator: object) -> tuple[int, int, int | None]:
+def _check_common(
+    batch_size: object, max_length: object, epochs: object, generator: object
+) -> tuple[int, int, int | None]:
     batch_size = check_int("batch_size", batch_size, minimum=1)
     max_length = check_int("max_length", max_length, minimum=5)
     if epochs is not None:
@@ -135,9 +152,14 @@ def _check_mask_probs(
     mlm_probability: object, mask_replace_prob: object, random_replace_prob: object
 ) -> tuple[float, float, float]:
     """``(mlm_probability, mask_replace_prob, random_replace_prob)``, checked."""
-    probs = tuple(check_probability(n, v) for n, v in (
-        ("mlm_probability", mlm_probability), ("mask_replace_prob", mask_replace_prob),
-        ("random_replace_prob", random_replace_prob)))
+    probs = tuple(
+        check_probability(n, v)
+        for n, v in (
+            ("mlm_probability", mlm_probability),
+            ("mask_replace_prob", mask_replace_prob),
+            ("random_replace_prob", random_replace_prob),
+        )
+    )
     if probs[1] + probs[2] > 1.0 + 1e-12:
         raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
     return probs
@@ -151,11 +173,22 @@ def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
     for start in range(0, n, batch_size):
         rows = slice(start, start + batch_size)
         width = int(pairs["attention_mask"][rows].sum(dim=1).max())  # trim shared padding
-        yield rows, {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        yield (
+            rows,
+            {k: pairs[k][rows, :width] for k in ("input_ids", "token_type_ids", "attention_mask")},
+        )
 
 
-def _mask(batch: Batch, tokenizer: Any, special_ids: torch.Tensor, p: tuple[float, float, float], g: torch.Generator | None) -> Batch:
-    special = torch.isin(batch["input_ids"], special_ids)  # (B, T) [CLS], [SEP], [PAD] never selected
+def _mask(
+    batch: Batch,
+    tokenizer: Any,
+    special_ids: torch.Tensor,
+    p: tuple[float, float, float],
+    g: torch.Generator | None,
+) -> Batch:
+    special = torch.isin(
+        batch["input_ids"], special_ids
+    )  # (B, T) [CLS], [SEP], [PAD] never selected
     masked, labels = mask_tokens(
         batch["input_ids"],
         mask_token_id=tokenizer.mask_token_id,
@@ -184,15 +217,17 @@ def mlm_batches(
     """Masked-LM batches: ``input_ids``, ``token_type_ids`` (zeros), ``attention_mask`` and
     ``labels`` (original id where selected, -100 elsewhere), each ``(B, T)``.
 
-    ``documents``: a :class:`~lmlessons.corpus.Corpus` (its training split) or a list of
+    ``documents``: a :class:`~lmlessons.course.corpus.Corpus` (its training split) or a list of
     documents (lists of sentences). Sequences are shuffled every epoch and re-masked every time.
     """
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
     probs = _check_mask_probs(mlm_probability, mask_replace_prob, random_replace_prob)
     _check_tokenizer(tokenizer)
     sequences = pack_sequences(
-        tokenize_documents(documents, tokenizer), max_length=max_length,
-        cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+        tokenize_documents(documents, tokenizer),
+        max_length=max_length,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
     )
     special_ids = _special_ids(tokenizer)
 
@@ -200,8 +235,15 @@ def mlm_batches(
         for _ in _epochs(epochs):
             order = torch.randperm(len(sequences), generator=generator).tolist()
             for start in range(0, len(order), batch_size):
-                input_ids, attention_mask = _pad([sequences[i] for i in order[start : start + batch_size]], tokenizer.pad_token_id)
-                batch = {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids), "attention_mask": attention_mask}
+                input_ids, attention_mask = _pad(
+                    [sequences[i] for i in order[start : start + batch_size]],
+                    tokenizer.pad_token_id,
+                )
+                batch = {
+                    "input_ids": input_ids,
+                    "token_type_ids": torch.zeros_like(input_ids),
+                    "attention_mask": attention_mask,
+                }
                 yield _mask(batch, tokenizer, special_ids, probs, generator)
 
     return batches()
@@ -230,15 +272,21 @@ def nsp_batches(
     _check_tokenizer(tokenizer)
     token_docs = tokenize_documents(documents, tokenizer)
     if len(token_docs) < 2:
-        raise ValueError("NSP needs at least 2 documents (NotNext segments come from another document)")
+        raise ValueError(
+            "NSP needs at least 2 documents (NotNext segments come from another document)"
+        )
     special_ids = _special_ids(tokenizer)
 
     def batches() -> Iterator[Batch]:
         for _ in _epochs(epochs):
             pairs = make_nsp_pairs(
-                token_docs, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-                pad_token_id=tokenizer.pad_token_id, max_length=max_length,
-                nsp_probability=nsp_probability, generator=generator,
+                token_docs,
+                cls_token_id=tokenizer.cls_token_id,
+                sep_token_id=tokenizer.sep_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                max_length=max_length,
+                nsp_probability=nsp_probability,
+                generator=generator,
             )
             for rows, batch in _pair_rows(pairs, batch_size):
                 batch["next_sentence_label"] = pairs["next_sentence_label"][rows]
@@ -262,16 +310,23 @@ def clm_batches(
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
     _check_tokenizer(tokenizer)
     sequences = pack_sequences(
-        tokenize_documents(documents, tokenizer), max_length=max_length,
-        cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+        tokenize_documents(documents, tokenizer),
+        max_length=max_length,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
     )
 
     def batches() -> Iterator[Batch]:
         for _ in _epochs(epochs):
             order = torch.randperm(len(sequences), generator=generator).tolist()
             for start in range(0, len(order), batch_size):
-                input_ids, attention_mask = _pad([sequences[i] for i in order[start : start + batch_size]], tokenizer.pad_token_id)
-                labels = input_ids.masked_fill(attention_mask == 0, -100)  # (B, T) a copy; [SEP] stays a target
+                input_ids, attention_mask = _pad(
+                    [sequences[i] for i in order[start : start + batch_size]],
+                    tokenizer.pad_token_id,
+                )
+                labels = input_ids.masked_fill(
+                    attention_mask == 0, -100
+                )  # (B, T) a copy; [SEP] stays a target
                 yield {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     return batches()

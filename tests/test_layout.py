@@ -1,0 +1,182 @@
+"""The package's layers (docs/ARCHITECTURE.md) hold, and the wheel is the course alone.
+
+- the core (``lmlessons/*.py``) imports nothing from ``lmlessons.course``, ``widgets``,
+  ``exercises`` or ``tools``; ``lmlessons.course`` nothing from ``widgets``, ``exercises`` or
+  ``tools``; nothing in the package imports ``tools``, playwright or nbformat;
+- every function is at most 60 lines; ``-100`` is written in code only where it is defined;
+- every name the package exported before the layout change still imports from ``lmlessons``;
+- ``pip wheel .`` holds the package and its data, no maintainer tool, and imports on its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lmlessons"
+MAX_FUNCTION_LINES = 60
+# Where code may write -100 itself: its one definition, and the reference solutions, which show
+# the learner the idiom of transformers' own code.
+IGNORE_INDEX_HOMES = {"lmlessons/_checks.py", "lmlessons/exercises/solutions.py"}
+PUBLIC_API = """
+    mask_tokens shift_labels make_nsp_pairs truncate_seq_pair bert_pretraining_loss clm_loss
+    mlm_loss nsp_loss MLMCollator linear_cross_entropy Corpus load_corpus split_sentences
+    load_tokenizer train_tokenizer count_parameters tiny_bert_config tiny_bert_lm_head
+    tiny_bert_mlm tiny_bert_pretraining tiny_gpt2 tiny_gpt2_config clm_batches mlm_batches
+    nsp_batches pack_sequences tokenize_documents History evaluate train checkpoint_metrics
+    heldout_metrics load_checkpoint make_sop_pairs sop_batches
+""".split()
+
+
+def _layer(module: str) -> str:
+    """``core``, ``course``, ``widgets``, ``exercises`` or ``tools`` for a dotted module name."""
+    parts = module.split(".")
+    if parts[0] == "tools":
+        return "tools"
+    if len(parts) > 1 and parts[1] in ("course", "widgets", "exercises"):
+        return parts[1]
+    return "core"
+
+
+FORBIDDEN = {
+    "core": {"course", "widgets", "exercises", "tools"},
+    "course": {"widgets", "exercises", "tools"},
+    "widgets": {"tools"},
+    "exercises": {"widgets", "tools"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+            found |= {f"{name}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _package_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _trees(paths: list[Path]) -> list[tuple[Path, ast.AST]]:
+    return [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in paths]
+
+
+@pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_layer_imports_only_the_layers_below(path: Path) -> None:
+    module = _module_name(path)
+    imports = _imports(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py")
+    if module == "lmlessons":  # the public API re-exports the course layer
+        imports = {name for name in imports if _layer(name) != "course"}
+    layer = _layer(module)
+    for name in imports:
+        top = name.split(".")[0]
+        assert top not in ("playwright", "nbformat", "nbclient"), f"{module} imports {name}"
+        if top in ("lmlessons", "tools"):
+            assert _layer(name) not in FORBIDDEN[layer], f"{module} ({layer}) imports {name}"
+
+
+def test_the_layer_rule_catches_a_wrong_import() -> None:
+    tree = ast.parse("from lmlessons.course.corpus import load_corpus\nfrom ..widgets import display\n")
+    imports = _imports(tree, "lmlessons.exercises.check", is_package=False)
+    assert {"lmlessons.course.corpus", "lmlessons.widgets"} <= imports
+    assert _layer("lmlessons.course.corpus") in FORBIDDEN["core"]
+    assert _layer("lmlessons.widgets") in FORBIDDEN["exercises"]
+
+
+def test_functions_are_at_most_60_lines() -> None:
+    long = []
+    for path, tree in _trees(_package_files() + sorted((ROOT / "tools").glob("*.py"))):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "split these functions:\n" + "\n".join(long)
+
+
+def _is_minus_100(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and node.operand.value == 100
+    )
+
+
+def test_ignore_index_is_written_in_one_place() -> None:
+    bare = []
+    for path, tree in _trees(_package_files()):
+        name = str(path.relative_to(ROOT))
+        if name not in IGNORE_INDEX_HOMES:
+            bare += [f"{name}:{node.lineno}" for node in ast.walk(tree) if _is_minus_100(node)]
+    assert not bare, "use lmlessons._checks.IGNORE_INDEX: " + ", ".join(bare)
+
+
+def test_the_public_api_still_imports_from_lmlessons() -> None:
+    import lmlessons
+
+    missing = [name for name in PUBLIC_API if not hasattr(lmlessons, name)]
+    assert not missing
+    assert set(PUBLIC_API) <= set(lmlessons.__all__)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")  # setuptools' build/ and egg-info go here, not the repo
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)]
+    env = dict(os.environ, PIP_NO_INPUT="1", TMPDIR=str(build))
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=build)
+    (path,) = out.glob("lmlessons-*.whl")
+    return path
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_course_and_no_tool(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        sources = {name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")}
+    assert not [n for n in names if n.startswith("tools/")], "maintainer tools are not installed"
+    for needed in ("lmlessons/data/tokenizer.json", "lmlessons/data/checkpoints/bert.safetensors", "lmlessons/py.typed"):
+        assert needed in names
+    for name, text in sources.items():
+        assert "playwright" not in text, name
+        assert "notebooks" not in text or name.startswith("lmlessons/exercises"), f"{name} names the checkout"
+
+
+@pytest.mark.slow
+def test_the_wheel_imports_and_loads_its_data_on_its_own(wheel: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path)
+    code = (
+        "import lmlessons, pathlib; assert pathlib.Path(lmlessons.__file__).is_relative_to(pathlib.Path.cwd()); "
+        "tok = lmlessons.load_tokenizer(); corpus = lmlessons.load_corpus('course'); "
+        "model = lmlessons.load_checkpoint('gpt2'); print(len(tok), len(corpus.train), type(model).__name__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "GPT2LMHeadModel"

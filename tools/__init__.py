@@ -1,0 +1,1 @@
+"""Maintainer commands (not installed with the package): ``python -m tools.NAME``."""
