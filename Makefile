@@ -8,14 +8,18 @@ STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export HYPOTHESIS_STORAGE_DIRECTORY ?= $(or $(TMPDIR),/tmp)/lmlessons-hypothesis
+export RUFF_CACHE_DIR ?= $(or $(TMPDIR),/tmp)/lmlessons-ruff
+export MYPY_CACHE_DIR ?= $(or $(TMPDIR),/tmp)/lmlessons-mypy
 PYTEST := $(PY) -m pytest
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
+# Two workers (pytest-xdist); each module, and each notebook with its kernel, stays in one worker.
+XDIST := -n 2 --dist loadscope
 # The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and oneDNN
 # held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
 # so strict nbval under both proves that no stored output depends on that order.
 SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 
-.PHONY: setup lab test test-unit test-notebooks test-portable test-browser execute student screenshots bench budgets lesson-times clean
+.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser execute student screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,19 +34,25 @@ setup: $(STAMP)
 lab: setup
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
-test: setup
-	$(PYTEST) tests notebooks $(NBVAL)
+# ruff (lint and format check) over the code, mypy over the package (config in pyproject.toml).
+lint: setup
+	$(VENV)/bin/ruff check lmlessons tools tests
+	$(VENV)/bin/ruff format --check lmlessons tools tests
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(PYTEST) tests notebooks $(NBVAL) $(XDIST)
 	$(MAKE) --no-print-directory test-portable
 
 test-unit: setup
 	$(PYTEST) tests -m "not browser"
 
 test-notebooks: setup
-	$(PYTEST) notebooks $(NBVAL)
+	$(PYTEST) notebooks $(NBVAL) $(XDIST)
 
 # Strict nbval again, with the scalar kernels (see SCALAR_KERNELS).
 test-portable: setup
-	$(SCALAR_KERNELS) $(PYTEST) notebooks $(NBVAL)
+	$(SCALAR_KERNELS) $(PYTEST) notebooks $(NBVAL) $(XDIST)
 
 test-browser: setup
 	$(PYTEST) tests -m browser

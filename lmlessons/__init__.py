@@ -10,6 +10,7 @@ from lmlessons.course.batches import (
     mlm_batches,
     nsp_batches,
     pack_sequences,
+    sop_batches,
     tokenize_documents,
 )
 from lmlessons.course.checkpoints import checkpoint_metrics, heldout_metrics, load_checkpoint
@@ -28,9 +29,8 @@ from lmlessons.course.training import History, evaluate, train
 from lmlessons.linear_ce import linear_cross_entropy
 from lmlessons.losses import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss
 from lmlessons.masking import mask_tokens
-from lmlessons.pairs import make_nsp_pairs, truncate_seq_pair
+from lmlessons.pairs import make_nsp_pairs, make_sop_pairs, truncate_seq_pair
 from lmlessons.shifting import shift_labels
-from lmlessons.sop import make_sop_pairs, sop_batches
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lmlessons._checks import IGNORE_INDEX, check_int, check_int_tensor
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_int,
+    check_int_tensor,
+    check_model,
+    check_sequences,
+)
 
 __all__ = ["causal_mask", "attention_map", "logit_change", "prefix_loss"]
 
@@ -32,36 +38,6 @@ def causal_mask(seq_len: int) -> torch.Tensor:
     (``j <= i``), the lower triangle with the diagonal (``torch.tril``)."""
     seq_len = check_int("seq_len", seq_len, minimum=1)
     return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()  # (T, T)
-
-
-def _check_model(model: object) -> torch.nn.Module:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}"
-        )
-    return model
-
-
-def _one_sequence(name: str, input_ids: object) -> torch.Tensor:
-    """``(T,)`` or ``(1, T)`` ids -> ``(1, T)``."""
-    ids = check_int_tensor(name, input_ids)
-    if ids.dim() == 1:
-        ids = ids.unsqueeze(0)
-    if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
-        raise ValueError(
-            f"{name} must be one sequence of shape (T,) or (1, T), got {tuple(ids.shape)}"
-        )
-    return ids
-
-
-def _batch(name: str, input_ids: object) -> torch.Tensor:
-    """``(T,)`` or ``(B, T)`` ids -> ``(B, T)``."""
-    ids = check_int_tensor(name, input_ids)
-    if ids.dim() == 1:
-        ids = ids.unsqueeze(0)
-    if ids.dim() != 2 or ids.shape[1] < 1:
-        raise ValueError(f"{name} must have shape (T,) or (B, T), got {tuple(ids.shape)}")
-    return ids
 
 
 def _logits(
@@ -87,12 +63,13 @@ def attention_map(
     layers too. Needs ``attn_implementation="eager"`` (fused kernels do not return the
     probabilities); the tiny models of :mod:`lmlessons.course.models` use it.
     """
-    model = _check_model(model)
-    ids = _one_sequence("input_ids", input_ids)
+    model = check_model(model)
+    ids = check_sequences("input_ids", input_ids, single=True)  # (1, T)
     impl = getattr(getattr(model, "config", None), "_attn_implementation", "eager")
     if impl != "eager":
         raise ValueError(
-            f"model must use attn_implementation='eager' to return attention probabilities, got {impl!r}"
+            "model must use attn_implementation='eager' to return attention probabilities, "
+            f"got {impl!r}"
         )
     was_training = model.training
     model.eval()
@@ -112,7 +89,8 @@ def attention_map(
     layer = check_int("layer", layer)
     if not -len(attentions) <= layer < len(attentions):
         raise ValueError(
-            f"layer must be in [0, {len(attentions)}) for this {len(attentions)}-layer model, got {layer}"
+            f"layer must be in [0, {len(attentions)}) for this {len(attentions)}-layer model, "
+            f"got {layer}"
         )
     return attentions[layer][0].mean(dim=0)  # (T, T)
 
@@ -132,8 +110,8 @@ def logit_change(
     In a causal model the entries before ``position`` are 0 (the future cannot reach the
     past); in a bidirectional one every entry moves. Runs the model in eval mode (no dropout).
     """
-    model = _check_model(model)
-    ids = _one_sequence("input_ids", input_ids)
+    model = check_model(model)
+    ids = check_sequences("input_ids", input_ids, single=True)  # (1, T)
     seq_len = ids.shape[1]
     position = check_int("position", position)
     if not 0 <= position < seq_len:
@@ -174,8 +152,8 @@ def prefix_loss(
     precision); the gap measures how much a model relies on seeing the future. Costs ``T - 1``
     forward passes.
     """
-    model = _check_model(model)
-    ids = _batch("input_ids", input_ids)  # (B, T)
+    model = check_model(model)
+    ids = check_sequences("input_ids", input_ids)  # (B, T)
     if attention_mask is not None:
         attention_mask = check_int_tensor("attention_mask", attention_mask).reshape(ids.shape)
     if labels is None:
@@ -190,7 +168,8 @@ def prefix_loss(
             labels = labels.unsqueeze(0)
         if tuple(labels.shape) != tuple(ids.shape):
             raise ValueError(
-                f"labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(labels.shape)}"
+                f"labels must have the shape of input_ids {tuple(ids.shape)}, "
+                f"got {tuple(labels.shape)}"
             )
     seq_len = ids.shape[1]
     if seq_len < 2 or not bool((labels[:, 1:] != IGNORE_INDEX).any()):
@@ -206,7 +185,8 @@ def prefix_loss(
         if not bool(keep.any()):
             continue
         mask = None if attention_mask is None else attention_mask[:, : t + 1]
-        last = _logits(model, ids[:, : t + 1], mask)[:, -1].float()  # (B, V): sees tokens 0..t only
+        # (B, V): the last position sees tokens 0..t only
+        last = _logits(model, ids[:, : t + 1], mask)[:, -1].float()
         total = total + F.cross_entropy(last[keep], target[keep], reduction="sum")
         count += int(keep.sum())
     model.train(was_training)

@@ -12,8 +12,22 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import check_generator, check_int, check_probability
+from lmlessons._checks import (
+    check_generator,
+    check_int,
+    check_probability,
+    check_replace_probs,
+    check_tokenizer,
+)
 from lmlessons.masking import mask_tokens
+
+__all__ = ["MLMCollator", "special_token_ids"]
+
+
+def special_token_ids(tokenizer: Any) -> torch.Tensor:
+    """The ids never selected for masking: every id in ``tokenizer.all_special_ids`` (padding
+    included), sorted, as a LongTensor for ``torch.isin(input_ids, ...)``."""
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
 
 class MLMCollator:
@@ -42,22 +56,18 @@ class MLMCollator:
         max_length: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
-        for attr in ("mask_token_id", "pad_token_id", "all_special_ids"):
-            if getattr(tokenizer, attr, None) is None:
-                raise ValueError(
-                    f"tokenizer must define {attr} (a BERT-style tokenizer with [MASK] and [PAD])"
-                )
-        self.tokenizer = tokenizer
+        self.tokenizer = check_tokenizer(
+            tokenizer, ("mask_token_id", "pad_token_id", "all_special_ids")
+        )
         self.mlm_probability = check_probability("mlm_probability", mlm_probability)
-        self.mask_replace_prob = check_probability("mask_replace_prob", mask_replace_prob)
-        self.random_replace_prob = check_probability("random_replace_prob", random_replace_prob)
-        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
-            raise ValueError("mask_replace_prob + random_replace_prob must be <= 1")
+        self.mask_replace_prob, self.random_replace_prob = check_replace_probs(
+            mask_replace_prob, random_replace_prob
+        )
         self.max_length = (
             None if max_length is None else check_int("max_length", max_length, minimum=2)
         )
         self.generator = check_generator(generator)
-        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        self.special_ids = special_token_ids(tokenizer)
 
     def _encode(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
         tok = self.tokenizer
@@ -87,7 +97,8 @@ class MLMCollator:
             ]
         else:
             raise TypeError(
-                "examples must all be strings, all dicts with 'input_ids', or all lists of token ids"
+                "examples must all be strings, all dicts with 'input_ids', "
+                "or all lists of token ids"
             )
         return dict(tok.pad(features, padding=True, return_tensors="pt"))
 
@@ -100,9 +111,7 @@ class MLMCollator:
             raise ValueError("examples must be a non-empty list")
         batch = self._encode(examples)
         input_ids = batch["input_ids"]  # (B, T)
-        special = torch.isin(
-            input_ids, self.special_ids
-        )  # (B, T): [CLS], [SEP], [PAD], ... never selected
+        special = torch.isin(input_ids, self.special_ids)  # (B, T): [CLS], [SEP], [PAD], ...
         batch["input_ids"], batch["labels"] = mask_tokens(
             input_ids,
             mask_token_id=self.tokenizer.mask_token_id,

@@ -24,12 +24,20 @@ tests/test_linear_ce.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["linear_cross_entropy", "DEFAULT_CHUNK_SIZE"]
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_float_tensor,
+    check_int,
+    check_labels,
+    check_num_items,
+)
 
-IGNORE_INDEX = -100
+__all__ = ["linear_cross_entropy", "DEFAULT_CHUNK_SIZE"]
 # Rows per chunk. 1024 rows x 32,000 classes x 4 bytes = 125 MiB for the chunk's logits; smaller
 # chunks save memory, larger ones amortise the matmul. Measured with `python -m tools.bench`.
 DEFAULT_CHUNK_SIZE = 1024
@@ -39,8 +47,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """Sum of the cross-entropy over selected rows, divided by ``divisor``; gradients in forward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx,
+    def forward(
+        ctx: Any,
         hidden: torch.Tensor,  # (N, H), all rows
         weight: torch.Tensor,  # (V, H)
         bias: torch.Tensor | None,  # (V,)
@@ -50,15 +58,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         divisor: float,
         need_grads: bool,
     ) -> torch.Tensor:
-        need_h = need_grads and ctx.needs_input_grad[0]
-        need_w = need_grads and ctx.needs_input_grad[1]
-        need_b = need_grads and bias is not None and ctx.needs_input_grad[2]
-        grad_hidden = torch.zeros_like(hidden) if need_h else None  # (N, H); dropped rows stay 0
-        grad_weight = torch.zeros_like(weight) if need_w else None  # (V, H)
-        grad_bias = torch.zeros_like(bias) if need_b else None  # (V,)
-        acc_dtype = torch.promote_types(
-            hidden.dtype, torch.float32
-        )  # fp16/bf16 -> fp32, fp64 stays
+        needs = [need_grads and bool(n) for n in ctx.needs_input_grad[:3]]
+        grad_hidden = torch.zeros_like(hidden) if needs[0] else None  # (N, H); dropped rows stay 0
+        grad_weight = torch.zeros_like(weight) if needs[1] else None  # (V, H)
+        grad_bias = None if bias is None or not needs[2] else torch.zeros_like(bias)  # (V,)
+        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # fp16/bf16 -> fp32
         loss_sum = torch.zeros((), dtype=acc_dtype, device=hidden.device)
         weight_t = weight.t()  # (H, V), a view: addmm/mm pick the transposed BLAS call
         inv_divisor = 1.0 / divisor
@@ -82,27 +86,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
             # Log-softmax in place (one row-wise kernel): the chunk needs one (C, V) buffer only.
             torch.log_softmax(logits, dim=1, out=logits)  # (C, V) log-probabilities
             loss_sum -= logits.gather(1, y.unsqueeze(1)).sum()  # sum of -log p(target)
-            if not (need_h or need_w or need_b):
+            if grad_hidden is None and grad_weight is None and grad_bias is None:
                 continue
             # d(sum of CE)/d logits = softmax - one_hot(y), written over the log-probabilities.
             grad_logits = logits.exp_()  # (C, V)
             grad_logits[torch.arange(y.numel(), device=y.device), y] -= 1.0
             grad_logits = grad_logits.to(weight.dtype)  # no copy for fp32
-            if need_h:  # (C, V) @ (V, H), scaled by 1/divisor, into this chunk's rows
+            if grad_hidden is not None:  # (C, V) @ (V, H), scaled by 1/divisor, into C rows
                 grad_hidden.index_copy_(0, idx, torch.mm(grad_logits, weight).mul_(inv_divisor))
-            if need_w:  # (V, C) @ (C, H), accumulated over chunks
+            if grad_weight is not None:  # (V, C) @ (C, H), accumulated over chunks
                 grad_weight.addmm_(grad_logits.t(), h, alpha=inv_divisor)
-            if need_b:
+            if grad_bias is not None:
                 grad_bias.add_(grad_logits.sum(dim=0).to(grad_bias.dtype), alpha=inv_divisor)
 
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        return (
-            loss_sum / divisor
-        )  # float32 for fp16/bf16 inputs, as transformers upcasts the logits
+        return loss_sum / divisor  # float32 for fp16/bf16 inputs: transformers upcasts the logits
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_output: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         out = [
             None if g is None else g * grad_output.to(g.dtype)
@@ -111,35 +113,44 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return out[0], out[1], out[2], None, None, None, None, None
 
 
-def _check_tensor(name: str, value: object) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}")
-    return value
-
-
-def _divisor(num_items_in_batch: int | torch.Tensor | None, count: int) -> float:
-    if num_items_in_batch is None:
-        return float(max(count, 1))  # all rows ignored: the sum is 0, return 0 rather than NaN
-    if isinstance(num_items_in_batch, bool):
-        raise TypeError("`num_items_in_batch` must be an int or a one-element tensor, got bool")
-    if isinstance(num_items_in_batch, torch.Tensor):
-        if num_items_in_batch.numel() != 1 or num_items_in_batch.dtype == torch.bool:
-            raise TypeError(
-                "`num_items_in_batch` must be an int or a one-element numeric tensor, got a tensor of "
-                f"shape {tuple(num_items_in_batch.shape)} and dtype {num_items_in_batch.dtype}"
-            )
-        value = float(num_items_in_batch.item())
-    elif isinstance(num_items_in_batch, int):
-        value = float(num_items_in_batch)
-    else:
-        raise TypeError(
-            f"`num_items_in_batch` must be an int or a one-element tensor, got {type(num_items_in_batch).__name__}"
-        )
-    if not value > 0:  # also rejects NaN
+def _check_inputs(
+    hidden_states: object, weight: object, labels: object, bias: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(hidden_states, weight, labels, bias)``: shapes (B, T, H) or (N, H), (V, H), (B, T) or
+    (N,), (V,) or None; one floating dtype and one device; labels in [0, V) or -100."""
+    hidden_states = check_float_tensor("hidden_states", hidden_states, min_ndim=2)
+    if hidden_states.dim() > 3:
         raise ValueError(
-            f"`num_items_in_batch` must be positive (the number of labelled tokens), got {value:g}"
+            f"hidden_states must have shape (B, T, H) or (N, H), got {tuple(hidden_states.shape)}"
         )
-    return value
+    weight = check_float_tensor("weight", weight, min_ndim=2)
+    if weight.dim() != 2 or weight.shape[1] != hidden_states.shape[-1] or weight.shape[0] == 0:
+        raise ValueError(
+            f"weight must have shape (V, H) with V >= 1 and H = {hidden_states.shape[-1]} "
+            f"(the last dimension of hidden_states), got {tuple(weight.shape)}"
+        )
+    vocab_size = weight.shape[0]
+    labels = check_labels("labels", labels, vocab_size)
+    if tuple(labels.shape) != tuple(hidden_states.shape[:-1]):
+        raise ValueError(
+            f"labels must have shape {tuple(hidden_states.shape[:-1])} to match hidden_states "
+            f"{tuple(hidden_states.shape)}, got {tuple(labels.shape)}"
+        )
+    if bias is not None:
+        bias = check_float_tensor("bias", bias)
+        if tuple(bias.shape) != (vocab_size,):
+            raise ValueError(f"bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype != hidden_states.dtype:
+            raise TypeError(
+                f"{name} dtype {t.dtype} must equal hidden_states dtype {hidden_states.dtype}"
+            )
+    for name, t in (("weight", weight), ("labels", labels), ("bias", bias)):
+        if t is not None and t.device != hidden_states.device:
+            raise ValueError(
+                f"{name} is on {t.device} but hidden_states is on {hidden_states.device}"
+            )
+    return hidden_states, weight, labels, bias
 
 
 def linear_cross_entropy(
@@ -149,12 +160,13 @@ def linear_cross_entropy(
     *,
     bias: torch.Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    num_items_in_batch: int | torch.Tensor | None = None,
+    num_items_in_batch: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of ``hidden_states @ weight.T + bias`` against ``labels``, logits never stored.
 
-    Same value and gradients as ``F.cross_entropy(F.linear(hidden_states, weight, bias).flatten(0, -2),
-    labels.flatten(), ignore_index=-100)``, but rows labelled -100 are dropped before the matmul
+    Same value and gradients as
+    ``F.cross_entropy(F.linear(hidden_states, weight, bias).flatten(0, -2), labels.flatten(),
+    ignore_index=-100)``, but rows labelled -100 are dropped before the matmul
     (BERT ``run_pretraining.py`` ``gather_indexes``; ModernBERT ``sparse_prediction``) and the rest
     is processed ``chunk_size`` rows at a time with the gradient computed chunk by chunk in the
     forward pass (Liger Kernel fused linear cross-entropy; Apple Cut Cross-Entropy). Peak memory is
@@ -170,70 +182,23 @@ def linear_cross_entropy(
         chunk_size: rows per chunk (>= 1). Smaller saves memory, larger is faster per row.
         num_items_in_batch: if given, return sum / num_items_in_batch (transformers' convention
             for gradient accumulation and data parallelism: the number of labelled tokens of the
-            whole optimisation step). If None, the mean over the labelled rows.
+            whole optimisation step). An int, a float or a one-element tensor, as for
+            :func:`lmlessons.mlm_loss`. If None, the mean over the labelled rows.
 
     Returns:
         A scalar tensor (float32 for fp16/bf16 inputs, like transformers' upcast logits). If every
         label is -100 the loss is 0 (not NaN) and all gradients are 0.
     """
-    _check_tensor("hidden_states", hidden_states)
-    _check_tensor("weight", weight)
-    _check_tensor("labels", labels)
-    if not hidden_states.is_floating_point():
-        raise TypeError(
-            f"`hidden_states` must be a floating tensor, got dtype {hidden_states.dtype}"
-        )
-    if hidden_states.dim() not in (2, 3):
-        raise ValueError(
-            f"`hidden_states` must have shape (B, T, H) or (N, H), got {tuple(hidden_states.shape)}"
-        )
-    if weight.dim() != 2:
-        raise ValueError(f"`weight` must have shape (V, H), got {tuple(weight.shape)}")
-    vocab_size, hidden_size = weight.shape
-    if hidden_states.shape[-1] != hidden_size:
-        raise ValueError(
-            f"`weight` has H={hidden_size} columns but `hidden_states` has last dimension {hidden_states.shape[-1]}"
-        )
-    if vocab_size == 0:
-        raise ValueError("`weight` must have at least one row (V >= 1)")
-    if weight.dtype != hidden_states.dtype:
-        raise TypeError(
-            f"`weight` dtype {weight.dtype} must equal `hidden_states` dtype {hidden_states.dtype}"
-        )
-    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
-        raise TypeError(f"`labels` must be an integer tensor, got dtype {labels.dtype}")
-    if tuple(labels.shape) != tuple(hidden_states.shape[:-1]):
-        raise ValueError(
-            f"`labels` must have shape {tuple(hidden_states.shape[:-1])} to match `hidden_states` "
-            f"{tuple(hidden_states.shape)}, got {tuple(labels.shape)}"
-        )
-    if bias is not None:
-        _check_tensor("bias", bias)
-        if tuple(bias.shape) != (vocab_size,):
-            raise ValueError(f"`bias` must have shape ({vocab_size},), got {tuple(bias.shape)}")
-        if bias.dtype != hidden_states.dtype:
-            raise TypeError(
-                f"`bias` dtype {bias.dtype} must equal `hidden_states` dtype {hidden_states.dtype}"
-            )
-    for name, t in (("weight", weight), ("labels", labels), ("bias", bias)):
-        if t is not None and t.device != hidden_states.device:
-            raise ValueError(
-                f"`{name}` is on {t.device} but `hidden_states` is on {hidden_states.device}"
-            )
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"`chunk_size` must be an int, got {type(chunk_size).__name__}")
-    if chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
+    hidden_states, weight, labels, bias = _check_inputs(hidden_states, weight, labels, bias)
+    chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    n_items = check_num_items(num_items_in_batch)
 
-    hidden = hidden_states.reshape(-1, hidden_size)  # (N, H); autograd maps the gradient back
+    hidden = hidden_states.reshape(-1, weight.shape[1])  # (N, H); autograd maps the gradient back
     flat_labels = labels.reshape(-1).long()  # (N,)
-    keep = flat_labels != IGNORE_INDEX  # (N,)
-    rows = keep.nonzero().squeeze(1)  # (M,)
+    rows = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)  # (M,) the labelled rows
     targets = flat_labels.index_select(0, rows)  # (M,)
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
-        bad = targets[(targets < 0) | (targets >= vocab_size)][0].item()
-        raise ValueError(f"`labels` must be -100 or in [0, {vocab_size}), found {bad}")
-    divisor = _divisor(num_items_in_batch, targets.numel())
+    # all rows ignored: the sum is 0, and 0 / 1 gives 0 rather than NaN
+    divisor = float(max(targets.numel(), 1) if n_items is None else n_items)
 
     need_grads = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (hidden, weight, bias)

@@ -19,7 +19,7 @@ from lmlessons.shifting import shift_labels
 
 
 def _token_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | None
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: float | None
 ) -> torch.Tensor:
     """Cross-entropy over rows whose label is not -100: ``(N, V)`` logits, ``(N,)`` labels.
 
@@ -28,9 +28,7 @@ def _token_cross_entropy(
     micro-batches with one shared count gives the full-batch mean (transformers'
     ``fixed_cross_entropy``, the October 2024 gradient-accumulation fix).
     """
-    logits = (
-        logits.float()
-    )  # upcast like ForCausalLMLoss: bf16 logits lose precision in log-softmax
+    logits = logits.float()  # upcast like ForCausalLMLoss: bf16 logits lose precision
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")  # ()
     if num_items_in_batch is not None:
         return total / num_items_in_batch
@@ -68,7 +66,7 @@ def _check_nsp(
         )
     if bool((labels == IGNORE_INDEX).any()):
         raise ValueError(
-            f"{labels_name} must be 0 (IsNext) or 1 (NotNext); -100 is not allowed here"
+            f"{labels_name} must be 0 (IsNext) or 1 (NotNext); {IGNORE_INDEX} is not allowed here"
         )
     return logits, labels
 
@@ -77,7 +75,7 @@ def mlm_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
     *,
-    num_items_in_batch: int | torch.Tensor | None = None,
+    num_items_in_batch: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Masked-LM loss: cross-entropy over positions whose label is not -100.
 
@@ -86,7 +84,8 @@ def mlm_loss(
         labels: ``(B, T)`` original ids at selected positions, -100 elsewhere (from
             :func:`lmlessons.mask_tokens`). No shift: position t predicts its own token.
         num_items_in_batch: total count of labelled positions over all micro-batches of one
-            optimizer step; when given, returns sum / count.
+            optimizer step (an int, a float or a one-element tensor, as transformers' Trainer
+            passes it); when given, returns sum / count.
 
     Equals ``BertForMaskedLM(...).loss`` (transformers ``ForMaskedLMLoss``).
     """
@@ -100,7 +99,7 @@ def clm_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
     *,
-    num_items_in_batch: int | torch.Tensor | None = None,
+    num_items_in_batch: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal-LM (next-token) loss. ``labels`` are *unshifted*: shifting happens here.
 

@@ -18,10 +18,27 @@ import torch
 from lmlessons._checks import (
     IGNORE_INDEX,
     check_generator,
-    check_int,
     check_int_tensor,
     check_probability,
+    check_replace_probs,
+    check_vocab,
 )
+
+
+def _check_special_mask(special_tokens_mask: object, shape: torch.Size) -> None:
+    """``None`` or a tensor of the shape of ``input_ids`` (nonzero / True = never selected)."""
+    if special_tokens_mask is None:
+        return
+    if not isinstance(special_tokens_mask, torch.Tensor):
+        raise TypeError(
+            "special_tokens_mask must be a torch.Tensor or None, "
+            f"got {type(special_tokens_mask).__name__}"
+        )
+    if special_tokens_mask.shape != shape:
+        raise ValueError(
+            f"special_tokens_mask must have the shape of input_ids {tuple(shape)}, "
+            f"got {tuple(special_tokens_mask.shape)}"
+        )
 
 
 def mask_tokens(
@@ -53,33 +70,13 @@ def mask_tokens(
         selected, -100 elsewhere.
     """
     input_ids = check_int_tensor("input_ids", input_ids)
-    vocab_size = check_int("vocab_size", vocab_size, minimum=1)
-    mask_token_id = check_int("mask_token_id", mask_token_id)
-    if not 0 <= mask_token_id < vocab_size:
-        raise ValueError(
-            f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}"
-        )
+    mask_token_id, vocab_size = check_vocab(
+        input_ids, mask_token_id=mask_token_id, vocab_size=vocab_size
+    )
     p = check_probability("mlm_probability", mlm_probability)
-    p_mask = check_probability("mask_replace_prob", mask_replace_prob)
-    p_random = check_probability("random_replace_prob", random_replace_prob)
-    if p_mask + p_random > 1.0 + 1e-12:
-        raise ValueError(
-            f"mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept), "
-            f"got {p_mask} + {p_random} = {p_mask + p_random}"
-        )
+    p_mask, p_random = check_replace_probs(mask_replace_prob, random_replace_prob)
     generator = check_generator(generator)
-    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
-        raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}); found ids outside it")
-    if special_tokens_mask is not None:
-        if not isinstance(special_tokens_mask, torch.Tensor):
-            raise TypeError(
-                f"special_tokens_mask must be a torch.Tensor or None, got {type(special_tokens_mask).__name__}"
-            )
-        if special_tokens_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"special_tokens_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-                f"got {tuple(special_tokens_mask.shape)}"
-            )
+    _check_special_mask(special_tokens_mask, input_ids.shape)
 
     u = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)  # (B, T)
     selected = u < p  # (B, T) bool

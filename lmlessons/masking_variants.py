@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,6 +39,8 @@ from lmlessons._checks import (
     check_int,
     check_int_tensor,
     check_probability,
+    check_replace_probs,
+    check_vocab,
 )
 from lmlessons.masking import mask_tokens
 
@@ -70,12 +73,9 @@ def _as_2d(name: str, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return x, False
 
 
-def _check_bool_mask(
-    name: str, mask: object, shape: torch.Size, *, allow_none: bool = True
-) -> torch.Tensor | None:
+def _bool_mask(name: str, mask: object, shape: torch.Size) -> torch.Tensor:
+    """A required mask of ``shape``: bool, or integers that are all 0 or 1; returned as bool."""
     if mask is None:
-        if allow_none:
-            return None
         raise TypeError(f"{name} is required: a bool tensor of shape {tuple(shape)}")
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of 0/1 or bool, got {type(mask).__name__}")
@@ -90,37 +90,15 @@ def _check_bool_mask(
     return mask.bool()
 
 
+def _optional_mask(name: str, mask: object, shape: torch.Size) -> torch.Tensor | None:
+    return None if mask is None else _bool_mask(name, mask, shape)
+
+
 def _required_mask(name: str, mask: object) -> torch.Tensor:
+    """A required mask whose shape sets the shape of the others."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of 0/1 or bool, got {type(mask).__name__}")
-    out = _check_bool_mask(name, mask, mask.shape, allow_none=False)
-    assert out is not None
-    return out
-
-
-def _check_replace_args(
-    input_ids: torch.Tensor,
-    mask_token_id: int,
-    vocab_size: int,
-    mask_replace_prob: float,
-    random_replace_prob: float,
-) -> tuple[int, int, float, float]:
-    """The checks of :func:`lmlessons.mask_tokens`, for the per-span path that does not call it."""
-    vocab_size = check_int("vocab_size", vocab_size, minimum=1)
-    mask_token_id = check_int("mask_token_id", mask_token_id)
-    if not 0 <= mask_token_id < vocab_size:
-        raise ValueError(
-            f"mask_token_id must be in [0, vocab_size={vocab_size}), got {mask_token_id}"
-        )
-    pm = check_probability("mask_replace_prob", mask_replace_prob)
-    pr = check_probability("random_replace_prob", random_replace_prob)
-    if pm + pr > 1.0 + 1e-12:
-        raise ValueError(
-            f"mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept), got {pm} + {pr}"
-        )
-    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
-        raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}); found ids outside it")
-    return mask_token_id, vocab_size, pm, pr
+    return _bool_mask(name, mask, mask.shape)
 
 
 def _eligible(
@@ -183,7 +161,7 @@ def word_ids(
     """
     is_continuation = _required_mask("is_continuation", is_continuation)
     cont, squeeze = _as_2d("is_continuation", is_continuation)
-    special = _check_bool_mask("special_tokens_mask", special_tokens_mask, is_continuation.shape)
+    special = _optional_mask("special_tokens_mask", special_tokens_mask, is_continuation.shape)
     special = None if special is None else _as_2d("special_tokens_mask", special)[0]
     eligible = _eligible(cont.shape, special, None)  # (B, T)
     prev_eligible = torch.zeros_like(eligible)
@@ -212,7 +190,7 @@ def num_to_predict(
     p, max_pred = _check_count_args(mlm_probability, max_predictions_per_seq)
     if p == 0.0 or seq_length == 0:
         return 0
-    n = max(1, int(round(seq_length * p)))
+    n = max(1, round(seq_length * p))
     return n if max_pred is None else min(max_pred, n)
 
 
@@ -245,7 +223,7 @@ def select_exact_count(
     generator = check_generator(generator)
     special = _required_mask("special_tokens_mask", special_tokens_mask)
     special2, squeeze = _as_2d("special_tokens_mask", special)
-    attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
+    attn = _optional_mask("attention_mask", attention_mask, special.shape)
     attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
     eligible = _eligible(special2.shape, special2, attn2)  # (B, T)
     k = torch.tensor(
@@ -254,10 +232,8 @@ def select_exact_count(
     scores = torch.rand(special2.shape, generator=generator)  # (B, T): a random order per row
     scores = scores.masked_fill(~eligible, 2.0)  # ineligible positions sort last
     order = scores.argsort(dim=1)
-    rank = torch.empty_like(order)
-    rank.scatter_(
-        1, order, torch.arange(order.shape[1]).expand_as(order).contiguous()
-    )  # rank of each position
+    rank = torch.empty_like(order)  # rank[b, t]: where position t comes in row b's random order
+    rank.scatter_(1, order, torch.arange(order.shape[1]).expand_as(order).contiguous())
     selected = (rank < k[:, None]) & eligible
     return selected[0] if squeeze else selected
 
@@ -269,8 +245,8 @@ def _word_inputs(
     or None, squeeze)``; ``word ids`` is :func:`word_ids` (-1 off words), ``squeeze`` is True
     when the input was 1-D."""
     special = _required_mask("special_tokens_mask", special_tokens_mask)
-    cont = _check_bool_mask("is_continuation", is_continuation, special.shape, allow_none=False)
-    attn = _check_bool_mask("attention_mask", attention_mask, special.shape)
+    cont = _bool_mask("is_continuation", is_continuation, special.shape)
+    attn = _optional_mask("attention_mask", attention_mask, special.shape)
     special2, squeeze = _as_2d("special_tokens_mask", special)
     cont2 = _as_2d("is_continuation", cont)[0]
     attn2 = None if attn is None else _as_2d("attention_mask", attn)[0]
@@ -306,7 +282,7 @@ def select_whole_words(
         n_words = int(wids[row].max()) + 1
         if budget == 0 or n_words <= 0:
             continue
-        positions = [[] for _ in range(n_words)]
+        positions: list[list[int]] = [[] for _ in range(n_words)]
         for t, w in enumerate(wids[row].tolist()):
             if w >= 0:
                 positions[w].append(t)
@@ -388,9 +364,8 @@ def select_spans(
     selected = torch.zeros_like(eligible)
     for row in range(eligible.shape[0]):
         n = int(eligible[row].sum())
-        budget = math.ceil(
-            p * n - 1e-9
-        )  # SpanBERT: ceil(sent_length * mask_ratio); 1e-9 absorbs 0.15 * 20 = 3.0000000000000004
+        # SpanBERT: ceil(sent_length * mask_ratio); 1e-9 absorbs 0.15 * 20 = 3.0000000000000004
+        budget = math.ceil(p * n - 1e-9)
         if budget == 0:
             continue
         row_w = wids[row].tolist()
@@ -402,9 +377,8 @@ def select_spans(
         taken = 0
         while taken < budget:
             span_len = int(torch.multinomial(pmf, 1, generator=generator)) + 1
-            free = (
-                (eligible[row] & ~selected[row]).nonzero().flatten()
-            )  # SpanBERT redraws a masked anchor
+            # the anchor is an unselected token (SpanBERT redraws a masked anchor)
+            free = (eligible[row] & ~selected[row]).nonzero().flatten()
             anchor = int(free[int(torch.randint(len(free), (), generator=generator))])
             w = row_w[anchor]
             for k in range(span_len):
@@ -424,7 +398,8 @@ def select_spans(
 
 
 def _runs(selected: torch.Tensor) -> torch.Tensor:
-    """``(B, T)`` long: an id per maximal run of selected positions (-1 off runs), ids 0.. over the batch."""
+    """``(B, T)`` long: an id per maximal run of selected positions (-1 off runs), numbered
+    0, 1, ... over the whole batch."""
     prev = torch.zeros_like(selected)
     prev[:, 1:] = selected[:, :-1]
     starts = selected & ~prev
@@ -451,7 +426,7 @@ def replace_selected(
     ids, or stays as it was (SpanBERT).
     """
     input_ids = check_int_tensor("input_ids", input_ids)
-    sel = _check_bool_mask("selected", selected, input_ids.shape, allow_none=False)
+    sel = _bool_mask("selected", selected, input_ids.shape)
     if not isinstance(per_span, bool):
         raise TypeError(f"per_span must be a bool, got {type(per_span).__name__}")
     if not per_span:
@@ -465,9 +440,10 @@ def replace_selected(
             random_replace_prob=random_replace_prob,
             generator=generator,
         )
-    mask_token_id, vocab_size, pm, pr = _check_replace_args(
-        input_ids, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
+    mask_token_id, vocab_size = check_vocab(
+        input_ids, mask_token_id=mask_token_id, vocab_size=vocab_size
     )
+    pm, pr = check_replace_probs(mask_replace_prob, random_replace_prob)
     generator = check_generator(generator)
     ids, squeeze = _as_2d("input_ids", input_ids)
     sel2 = _as_2d("selected", sel)[0]
@@ -495,55 +471,37 @@ def replace_selected(
 # ---------------------------------------------------------------------------------------------
 
 
-def _prepare(
-    input_ids: object,
-    special_tokens_mask: torch.Tensor | None,
-    mask_token_id: int,
-    vocab_size: int,
-    mask_replace_prob: float,
-    random_replace_prob: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check everything before the first random draw; return ``(input_ids, special_tokens_mask)``."""
-    input_ids = check_int_tensor("input_ids", input_ids)
-    _as_2d("input_ids", input_ids)
-    _check_replace_args(
-        input_ids, mask_token_id, vocab_size, mask_replace_prob, random_replace_prob
-    )
-    special = _check_bool_mask("special_tokens_mask", special_tokens_mask, input_ids.shape)
-    return input_ids, torch.zeros(input_ids.shape, dtype=torch.bool) if special is None else special
+class _Replacement(NamedTuple):
+    """The 80/10/10 arguments of a one-call version, as :func:`replace_selected` takes them."""
+
+    mask_token_id: int
+    vocab_size: int
+    mask_replace_prob: float
+    random_replace_prob: float
+    generator: torch.Generator | None
 
 
 def _select_and_replace(
     select: Callable[[torch.Tensor], torch.Tensor],
     input_ids: object,
     special_tokens_mask: torch.Tensor | None,
-    mask_token_id: int,
-    vocab_size: int,
-    mask_replace_prob: float,
-    random_replace_prob: float,
+    replacement: _Replacement,
+    *,
     per_span: bool,
-    generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one-call versions: :func:`_prepare`, then ``select(special_tokens_mask)`` for the
-    ``(B, T)`` selection, then :func:`replace_selected` on it (the random draws in that order)."""
-    input_ids, special = _prepare(
-        input_ids,
-        special_tokens_mask,
-        mask_token_id,
-        vocab_size,
-        mask_replace_prob,
-        random_replace_prob,
+    """The one-call versions: check everything before the first random draw, then
+    ``select(special_tokens_mask)`` for the ``(B, T)`` selection, then :func:`replace_selected`
+    on it (the random draws in that order)."""
+    input_ids = check_int_tensor("input_ids", input_ids)
+    _as_2d("input_ids", input_ids)
+    check_vocab(
+        input_ids, mask_token_id=replacement.mask_token_id, vocab_size=replacement.vocab_size
     )
-    return replace_selected(
-        input_ids,
-        select(special),
-        mask_token_id=mask_token_id,
-        vocab_size=vocab_size,
-        mask_replace_prob=mask_replace_prob,
-        random_replace_prob=random_replace_prob,
-        per_span=per_span,
-        generator=generator,
-    )
+    check_replace_probs(replacement.mask_replace_prob, replacement.random_replace_prob)
+    special = _optional_mask("special_tokens_mask", special_tokens_mask, input_ids.shape)
+    if special is None:
+        special = torch.zeros(input_ids.shape, dtype=torch.bool)
+    return replace_selected(input_ids, select(special), per_span=per_span, **replacement._asdict())
 
 
 def mask_tokens_exact_count(
@@ -564,23 +522,17 @@ def mask_tokens_exact_count(
     Same arguments and return value as :func:`lmlessons.mask_tokens`, plus ``attention_mask``
     (row lengths for the count) and ``max_predictions_per_seq``.
     """
-    return _select_and_replace(
-        lambda special: select_exact_count(
-            special,
-            attention_mask=attention_mask,
-            mlm_probability=mlm_probability,
-            max_predictions_per_seq=max_predictions_per_seq,
-            generator=generator,
-        ),
-        input_ids,
-        special_tokens_mask,
-        mask_token_id,
-        vocab_size,
-        mask_replace_prob,
-        random_replace_prob,
-        per_span=False,
+    replacement = _Replacement(
+        mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator
+    )
+    select = partial(
+        select_exact_count,
+        attention_mask=attention_mask,
+        mlm_probability=mlm_probability,
+        max_predictions_per_seq=max_predictions_per_seq,
         generator=generator,
     )
+    return _select_and_replace(select, input_ids, special_tokens_mask, replacement, per_span=False)
 
 
 def mask_whole_words(
@@ -603,24 +555,18 @@ def mask_whole_words(
     (transformers' ``DataCollatorForLanguageModeling(whole_word_mask=True)`` instead forces
     ``mask_replace_prob=1``: every chosen piece becomes [MASK].)
     """
-    return _select_and_replace(
-        lambda special: select_whole_words(
-            special,
-            is_continuation,
-            attention_mask=attention_mask,
-            mlm_probability=mlm_probability,
-            max_predictions_per_seq=max_predictions_per_seq,
-            generator=generator,
-        ),
-        input_ids,
-        special_tokens_mask,
-        mask_token_id,
-        vocab_size,
-        mask_replace_prob,
-        random_replace_prob,
-        per_span=False,
+    replacement = _Replacement(
+        mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator
+    )
+    select = partial(
+        select_whole_words,
+        is_continuation=is_continuation,
+        attention_mask=attention_mask,
+        mlm_probability=mlm_probability,
+        max_predictions_per_seq=max_predictions_per_seq,
         generator=generator,
     )
+    return _select_and_replace(select, input_ids, special_tokens_mask, replacement, per_span=False)
 
 
 def mask_spans(
@@ -639,22 +585,16 @@ def mask_spans(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SpanBERT's masking: :func:`select_spans`, then 80/10/10 once per span."""
-    return _select_and_replace(
-        lambda special: select_spans(
-            special,
-            is_continuation,
-            attention_mask=attention_mask,
-            mlm_probability=mlm_probability,
-            geometric_p=geometric_p,
-            max_span_length=max_span_length,
-            generator=generator,
-        ),
-        input_ids,
-        special_tokens_mask,
-        mask_token_id,
-        vocab_size,
-        mask_replace_prob,
-        random_replace_prob,
-        per_span=True,
+    replacement = _Replacement(
+        mask_token_id, vocab_size, mask_replace_prob, random_replace_prob, generator
+    )
+    select = partial(
+        select_spans,
+        is_continuation=is_continuation,
+        attention_mask=attention_mask,
+        mlm_probability=mlm_probability,
+        geometric_p=geometric_p,
+        max_span_length=max_span_length,
         generator=generator,
     )
+    return _select_and_replace(select, input_ids, special_tokens_mask, replacement, per_span=True)

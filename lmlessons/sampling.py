@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import check_generator, check_int, check_int_tensor
+from lmlessons._checks import check_generator, check_int, check_model, check_sequences
 
 __all__ = ["sample", "sample_text"]
 
@@ -26,6 +26,21 @@ def _max_positions(model: torch.nn.Module) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def _next_token(
+    logits: torch.Tensor, temperature: float, top_k: int | None, g: torch.Generator | None
+) -> torch.Tensor:
+    """``(B,)`` ids from the ``(B, V)`` next-token scores: the best one at ``temperature=0``,
+    else a draw from ``softmax(logits / temperature)`` over the ``top_k`` best."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=g).squeeze(-1)  # (B,)
 
 
 @torch.no_grad()
@@ -46,18 +61,9 @@ def sample(
     Generation stops early once every row has produced ``eos_token_id``; a finished row is
     filled with ``eos_token_id``. Returns ``(B, T + n)`` ids (``(T + n,)`` for a 1-D input).
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}"
-        )
-    ids = check_int_tensor("input_ids", input_ids)
-    squeeze = ids.dim() == 1
-    if squeeze:
-        ids = ids.unsqueeze(0)
-    if ids.dim() != 2 or ids.shape[1] < 1:
-        raise ValueError(
-            f"input_ids must have shape (T,) or (B, T) with T >= 1, got {tuple(input_ids.shape)}"
-        )
+    model = check_model(model)
+    ids = check_sequences("input_ids", input_ids)  # (B, T)
+    squeeze = input_ids.dim() == 1
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
     if (
         isinstance(temperature, bool)
@@ -78,18 +84,8 @@ def sample(
     try:
         for _ in range(max_new_tokens):
             context = ids if window is None else ids[:, -window:]  # the model's longest input
-            logits = (
-                model(input_ids=context).logits[:, -1, :].float()
-            )  # (B, V): the next token's scores
-            if temperature == 0:
-                nxt = logits.argmax(dim=-1)  # (B,)
-            else:
-                logits = logits / temperature
-                if top_k is not None and top_k < logits.shape[-1]:
-                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = torch.softmax(logits, dim=-1)  # (B, V)
-                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            logits = model(input_ids=context).logits[:, -1, :].float()  # (B, V): next token
+            nxt = _next_token(logits, temperature, top_k, generator)  # (B,)
             if eos_token_id is not None:
                 nxt = nxt.masked_fill(done, eos_token_id)
                 done = done | (nxt == eos_token_id)
@@ -114,8 +110,8 @@ def sample_text(
     """Continue ``prompt`` and return the text (prompt included, special tokens dropped).
 
     The sequence starts like the course's training sequences (``[CLS]`` then the tokens, see
-    :func:`lmlessons.course.batches.pack_sequences`) and generation stops at ``[SEP]``: the tokenizer's
-    ``cls_token_id`` / ``sep_token_id``, else the model config's ``bos_token_id`` /
+    :func:`lmlessons.course.batches.pack_sequences`) and generation stops at ``[SEP]``: the
+    tokenizer's ``cls_token_id`` / ``sep_token_id``, else the model config's ``bos_token_id`` /
     ``eos_token_id``.
     """
     if not isinstance(prompt, str):
@@ -127,7 +123,8 @@ def sample_text(
     eos = eos if isinstance(eos, int) else getattr(config, "eos_token_id", None)
     if not isinstance(bos, int):
         raise ValueError(
-            "neither the tokenizer (cls_token_id) nor the model config (bos_token_id) names a start token"
+            "neither the tokenizer (cls_token_id) nor the model config (bos_token_id) names a "
+            "start token"
         )
     ids = [bos, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]
     out = sample(

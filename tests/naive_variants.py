@@ -1,16 +1,21 @@
 """Wrong (and a few right) implementations of the exercises, as test fixtures for the checkers.
 
-Each naive variant has exactly the defect its name says (or, for the ``seed_*`` ones, every
-defect of the matching function in ../shared/seeds/003_405ef49f62dd5e4d.txt, re-implemented
-here in the exercise's signature), and ``EXPECTED[name]`` is the mistake code the checker must
-report. ``VALID`` lists correct implementations that differ from the package's, which the
-checkers must accept.
+All of them are written for this course, in the exercises' signatures. Each naive variant has
+exactly the defect its name says, except the ``*_draft_*`` ones: naive first drafts of each
+function, as a learner might write them before the lesson, with several defects at once (the
+global random generator, hard-coded special ids, fixed 80/10/10 thresholds, a boolean mask
+instead of -100 labels, a ``(loss, info)`` tuple returned, sentence pairs across document
+boundaries, random ids as NotNext segments, ...). ``EXPECTED[name]`` is the mistake code the
+checker must report (for a draft, the first defect its hidden cases meet). ``VALID`` lists
+correct implementations that differ from the package's, which the checkers must accept.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from lmlessons import shift_labels
 
 IGNORE = -100
 
@@ -42,7 +47,7 @@ def _corrupt(
     return masked
 
 
-def mask_seed_as_written(
+def mask_draft_as_written(
     input_ids,
     *,
     mask_token_id,
@@ -53,8 +58,8 @@ def mask_seed_as_written(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """The seed's create_mlm_mask: global RNG, specials not excluded, fixed 80/10/10 thresholds
-    (its probability arguments unused), and a boolean mask returned instead of labels."""
+    """A first draft: global RNG, specials not excluded, fixed 80/10/10 thresholds (its
+    probability arguments unused), and a boolean mask returned instead of labels."""
     u = torch.rand(input_ids.shape)
     chosen = u < mlm_probability
     out = input_ids.clone()
@@ -65,7 +70,7 @@ def mask_seed_as_written(
     return out, chosen
 
 
-def mask_seed_with_labels(
+def mask_draft_with_labels(
     input_ids,
     *,
     mask_token_id,
@@ -76,9 +81,9 @@ def mask_seed_with_labels(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """The seed's algorithm with -100 labels bolted on: still masks specials, ignores the
-    replace probabilities and the generator."""
-    out, chosen = mask_seed_as_written(
+    """The first draft with -100 labels bolted on: still masks specials, ignores the replace
+    probabilities and the generator."""
+    out, chosen = mask_draft_as_written(
         input_ids,
         mask_token_id=mask_token_id,
         vocab_size=vocab_size,
@@ -422,17 +427,17 @@ def _flat(logits, labels):
     return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
 
 
-def mlm_seed_as_written(logits, labels, *, num_items_in_batch=None):
-    """The seed's mlm_loss: selects the masked rows, mean cross-entropy, returns (loss, info)."""
+def mlm_draft_as_written(logits, labels, *, num_items_in_batch=None):
+    """A first draft: selects the masked rows, mean cross-entropy, returns (loss, info)."""
     x, y = _flat(logits, labels)
     keep = y != IGNORE
     loss = F.cross_entropy(x[keep], y[keep])
     return loss, {"loss": loss.item(), "num_masked": int(keep.sum())}
 
 
-def mlm_seed_loss_only(logits, labels, *, num_items_in_batch=None):
-    """The seed's computation returning just the loss: NaN when nothing is masked."""
-    return mlm_seed_as_written(logits, labels)[0]
+def mlm_draft_loss_only(logits, labels, *, num_items_in_batch=None):
+    """The first draft returning just the loss: NaN when nothing is masked."""
+    return mlm_draft_as_written(logits, labels)[0]
 
 
 def mlm_counts_unmasked(logits, labels, *, num_items_in_batch=None):
@@ -521,18 +526,18 @@ def mlm_manual_valid(logits, labels, *, num_items_in_batch=None):
 # ----------------------------------------------------------------------------- clm_loss
 
 
-def clm_seed_as_written(logits, labels, *, num_items_in_batch=None):
-    """The seed's clm_loss: shift, mean over *every* position (it sees input_ids with [PAD]=0,
+def clm_draft_as_written(logits, labels, *, num_items_in_batch=None):
+    """A first draft: shift, mean over *every* position (it is given input_ids with [PAD]=0,
     so padding is a target), returns (loss, info)."""
-    seen = labels.masked_fill(labels == IGNORE, 0)  # what the seed's input_ids looked like
+    seen = labels.masked_fill(labels == IGNORE, 0)  # the input_ids the draft was written for
     x = logits[:, :-1].contiguous()
     y = seen[:, 1:].contiguous()
     loss = F.cross_entropy(x.view(-1, x.shape[-1]), y.view(-1))
     return loss, {"loss": loss.item(), "perplexity": loss.exp().item()}
 
 
-def clm_seed_loss_only(logits, labels, *, num_items_in_batch=None):
-    return clm_seed_as_written(logits, labels)[0]
+def clm_draft_loss_only(logits, labels, *, num_items_in_batch=None):
+    return clm_draft_as_written(logits, labels)[0]
 
 
 def clm_not_shifted(logits, labels, *, num_items_in_batch=None):
@@ -573,8 +578,6 @@ def clm_ignores_num_items(logits, labels, *, num_items_in_batch=None):
 
 def clm_valid_with_shift_labels(logits, labels, *, num_items_in_batch=None):
     """Correct, the transformers way: pad the labels with -100 and drop their first column."""
-    from lmlessons import shift_labels
-
     x, y = _flat(logits, shift_labels(labels))
     total = F.cross_entropy(x, y, reduction="sum")
     return total / (
@@ -582,7 +585,7 @@ def clm_valid_with_shift_labels(logits, labels, *, num_items_in_batch=None):
     )
 
 
-# ----------------------------------------------------------------------------- bert_pretraining_loss
+# ------------------------------------------------------------------------ bert_pretraining_loss
 
 
 def _mlm(logits, labels):
@@ -590,10 +593,10 @@ def _mlm(logits, labels):
     return F.cross_entropy(x, y, reduction="sum") / (y != IGNORE).sum().clamp(min=1)
 
 
-def bert_seed_as_written(
+def bert_draft_as_written(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
-    """The seed's bert_loss: the seed's MLM loss (mean over selected rows: NaN when none) plus NSP."""
+    """A first draft: the draft MLM loss (mean over selected rows: NaN when none) plus NSP."""
     x, y = _flat(mlm_logits, mlm_labels)
     keep = y != IGNORE
     mlm = F.cross_entropy(x[keep], y[keep])
@@ -663,11 +666,39 @@ def _pad_rows(examples, pad_id):
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     types = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.long)
-    for i, (a, b, _, seq) in enumerate(examples):
+    for i, (a, _, _, seq) in enumerate(examples):
         ids[i, : len(seq)] = torch.tensor(seq)
         types[i, len(a) + 2 : len(seq)] = 1
         mask[i, : len(seq)] = 1
     return ids, types, mask, torch.tensor([lab for _, _, lab, _ in examples], dtype=torch.long)
+
+
+def _negative(documents, d, doc, split, generator, negative):
+    """The B sentences of a NotNext example of document ``d`` (with the chosen defect)."""
+
+    def randint(n):
+        return int(torch.randint(n, (), generator=generator))
+
+    if negative == "random_ids":
+        n = len(doc[split])
+        return [torch.randint(0, 1000, (n,), generator=generator).tolist()]
+    if negative == "any_doc":  # d2l: a random sentence of a random paragraph, maybe A's own
+        o = randint(len(documents))
+        return [documents[o][randint(len(documents[o]))]]
+    o = randint(len(documents) - 1)
+    o += o >= d
+    s = randint(len(documents[o]))
+    return documents[o][s : s + 2]
+
+
+def _mark_segments(types, examples, segments):
+    """Put [SEP] in the wrong segment, as the ``segments`` defect says."""
+    if segments == "first_sep_in_b":
+        for i, (a, _, _, _) in enumerate(examples):
+            types[i, len(a) + 1] = 1
+    elif segments == "last_sep_in_a":
+        for i, (_, _, _, seq) in enumerate(examples):
+            types[i, len(seq) - 1] = 0
 
 
 def _nsp_generic(
@@ -687,32 +718,16 @@ def _nsp_generic(
     in_place_truncate=False,
 ):
     """One example per sentence boundary, with switchable defects."""
-
-    def rand():
-        return float(torch.rand((), generator=generator))
-
-    def randint(n):
-        return int(torch.randint(n, (), generator=generator))
-
     examples = []
     for d, doc in enumerate(documents):
         for split in range(1, len(doc)):
             a_sents = doc[max(0, split - 2) : split]
-            is_random = (split % 2 == 0) if fixed_half else rand() < nsp_probability
+            if fixed_half:
+                is_random = split % 2 == 0
+            else:
+                is_random = float(torch.rand((), generator=generator)) < nsp_probability
             if is_random:
-                if negative == "random_ids":
-                    n = len(doc[split])
-                    b_sents = [torch.randint(0, 1000, (n,), generator=generator).tolist()]
-                elif (
-                    negative == "any_doc"
-                ):  # d2l: a random sentence of a random paragraph, maybe A's own
-                    o = randint(len(documents))
-                    b_sents = [documents[o][randint(len(documents[o]))]]
-                else:
-                    o = randint(len(documents) - 1)
-                    o += o >= d
-                    s = randint(len(documents[o]))
-                    b_sents = documents[o][s : s + 2]
+                b_sents = _negative(documents, d, doc, split, generator, negative)
             else:
                 b_sents = doc[split : split + 2]
             if in_place_truncate:
@@ -720,19 +735,13 @@ def _nsp_generic(
             else:
                 a = [t for s in a_sents for t in s]
                 b = [t for s in b_sents for t in s]
-            if truncate:
-                while len(a) + len(b) > max_length - 3:
-                    (a if len(a) > len(b) else b).pop()
+            while truncate and len(a) + len(b) > max_length - 3:
+                (a if len(a) > len(b) else b).pop()
             label = int(is_random) if not swap_labels else 1 - int(is_random)
             seq = [cls_token_id, *a, sep_token_id, *b, sep_token_id]
             examples.append((list(a), list(b), label, seq))
     ids, types, mask, labels = _pad_rows(examples, pad_token_id)
-    if segments == "first_sep_in_b":
-        for i, (a, _, _, _) in enumerate(examples):
-            types[i, len(a) + 1] = 1
-    elif segments == "last_sep_in_a":
-        for i, (_, _, _, seq) in enumerate(examples):
-            types[i, len(seq) - 1] = 0
+    _mark_segments(types, examples, segments)
     return {
         "input_ids": ids,
         "token_type_ids": types,
@@ -766,7 +775,7 @@ def _variant(**defects):
     return make_nsp_pairs
 
 
-def nsp_seed_as_written(
+def nsp_draft_as_written(
     documents,
     *,
     cls_token_id,
@@ -776,7 +785,7 @@ def nsp_seed_as_written(
     nsp_probability=0.5,
     generator=None,
 ):
-    """The seed's create_nsp_pairs: documents flattened into one list of sentences; sentences 2i
+    """A first draft: documents flattened into one list of sentences; sentences 2i
     and 2i+1 form a positive with label 1; the negative pairs sentence 2i with random token ids,
     label 0; [CLS]=1, [SEP]=2, [PAD]=0 hard-coded; no truncation; global RNG; a tuple returned."""
     sentences = [s for doc in documents for s in doc]
@@ -793,9 +802,9 @@ def nsp_seed_as_written(
     return ids, seg, torch.tensor(labels)
 
 
-def nsp_seed_as_dict(documents, **kwargs):
-    """The seed's pairs in the exercise's dict (attention mask derived from [PAD]=0)."""
-    ids, seg, labels = nsp_seed_as_written(documents, **kwargs)
+def nsp_draft_as_dict(documents, **kwargs):
+    """The first draft's pairs in the exercise's dict (attention mask derived from [PAD]=0)."""
+    ids, seg, labels = nsp_draft_as_written(documents, **kwargs)
     return {
         "input_ids": ids,
         "token_type_ids": seg,
@@ -914,8 +923,8 @@ def raises_key_error(*args, **kwargs):
 
 EXPECTED: dict[str, dict[str, object]] = {
     "mask_tokens": {
-        "mask_seed_as_written": "labels_are_boolean_mask",
-        "mask_seed_with_labels": "masks_special_tokens",
+        "mask_draft_as_written": "labels_are_boolean_mask",
+        "mask_draft_with_labels": "masks_special_tokens",
         "mask_specials": "masks_special_tokens",
         "mask_hard_coded_ids": "masks_special_tokens",
         "mask_fixed_replace_probs": "ignores_replace_probs",
@@ -934,8 +943,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "mask_single_tensor": "wrong_return",
     },
     "mlm_loss": {
-        "mlm_seed_as_written": "returns_tuple",
-        "mlm_seed_loss_only": "nan_when_nothing_masked",
+        "mlm_draft_as_written": "returns_tuple",
+        "mlm_draft_loss_only": "nan_when_nothing_masked",
         "mlm_counts_unmasked": "counts_unmasked_positions",
         "mlm_clamped_labels": "minus100_not_ignored",
         "mlm_per_row_mean": "per_row_mean",
@@ -952,8 +961,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "mlm_reduction_none": "not_scalar",
     },
     "clm_loss": {
-        "clm_seed_as_written": "returns_tuple",
-        "clm_seed_loss_only": "not_ignoring_padding",
+        "clm_draft_as_written": "returns_tuple",
+        "clm_draft_loss_only": "not_ignoring_padding",
         "clm_not_shifted": "not_shifted",
         "clm_shifted_twice": "shifted_twice",
         "clm_wrong_way": "shifted_wrong_way",
@@ -963,7 +972,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "clm_ignores_num_items": "ignores_num_items_in_batch",
     },
     "bert_pretraining_loss": {
-        "bert_seed_as_written": "nan_when_nothing_masked",
+        "bert_draft_as_written": "nan_when_nothing_masked",
         "bert_unweighted": "unweighted",
         "bert_swapped_weights": "misweighted",
         "bert_normalised": "misweighted",
@@ -973,8 +982,8 @@ EXPECTED: dict[str, dict[str, object]] = {
         "bert_mlm_counts_unmasked": "mlm_counts_unmasked_positions",
     },
     "make_nsp_pairs": {
-        "nsp_seed_as_written": "returns_tuple",
-        "nsp_seed_as_dict": "hard_coded_special_ids",
+        "nsp_draft_as_written": "returns_tuple",
+        "nsp_draft_as_dict": "hard_coded_special_ids",
         "nsp_flat_positives": "positive_from_other_document",
         "nsp_hard_coded_ids": "hard_coded_special_ids",
         "nsp_random_negatives": "negative_random_ids",

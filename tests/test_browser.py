@@ -5,7 +5,7 @@ each lesson gets its own page and its kernel is shut down afterwards. Per lesson
 cells, wait for the kernel to go idle, assert no error output and no browser console errors, move
 the main widget and wait for the exact ``[widget] ...`` marker line the new value implies.
 
-The per-lesson table lives in ONE place, ``lmlessons/_browser_lessons.py`` (``make screenshots``
+The per-lesson table lives in ONE place, ``tools/browser_lessons.py`` (``make screenshots``
 reads it too). Skips only when no Chromium can be found (``apt-get install chromium``).
 
 Run: ``make test-browser`` (or ``.venv/bin/python -m pytest tests -m browser``).
@@ -22,7 +22,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from lmlessons import _jupyter_browser as jb
+import tools.browser as jb
 from tools.browser_lessons import LESSONS, Lesson
 
 pytestmark = pytest.mark.browser
@@ -42,8 +42,7 @@ def chromium() -> str:
         override = os.environ.get("LMLESSONS_CHROMIUM")
         looked = f"LMLESSONS_CHROMIUM={override}" if override else ", ".join(jb.CHROMIUM_CANDIDATES)
         pytest.skip(
-            f"no Chromium found (looked for {looked}); install it with "
-            "`apt-get install chromium` (.ci/run does)"
+            f"no Chromium found (looked for {looked}); install it with `apt-get install chromium`"
         )
     return path
 
@@ -152,7 +151,7 @@ def test_harness_detects_broken_lessons(
             jb.check_lesson(
                 context, server, "02_error.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
             )
-        with pytest.raises(AssertionError, match="console errors:\n.*demo console error"):
+        with pytest.raises(AssertionError, match=r"console errors:\n.*demo console error"):
             jb.check_lesson(
                 context, server, "03_console.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
             )
@@ -189,7 +188,7 @@ def test_every_lesson_has_a_row() -> None:
             )
             rows[path.name] = lesson.notebook
     missing = [p.name for p in jb.lesson_files() if p.name not in rows]
-    assert not missing, f"lessons without a row in lmlessons/_browser_lessons.py: {missing}"
+    assert not missing, f"lessons without a row in tools/browser_lessons.py: {missing}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
@@ -203,7 +202,7 @@ def test_lesson_in_browser(
     if path is None:
         pytest.skip(f"notebooks/{lesson.notebook} is not written yet")
     assert not lesson.is_todo, (
-        f"{path.name} exists but its row in lmlessons/_browser_lessons.py is still TODO: "
+        f"{path.name} exists but its row in tools/browser_lessons.py is still TODO: "
         "give its main widget and the marker line expected after the move"
     )
     assert lesson.widget is not None and lesson.expected is not None

@@ -1,5 +1,5 @@
-"""lmlessons.course.checkpoints / tools.pretrain: the shipped models load, match their config and
-reproduce their recorded held-out metrics; saving and the pretrain command never touch the repo."""
+"""lmlessons.course.checkpoints: the shipped models load, match their config and reproduce their
+recorded held-out metrics; saving writes only where asked; nothing is ever unpickled."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from lmlessons.course.checkpoints import (
 )
 from tools.pretrain import RECIPES
 
+SMALL_GPT2 = dict(n_embd=32, n_layer=1, n_head=2)
 EXPECTED_CLASSES = {
     "bert": "BertForPreTraining",
     "bert-causal": "BertLMHeadModel",
@@ -47,7 +48,8 @@ def test_shipped_files_are_small_and_pickle_free() -> None:
     for name in CHECKPOINT_NAMES:
         with safe_open(str(CHECKPOINT_DIR / f"{name}.safetensors"), framework="pt") as f:
             assert f.metadata()["lmlessons_checkpoint"] == name
-            assert all(f.get_slice(k).get_dtype() == "F32" for k in f.keys())
+            names = f.keys()
+            assert names and all(f.get_slice(k).get_dtype() == "F32" for k in names)
 
 
 @pytest.mark.parametrize("name", CHECKPOINT_NAMES)
@@ -125,7 +127,7 @@ def test_bert_fills_the_blank_sensibly(tok) -> None:
 
 
 def test_save_and_load_roundtrip(tmp_path, tok) -> None:
-    model = tiny_gpt2(tok, seed=3, n_embd=32, n_layer=1, n_head=2)
+    model = tiny_gpt2(tok, seed=3, **SMALL_GPT2)
     written = save_checkpoint(model, "gpt2", tmp_path, metrics={"heldout": {"perplexity": 1.0}})
     assert [p.name for p in written] == [
         "gpt2.safetensors",
@@ -133,41 +135,32 @@ def test_save_and_load_roundtrip(tmp_path, tok) -> None:
         "gpt2.metrics.json",
     ]
     loaded = load_checkpoint("gpt2", directory=tmp_path)
-    assert loaded.config.n_embd == 32
-    for (k, v), w in zip(model.state_dict().items(), loaded.state_dict().values()):
-        assert torch.equal(v, w), k
+    assert type(loaded) is type(model) and not loaded.training
+    assert loaded.config.to_dict() == model.config.to_dict()
+    saved, restored = model.state_dict(), loaded.state_dict()
+    assert saved.keys() == restored.keys()
+    for k, v in saved.items():
+        assert torch.equal(v, restored[k]), k
     assert checkpoint_metrics("gpt2", directory=tmp_path) == {"heldout": {"perplexity": 1.0}}
 
 
 def test_errors(tmp_path, tok) -> None:
-    with pytest.raises(ValueError, match="unknown checkpoint"):
+    with pytest.raises(ValueError, match="unknown checkpoint 'roberta'"):
         load_checkpoint("roberta")
-    with pytest.raises(FileNotFoundError, match="python -m tools.pretrain gpt2"):
+    with pytest.raises(FileNotFoundError, match=r"python -m tools\.pretrain gpt2"):
         load_checkpoint("gpt2", directory=tmp_path)
-    with pytest.raises(TypeError, match="holds a BertForPreTraining"):
-        save_checkpoint(tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2), "bert", tmp_path)
-    (tmp_path / "gpt2.safetensors").write_bytes(b"not a safetensors file")
-    (tmp_path / "gpt2.config.json").write_text(
-        tiny_gpt2(tok, n_embd=32, n_layer=1, n_head=2).config.to_json_string()
-    )
-    with pytest.raises(Exception):  # safetensors refuses it; nothing is unpickled
+    with pytest.raises(FileNotFoundError, match="no metrics for checkpoint 'gpt2'"):
+        checkpoint_metrics("gpt2", directory=tmp_path)
+    model = tiny_gpt2(tok, **SMALL_GPT2)
+    with pytest.raises(TypeError, match="holds a BertForPreTraining, got a GPT2LMHeadModel"):
+        save_checkpoint(model, "bert", tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing written by the refused calls
+
+
+def test_a_file_that_is_not_safetensors_is_refused(tmp_path, tok) -> None:
+    """A pickle (or anything else) in place of the weights is never unpickled: safetensors
+    refuses to parse it."""
+    (tmp_path / "gpt2.safetensors").write_bytes(b"\x80\x04not a safetensors file")
+    (tmp_path / "gpt2.config.json").write_text(tiny_gpt2(tok, **SMALL_GPT2).config.to_json_string())
+    with pytest.raises(ValueError, match=r"'gpt2'.* is not a readable safetensors file"):
         load_checkpoint("gpt2", directory=tmp_path)
-
-
-def test_pretrain_command_writes_only_where_asked(tmp_path, monkeypatch) -> None:
-    from lmlessons import pretrain
-
-    monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path / "cache"))
-    assert pretrain.default_out_dir() == tmp_path / "cache" / "checkpoints"
-    before = {p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()}
-    assert pretrain.main(["gpt2", "--steps", "2", "--quiet"]) == 0
-    out = tmp_path / "cache" / "checkpoints"
-    metrics = json.loads((out / "gpt2.metrics.json").read_text())
-    assert metrics["steps"] == 2 and metrics["seed"] == 0 and metrics["heldout"]["perplexity"] > 1
-    assert {
-        p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()
-    } == before  # the repo is untouched
-    reloaded = load_checkpoint("gpt2", directory=out)
-    assert heldout_metrics(reloaded, name="gpt2")["perplexity"] == pytest.approx(
-        metrics["heldout"]["perplexity"], rel=1e-4
-    )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lmlessons import corpus as corpus_module
 from lmlessons import load_corpus, split_sentences
+from lmlessons.course import corpus as corpus_module
 from lmlessons.course.corpus import Corpus
 
 TOPICS = {
@@ -135,7 +135,7 @@ def test_split_sentences_rejects_non_text() -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no such file.*built-in corpora"):
+    with pytest.raises(FileNotFoundError, match=r"no such file.*built-in corpora"):
         load_corpus(tmp_path / "nope.txt")
     with pytest.raises(FileNotFoundError):
         load_corpus("corse")  # a typo of "course" is a missing file, with the hint

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -25,14 +27,43 @@ MAX_FUNCTION_LINES = 60
 # Where code may write -100 itself: its one definition, and the reference solutions, which show
 # the learner the idiom of transformers' own code.
 IGNORE_INDEX_HOMES = {"lmlessons/_checks.py", "lmlessons/exercises/solutions.py"}
-PUBLIC_API = """
-    mask_tokens shift_labels make_nsp_pairs truncate_seq_pair bert_pretraining_loss clm_loss
-    mlm_loss nsp_loss MLMCollator linear_cross_entropy Corpus load_corpus split_sentences
-    load_tokenizer train_tokenizer count_parameters tiny_bert_config tiny_bert_lm_head
-    tiny_bert_mlm tiny_bert_pretraining tiny_gpt2 tiny_gpt2_config clm_batches mlm_batches
-    nsp_batches pack_sequences tokenize_documents History evaluate train checkpoint_metrics
-    heldout_metrics load_checkpoint make_sop_pairs sop_batches
-""".split()
+PUBLIC_API = [
+    "mask_tokens",
+    "shift_labels",
+    "make_nsp_pairs",
+    "truncate_seq_pair",
+    "bert_pretraining_loss",
+    "clm_loss",
+    "mlm_loss",
+    "nsp_loss",
+    "MLMCollator",
+    "linear_cross_entropy",
+    "Corpus",
+    "load_corpus",
+    "split_sentences",
+    "load_tokenizer",
+    "train_tokenizer",
+    "count_parameters",
+    "tiny_bert_config",
+    "tiny_bert_lm_head",
+    "tiny_bert_mlm",
+    "tiny_bert_pretraining",
+    "tiny_gpt2",
+    "tiny_gpt2_config",
+    "clm_batches",
+    "mlm_batches",
+    "nsp_batches",
+    "pack_sequences",
+    "tokenize_documents",
+    "History",
+    "evaluate",
+    "train",
+    "checkpoint_metrics",
+    "heldout_metrics",
+    "load_checkpoint",
+    "make_sop_pairs",
+    "sop_batches",
+]
 
 
 def _layer(module: str) -> str:
@@ -87,7 +118,9 @@ def _trees(paths: list[Path]) -> list[tuple[Path, ast.AST]]:
 @pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_each_layer_imports_only_the_layers_below(path: Path) -> None:
     module = _module_name(path)
-    imports = _imports(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py")
+    imports = _imports(
+        ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py"
+    )
     if module == "lmlessons":  # the public API re-exports the course layer
         imports = {name for name in imports if _layer(name) != "course"}
     layer = _layer(module)
@@ -99,7 +132,9 @@ def test_each_layer_imports_only_the_layers_below(path: Path) -> None:
 
 
 def test_the_layer_rule_catches_a_wrong_import() -> None:
-    tree = ast.parse("from lmlessons.course.corpus import load_corpus\nfrom ..widgets import display\n")
+    tree = ast.parse(
+        "from lmlessons.course.corpus import load_corpus\nfrom ..widgets import display\n"
+    )
     imports = _imports(tree, "lmlessons.exercises.check", is_package=False)
     assert {"lmlessons.course.corpus", "lmlessons.widgets"} <= imports
     assert _layer("lmlessons.course.corpus") in FORBIDDEN["core"]
@@ -113,7 +148,9 @@ def test_functions_are_at_most_60_lines() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+                    long.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)"
+                    )
     assert not long, "split these functions:\n" + "\n".join(long)
 
 
@@ -145,11 +182,14 @@ def test_the_public_api_still_imports_from_lmlessons() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``pip wheel`` of a copy of the sources (setuptools writes build/ and *.egg-info there)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(PACKAGE, source / "lmlessons", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")  # setuptools' build/ and egg-info go here, not the repo
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)]
-    env = dict(os.environ, PIP_NO_INPUT="1", TMPDIR=str(build))
-    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=build)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*cmd, "-w", str(out), str(source)], check=True, capture_output=True, cwd=source)
     (path,) = out.glob("lmlessons-*.whl")
     return path
 
@@ -158,13 +198,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_holds_the_course_and_no_tool(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        sources = {name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")}
+        sources = {
+            name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")
+        }
     assert not [n for n in names if n.startswith("tools/")], "maintainer tools are not installed"
-    for needed in ("lmlessons/data/tokenizer.json", "lmlessons/data/checkpoints/bert.safetensors", "lmlessons/py.typed"):
+    for needed in (
+        "lmlessons/data/tokenizer.json",
+        "lmlessons/data/checkpoints/bert.safetensors",
+        "lmlessons/py.typed",
+    ):
         assert needed in names
     for name, text in sources.items():
         assert "playwright" not in text, name
-        assert "notebooks" not in text or name.startswith("lmlessons/exercises"), f"{name} names the checkout"
+        depth = name.count("/") - 1  # folders below lmlessons/
+        for level in re.findall(r"parents\[(\d+)\]", text):
+            assert int(level) <= depth, f"{name} reaches above the package (parents[{level}])"
+        assert "../" not in text, f"{name} names a path outside the package"
 
 
 @pytest.mark.slow
@@ -172,11 +221,15 @@ def test_the_wheel_imports_and_loads_its_data_on_its_own(wheel: Path, tmp_path: 
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(tmp_path)
     code = (
-        "import lmlessons, pathlib; assert pathlib.Path(lmlessons.__file__).is_relative_to(pathlib.Path.cwd()); "
-        "tok = lmlessons.load_tokenizer(); corpus = lmlessons.load_corpus('course'); "
-        "model = lmlessons.load_checkpoint('gpt2'); print(len(tok), len(corpus.train), type(model).__name__)"
+        "import lmlessons, pathlib\n"
+        "assert pathlib.Path(lmlessons.__file__).is_relative_to(pathlib.Path.cwd())\n"
+        "tok, corpus = lmlessons.load_tokenizer(), lmlessons.load_corpus('course')\n"
+        "model = lmlessons.load_checkpoint('gpt2')\n"
+        "print(len(tok), len(corpus.train), type(model).__name__)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "GPT2LMHeadModel"

@@ -1,4 +1,5 @@
-"""linear_cross_entropy equals dense F.cross_entropy in value and gradients, without (N, V) logits."""
+"""linear_cross_entropy equals dense F.cross_entropy in value and gradients, without (N, V)
+logits."""
 
 from __future__ import annotations
 
@@ -147,18 +148,24 @@ def test_single_row():
     torch.testing.assert_close(loss, expected.detach().squeeze(0), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("as_tensor", [False, True])
-def test_num_items_in_batch_is_sum_over_count(as_tensor):
+@pytest.mark.parametrize("count", [50, torch.tensor(50), 50.0, torch.tensor(50.0), 12.5])
+def test_num_items_in_batch_is_sum_over_count(count):
+    """An int, a float or a one-element tensor, as the losses of lmlessons.losses take it
+    (transformers' Trainer passes a tensor, a float one when it divides by parallelism sizes)."""
     h, w, b, y = make(n_rows=30, ignore=0.3)
-    n = 50 if not as_tensor else torch.tensor(50)
+    n = float(count)
     assert_same(
-        lambda: linear_cross_entropy(h, w, y, bias=b, num_items_in_batch=n, chunk_size=4),
-        lambda: dense(h, w, b, y, num_items_in_batch=50),
+        lambda: linear_cross_entropy(h, w, y, bias=b, num_items_in_batch=count, chunk_size=4),
+        lambda: dense(h, w, b, y, num_items_in_batch=n),
         [h, w, b],
     )
-    assert linear_cross_entropy(
-        h, w, y, bias=b, num_items_in_batch=torch.tensor(50.0)
-    ).item() == pytest.approx(dense(h, w, b, y, num_items_in_batch=50).item(), rel=1e-5)
+    logits = F.linear(h, w, b).detach()
+    torch.testing.assert_close(
+        linear_cross_entropy(h, w, y, bias=b, num_items_in_batch=count).detach(),
+        mlm_loss(logits, y, num_items_in_batch=count),
+        rtol=RTOL,
+        atol=ATOL,
+    )
 
 
 def test_gradient_accumulation_with_num_items_equals_full_batch():
@@ -195,7 +202,7 @@ def test_backward_scales_with_upstream_gradient_and_no_grad_path():
 
 
 def test_only_some_inputs_require_grad():
-    h, w, b, y = make(n_rows=12)
+    h, w, _, y = make(n_rows=12)
     w_frozen = w.detach()
     loss = linear_cross_entropy(h, w_frozen, y, bias=None)
     loss.backward()
@@ -280,7 +287,8 @@ def test_default_chunk_size_is_positive_int():
         (dict(num_items_in_batch=-3), ValueError, "num_items_in_batch"),
         (dict(num_items_in_batch=torch.tensor(0)), ValueError, "num_items_in_batch"),
         (dict(num_items_in_batch=True), TypeError, "num_items_in_batch"),
-        (dict(num_items_in_batch=2.5), TypeError, "num_items_in_batch"),
+        (dict(num_items_in_batch="2"), TypeError, "num_items_in_batch"),
+        (dict(num_items_in_batch=float("nan")), ValueError, "num_items_in_batch"),
         (dict(num_items_in_batch=torch.tensor([3, 4])), TypeError, "num_items_in_batch"),
     ],
 )
@@ -314,9 +322,12 @@ def test_property_matches_dense(n_rows, hidden, vocab, chunk_size, ignore, bias,
     params = [p for p in (h, w, b) if p is not None]
     n_valid = int((y != -100).sum())
     count = n_valid + 3 if use_count else None
-    ours = lambda: linear_cross_entropy(
-        h, w, y, bias=b, chunk_size=chunk_size, num_items_in_batch=count
-    )
+
+    def ours():
+        return linear_cross_entropy(
+            h, w, y, bias=b, chunk_size=chunk_size, num_items_in_batch=count
+        )
+
     if n_valid == 0:  # F.cross_entropy gives NaN (0/0) here; ours gives 0 with zero gradients
         loss, grads = loss_and_grads(ours, params)
         assert float(loss) == 0.0 and all(torch.all(g == 0) for g in grads)
@@ -325,7 +336,7 @@ def test_property_matches_dense(n_rows, hidden, vocab, chunk_size, ignore, bias,
 
 
 def test_bfloat16_inputs_give_a_float32_loss_like_upcast_logits():
-    h, w, b, y = make(n_rows=30, hidden=16, vocab=70, ignore=0.2)
+    h, w, _, y = make(n_rows=30, hidden=16, vocab=70, ignore=0.2)
     hb, wb = h.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_()
     loss = linear_cross_entropy(hb, wb, y, chunk_size=7)
     assert loss.dtype == torch.float32

@@ -198,7 +198,7 @@ def test_collator_truncates_and_rejects_bad_input():
     class NoMask:
         mask_token_id = None
         pad_token_id = 0
-        all_special_ids = [0]
+        all_special_ids = (0,)
 
     with pytest.raises(ValueError, match="mask_token_id"):
         MLMCollator(NoMask())

@@ -154,7 +154,7 @@ def test_num_to_predict_follows_google():
 
 @given(rows())
 def test_exact_count_invariants(batch):
-    ids, special, attention, cont, p, seed = batch
+    ids, special, attention, _, p, seed = batch
     sel = select_exact_count(
         special,
         attention_mask=attention,

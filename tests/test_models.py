@@ -1,4 +1,5 @@
-"""lmlessons.course.models: tiny transformers models sized to the tokenizer, seeded, eager attention."""
+"""lmlessons.course.models: tiny transformers models sized to the tokenizer, seeded, eager
+attention."""
 
 from __future__ import annotations
 

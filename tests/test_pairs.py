@@ -66,22 +66,76 @@ def test_deterministic_with_generator():
     assert a["input_ids"].tolist() != c["input_ids"].tolist(), "another seed gives other pairs"
 
 
+def test_unused_sentences_are_put_back_after_a_notnext_pair():
+    """Google's ``i -= num_unused_segments``: when B comes from another document, the sentences
+    of the chunk after A are not thrown away but start the next chunk. With every B from another
+    document, one chunk per target length and no truncation, the A segments of a document tile
+    it: every sentence but the last (a lone last sentence is dropped) is in exactly one A."""
+    docs = make_docs(30, seed=5, min_sent=2)
+    out = make_nsp_pairs(
+        docs,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        pad_token_id=PAD,
+        max_length=1000,  # longer than any two documents: nothing is truncated
+        nsp_probability=1.0,
+        short_seq_prob=0.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    a_tokens = {d: [] for d in range(len(docs))}
+    for row in range(out["input_ids"].shape[0]):
+        a, _ = split_pair(
+            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
+        )
+        a_tokens[a[0] // 1000 - 1] += a
+    for d, doc in enumerate(docs):
+        assert sorted(a_tokens[d]) == [t for sent in doc[:-1] for t in sent], f"document {d}"
+
+
+def _trimmed_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
+    """The lengths left when the longer side (B on a tie, as Google's ``len(a) > len(b)``)
+    loses one token per step until the pair fits."""
+    while len_a + len_b > max_tokens:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def _is_slice(part: list[int], whole: list[int]) -> bool:
+    return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
 @given(
     st.lists(st.integers(0, 99), max_size=30),
     st.lists(st.integers(0, 99), max_size=30),
     st.integers(2, 40),
     st.integers(0, 999),
 )
-def test_truncate_seq_pair(a, b, max_tokens, seed):
+def test_truncate_seq_pair_trims_the_longer_side_to_contiguous_slices(a, b, max_tokens, seed):
+    a_before, b_before = list(a), list(b)
     ta, tb = truncate_seq_pair(a, b, max_tokens, generator=torch.Generator().manual_seed(seed))
-    if len(a) + len(b) <= max_tokens:
-        assert (ta, tb) == (a, b)
-    else:
-        assert len(ta) + len(tb) == max_tokens
-    # what is left is a contiguous piece of the original
-    for orig, cut in ((a, ta), (b, tb)):
-        s = " ".join(map(str, orig))
-        assert " ".join(map(str, cut)) in s
+    assert (a, b) == (a_before, b_before), "the inputs are not modified"
+    assert len(ta) + len(tb) == min(len(a) + len(b), max_tokens)
+    assert (len(ta), len(tb)) == _trimmed_lengths(len(a), len(b), max_tokens)
+    assert _is_slice(ta, a) and _is_slice(tb, b), "what is left is a contiguous piece"
+
+
+def test_truncate_seq_pair_trims_front_and_back_alike():
+    """Each token is cut from the front or the back with one fair draw: over many seeds about
+    half of the cuts of each side are at its front (Google: avoid a bias to sentence starts)."""
+    a, b = list(range(30)), list(range(100, 130))  # 40 cuts: 20 from each side
+    front_a = front_b = 0
+    n_seeds = 100
+    for seed in range(n_seeds):
+        ta, tb = truncate_seq_pair(a, b, 20, generator=torch.Generator().manual_seed(seed))
+        assert len(ta) == len(tb) == 10
+        front_a += a.index(ta[0])  # tokens cut from A's front
+        front_b += b.index(tb[0])
+    cuts = 20 * n_seeds
+    sd = (cuts * 0.25) ** 0.5
+    assert abs(front_a - cuts / 2) < 5 * sd and abs(front_b - cuts / 2) < 5 * sd
 
 
 @pytest.mark.parametrize(

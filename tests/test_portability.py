@@ -97,7 +97,8 @@ def _has_avx2() -> bool:
 )
 def test_the_two_passes_really_run_different_kernels() -> None:
     """A renamed or misspelt variable would silently do nothing, and the second pass would prove
-    nothing: a kernel started with SCALAR_KERNELS runs torch's scalar code, one without a SIMD one."""
+    nothing: a kernel started with SCALAR_KERNELS runs torch's scalar code, one without a SIMD
+    one."""
     plain = {k: v for k, v in os.environ.items() if k not in CPU_VARIABLES}
     assert _capability(plain) != "DEFAULT"
     assert _capability({**plain, **_makefile_variable("SCALAR_KERNELS")}) == "DEFAULT"

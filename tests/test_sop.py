@@ -1,4 +1,5 @@
-"""make_sop_pairs / sop_batches: ALBERT's sentence-order pairs (same document, in order or swapped)."""
+"""make_sop_pairs / sop_batches: ALBERT's sentence-order pairs (one document, in order or
+swapped)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 import torch
 from _pair_data import CLS, PAD, SEP, make_docs, split_pair
 
-from lmlessons.sop import make_sop_pairs, sop_batches
+from lmlessons.course.batches import sop_batches
+from lmlessons.pairs import make_sop_pairs
 
 MASK = 3
 
@@ -128,7 +130,7 @@ class _Tok:
     """The few tokenizer attributes sop_batches reads (no model files needed)."""
 
     pad_token_id, cls_token_id, sep_token_id, mask_token_id = PAD, CLS, SEP, MASK
-    all_special_ids = [PAD, CLS, SEP, MASK]
+    all_special_ids = (PAD, CLS, SEP, MASK)
 
     def __len__(self):
         return 50_000
@@ -185,7 +187,8 @@ def test_sop_batches_bad_input():
 
 
 def test_sop_batches_train_a_bert_pair_head():
-    """The batches plug into lmlessons.course.training.train unchanged (the pair head learns SOP labels)."""
+    """The batches plug into lmlessons.course.training.train unchanged (the pair head learns
+    SOP labels)."""
     from _tiny import VOCAB, bert_config, seeded
     from transformers import BertForPreTraining
 

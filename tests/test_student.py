@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from lmlessons import student
+import tools.student as student
 from tools.student import STUB, SolutionMarkerError, main, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,7 +22,8 @@ def my_mlm_loss(logits, labels, *, num_items_in_batch=None):
     """Mean cross-entropy over positions whose label is not -100."""
     # BEGIN SOLUTION
     import torch.nn.functional as F
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum")
+    flat = logits.reshape(-1, logits.shape[-1])
+    total = F.cross_entropy(flat, labels.reshape(-1), reduction="sum")
     if num_items_in_batch is not None:
         return total / num_items_in_batch
     return total / (labels != -100).sum().clamp(min=1)
@@ -89,9 +90,15 @@ def test_strip_solutions_keeps_the_indentation():
     assert (
         '"""Mean cross-entropy over positions whose label is not -100."""' in out
     )  # docstring kept
-    nested = "class A:\n    def f(self):\n        # BEGIN SOLUTION\n        return 1\n        # END SOLUTION\n"
+    nested = (
+        "class A:\n    def f(self):\n        # BEGIN SOLUTION\n        return 1\n"
+        "        # END SOLUTION\n"
+    )
     assert strip_solutions(nested).split("\n")[2] == f"        {STUB}"
-    two = "def f():\n  # BEGIN SOLUTION\n  x\n  # END SOLUTION\n\ndef g():\n\t# BEGIN SOLUTION\n\ty\n\t# END SOLUTION"
+    two = (
+        "def f():\n  # BEGIN SOLUTION\n  x\n  # END SOLUTION\n\n"
+        "def g():\n\t# BEGIN SOLUTION\n\ty\n\t# END SOLUTION"
+    )
     assert strip_solutions(two) == f"def f():\n  {STUB}\n\ndef g():\n\t{STUB}"
     assert strip_solutions("x = 1  # no markers") == "x = 1  # no markers"
 

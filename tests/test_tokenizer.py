@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from transformers import BertTokenizerFast  # import the class now: time the load, not the import
+from transformers import BertTokenizer  # import the class now: time the load, not the import
 
 from lmlessons import load_corpus, load_tokenizer, train_tokenizer
-from lmlessons import tokenizer as tokenizer_module
+from lmlessons.course import tokenizer as tokenizer_module
 from lmlessons.course.tokenizer import COURSE_WHOLE_WORDS, SPECIAL_TOKENS
 
 
 @pytest.fixture(scope="module")
-def tok() -> BertTokenizerFast:
+def tok() -> BertTokenizer:
     return load_tokenizer()
 
 
@@ -22,10 +22,10 @@ def test_load_under_one_second() -> None:
     start = time.perf_counter()
     tokenizer = load_tokenizer()
     assert time.perf_counter() - start < 1.0
-    assert isinstance(tokenizer, BertTokenizerFast)
+    assert isinstance(tokenizer, BertTokenizer)
 
 
-def test_special_tokens_and_ids(tok: BertTokenizerFast) -> None:
+def test_special_tokens_and_ids(tok: BertTokenizer) -> None:
     assert [tok.pad_token, tok.unk_token, tok.cls_token, tok.sep_token, tok.mask_token] == list(
         SPECIAL_TOKENS
     )
@@ -41,7 +41,7 @@ def test_special_tokens_and_ids(tok: BertTokenizerFast) -> None:
     assert tok.model_max_length == 128
 
 
-def test_bert_pair_template_with_token_type_ids(tok: BertTokenizerFast) -> None:
+def test_bert_pair_template_with_token_type_ids(tok: BertTokenizer) -> None:
     enc = tok("The dog chased the ball.", "It ran back.")
     tokens = tok.convert_ids_to_tokens(enc["input_ids"])
     assert tokens == [
@@ -69,7 +69,7 @@ def test_bert_pair_template_with_token_type_ids(tok: BertTokenizerFast) -> None:
     assert masked == ["[CLS]", "the", "dog", "chased", "the", "[MASK]", ".", "[SEP]"]
 
 
-def test_common_words_are_whole_and_nothing_is_unknown(tok: BertTokenizerFast) -> None:
+def test_common_words_are_whole_and_nothing_is_unknown(tok: BertTokenizer) -> None:
     vocab = tok.get_vocab()
     for word in (
         "dog",
@@ -97,7 +97,7 @@ def test_common_words_are_whole_and_nothing_is_unknown(tok: BertTokenizerFast) -
     assert tok.unk_token_id not in tok("Zyzzyva 42 x_y {z} naïve")["input_ids"]
 
 
-def test_padding_and_truncation(tok: BertTokenizerFast) -> None:
+def test_padding_and_truncation(tok: BertTokenizer) -> None:
     batch = tok(["a dog", "a dog ran to the sea"], padding=True, return_tensors="pt")
     assert batch["input_ids"].shape == (2, 8)
     assert batch["input_ids"][0, -1].item() == tok.pad_token_id
@@ -106,7 +106,7 @@ def test_padding_and_truncation(tok: BertTokenizerFast) -> None:
     assert len(long) == 128 and long[-1] == tok.sep_token_id
 
 
-def test_shipped_tokenizer_is_the_trained_one(tok: BertTokenizerFast) -> None:
+def test_shipped_tokenizer_is_the_trained_one(tok: BertTokenizer) -> None:
     """tokenizer.json is what `python -m lmlessons.course.tokenizer` trains from the course corpus
     (so it is current with the corpus files, and training is deterministic)."""
     retrained = train_tokenizer(load_corpus("course"), whole_words=COURSE_WHOLE_WORDS)

@@ -36,7 +36,7 @@ def tokenizer():
 def _marker(box) -> str:
     first = box.output.outputs[0]
     assert first["output_type"] == "stream"
-    (line,) = [l for l in first["text"].splitlines() if l.startswith("[widget] ")]
+    (line,) = [t for t in first["text"].splitlines() if t.startswith("[widget] ")]
     return line
 
 
@@ -104,7 +104,7 @@ def test_extreme_probabilities(tokenizer):
     c["mlm_probability"].value = 0.0
     assert _fields(box)["selected"] == "0"
     c["mlm_probability"].value = 1.0
-    _, ids, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
+    _, _, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
     assert int(_fields(box)["selected"]) == int((~special).sum()), (
         "p = 1 selects every non-special token"
     )

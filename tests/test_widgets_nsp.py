@@ -1,4 +1,4 @@
-"""Lesson 05 widget: the NSP pair browser reacts to its sliders, and its helpers read pairs right."""
+"""Lesson 05 widget: the NSP pair browser reacts to its sliders; its helpers read pairs right."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import re
 import pytest
 import torch
 
-from lmlessons import make_nsp_pairs
-from lmlessons.sop import make_sop_pairs
+from lmlessons import make_nsp_pairs, make_sop_pairs
 from lmlessons.widgets.display import COLORS
 from lmlessons.widgets.nsp import (
     DocumentIndex,
@@ -114,7 +113,7 @@ def test_pair_slider_shows_that_pair():
     docs = _docs()
     box = nsp_pair_widget(docs, _Tok(), max_length=24, seed=3)
     pairs = _pairs(docs, seed=3)
-    p_slider, pair_slider = box.sliders
+    _, pair_slider = box.sliders
     for index in (1, 5, pair_slider.max):
         pair_slider.value = index
         f = _fields(_marker(box))

@@ -11,6 +11,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from lmlessons.course.memory import BenchConfig, measure_peak_memory_many
 from lmlessons.widgets.scale import (
     CHUNK_SIZES,
     MIB,
@@ -22,7 +23,6 @@ from lmlessons.widgets.scale import (
     scale_marker,
     scale_widget,
 )
-from tools.bench import BenchConfig, measure_peak_memory_many
 
 
 def test_logits_bytes():

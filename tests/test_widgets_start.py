@@ -91,3 +91,17 @@ def test_start_quiz():
     assert q.answer("C", question=2).startswith("C: Correct.")
     assert q.answer("A", question=1).startswith("A: Not quite.")
     assert "Quick check: lesson 00" in str(q)
+
+
+def test_lesson_widget_is_a_vbox_with_typed_handles(tok):
+    import ipywidgets as widgets
+
+    from lmlessons.widgets.base import LessonWidget
+
+    box = objectives_widget(tok, EXAMPLES)
+    assert isinstance(box, LessonWidget) and isinstance(box, widgets.VBox)
+    assert list(box.children) == [*box.controls.values(), box.output]
+    before = box.output.outputs
+    box.output.outputs = ()
+    box.redraw()  # draws again from the controls' values
+    assert box.output.outputs == before

@@ -14,7 +14,7 @@ Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``tools.sc
   their output; the test waits for the exact line the new widget value implies.
 
 The per-lesson table (which widget to move and what it must print) is
-``lmlessons/_browser_lessons.py``.
+``tools/browser_lessons.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # playwright is a test/dev dependency, imported lazily
     from playwright.sync_api import (
@@ -139,7 +139,6 @@ class JupyterLab:
         self.tmp: Path | None = None
         self.root_dir: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self._log_file: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> JupyterLab:
@@ -187,8 +186,8 @@ class JupyterLab:
         env = dict(os.environ)
         env.update(
             JUPYTER_CONFIG_DIR=str(dirs["config"]),
-            # Our own data dir replaces ~/.local/share/jupyter; the venv's share/jupyter (kernelspec,
-            # the ipywidgets labextension) stays on the path through sys.prefix.
+            # Our own data dir replaces ~/.local/share/jupyter; the venv's share/jupyter
+            # (kernelspec, the ipywidgets labextension) stays on the path through sys.prefix.
             JUPYTER_DATA_DIR=str(dirs["data"]),
             JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
             IPYTHONDIR=str(dirs["ipython"]),
@@ -201,7 +200,7 @@ class JupyterLab:
         env.pop("JUPYTER_PATH", None)
         env.pop("JUPYTER_CONFIG_PATH", None)
 
-        for attempt in range(3):  # the free port can be taken between probe and bind: retry
+        for _ in range(3):  # the free port can be taken between probe and bind: retry
             self.port = free_port()
             if self._launch(env, dirs["workspaces"]):
                 return
@@ -226,21 +225,19 @@ class JupyterLab:
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
-        self._log_file = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=self.tmp,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.log_path, "ab") as log:  # the server keeps its own copy of the handle
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if self.proc.poll() is not None:
-                self._log_file.close()
-                self._log_file = None
                 if "already in use" in self.log_tail():
                     return False
                 raise RuntimeError(
@@ -253,8 +250,8 @@ class JupyterLab:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"jupyter lab did not answer on {self.base_url} within {self.startup_timeout} s:\n"
-                    f"{self.log_tail()}"
+                    f"jupyter lab did not answer on {self.base_url} within "
+                    f"{self.startup_timeout} s:\n{self.log_tail()}"
                 )
             time.sleep(0.25)
 
@@ -272,9 +269,6 @@ class JupyterLab:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
@@ -312,7 +306,7 @@ class JupyterLab:
         return count
 
     def lab_url(self, notebook: str, workspace: str) -> str:
-        """URL opening ``notebook`` in a fresh named workspace (no tabs restored from earlier pages)."""
+        """URL opening ``notebook`` in a fresh named workspace (no tabs restored from before)."""
         return (
             f"{self.base_url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
         )
@@ -392,9 +386,11 @@ _JS_RUN_STATUS = """() => {
     if (tags.includes('raises-exception')) continue;
     for (const out of m.outputs.toJSON()) {
       const text = Array.isArray(out.text) ? out.text.join('') : (out.text || '');
+      const stderr = out.output_type === 'stream' && out.name === 'stderr';
       if (out.output_type === 'error') {
-        errors.push(`cell ${i}: ${out.ename}: ${out.evalue}\\n` + (out.traceback || []).join('\\n'));
-      } else if (out.output_type === 'stream' && out.name === 'stderr' && text.includes('Traceback')) {
+        const trace = (out.traceback || []).join('\\n');
+        errors.push(`cell ${i}: ${out.ename}: ${out.evalue}\\n` + trace);
+      } else if (stderr && text.includes('Traceback')) {
         errors.push(`cell ${i} (stderr): ${text}`);
       }
     }
@@ -474,7 +470,7 @@ def run_all_cells(page: Page, *, timeout: float = 120.0) -> RunReport:
     execution count and the kernel is idle. Raises AssertionError on the first error output."""
     start = time.monotonic()
     # Clearing first resets the stored execution counts, so "all counted" means "all ran now".
-    # Neither command is awaited: awaiting run-all hangs in JupyterLab 4 (see ANCHORS.md).
+    # Neither command is awaited: in JupyterLab 4 the promise of run-all may never resolve.
     page.evaluate(
         "() => { window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs'); }"
     )
@@ -536,18 +532,26 @@ def _label_regex(label: str) -> re.Pattern[str]:
 
 
 @dataclass(frozen=True)
-class Slider:
+class _Labelled:
+    """A widget found by its description ``label``; ``css`` is its ipywidgets class."""
+
+    label: str
+    css: ClassVar[str] = ""
+
+    def locate(self, page: Page) -> Locator:
+        return page.locator(f".jp-Notebook {self.css}").filter(
+            has=page.locator(".widget-label", has_text=_label_regex(self.label))
+        )
+
+
+@dataclass(frozen=True)
+class Slider(_Labelled):
     """An ipywidgets slider (noUiSlider) found by its description ``label``; moved by focusing
     its handle and pressing ``key`` ``presses`` times (one step each)."""
 
-    label: str
     presses: int = 1
     key: str = "ArrowRight"
-
-    def locate(self, page: Page) -> Locator:
-        return page.locator(".jp-Notebook .widget-slider").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label))
-        )
+    css: ClassVar[str] = ".widget-slider"
 
     def move(self, widget: Locator) -> None:
         handle = widget.locator(".noUi-handle").first
@@ -561,16 +565,11 @@ class Slider:
 
 
 @dataclass(frozen=True)
-class TextInput:
+class TextInput(_Labelled):
     """An ipywidgets Text found by its description ``label``; filled with ``text`` + Enter."""
 
-    label: str
     text: str
-
-    def locate(self, page: Page) -> Locator:
-        return page.locator(".jp-Notebook .widget-text").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label))
-        )
+    css: ClassVar[str] = ".widget-text"
 
     def move(self, widget: Locator) -> None:
         box = widget.locator("input").first
@@ -583,16 +582,11 @@ class TextInput:
 
 
 @dataclass(frozen=True)
-class Dropdown:
+class Dropdown(_Labelled):
     """An ipywidgets Dropdown found by its description ``label``; set to the option ``option``."""
 
-    label: str
     option: str
-
-    def locate(self, page: Page) -> Locator:
-        return page.locator(".jp-Notebook .widget-dropdown").filter(
-            has=page.locator(".widget-label", has_text=_label_regex(self.label))
-        )
+    css: ClassVar[str] = ".widget-dropdown"
 
     def move(self, widget: Locator) -> None:
         select = widget.locator("select").first
@@ -623,7 +617,7 @@ def find_widget(page: Page, spec: WidgetSpec, *, timeout: float = 30.0) -> Locat
 
 
 def widget_cell_output(widget: Locator) -> Locator:
-    """The output area of the cell that displays ``widget`` (widget + its Output), for screenshots."""
+    """The output area of the cell showing ``widget`` (widget + its Output), for screenshots."""
     return widget.locator("xpath=ancestor::div[contains(@class,'jp-Cell-outputArea')][1]")
 
 
@@ -646,6 +640,40 @@ class LessonResult:
     markers_before: list[str]
     markers_after: list[str]
     ignored_console: list[str]
+
+
+def _assert_no_errors(page: Page, notebook: str, when: str) -> None:
+    errors = error_outputs(page)
+    assert not errors, f"{notebook}: error output {when}:\n" + "\n---\n".join(errors)
+
+
+def _move_and_wait(
+    page: Page, notebook: str, spec: WidgetSpec, widget: Locator, expected: str, timeout: float
+) -> list[str]:
+    """Move ``widget``, wait for the ``expected`` marker line and for the kernel to go idle;
+    return the markers shown before the move (``expected`` must not be one of them)."""
+    before = markers(page)
+    assert expected.strip() not in before, (
+        f"{notebook}: the marker {expected!r} is shown before the widget moved, so the test "
+        f"could not tell whether the widget works; pick a move that changes it. Shown: {before}"
+    )
+    spec.move(widget)
+    wait_for_marker(page, expected, timeout=timeout)
+    # Let the callback finish (plots after the marker) before the last checks.
+    page.wait_for_function(
+        "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
+        " return k && k.status === 'idle'; }",
+        timeout=timeout * 1000,
+        polling=100,
+    )
+    page.wait_for_timeout(300)
+    return before
+
+
+def _screenshot(page: Page, widget: Locator, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    widget_cell_output(widget).screenshot(path=str(path), animations="disabled")
 
 
 def check_lesson(
@@ -671,38 +699,17 @@ def check_lesson(
         t_open = time.monotonic()
         run = run_all_cells(page, timeout=run_timeout)
         t_run = time.monotonic()
-        errors = error_outputs(page)
-        assert not errors, f"{notebook}: error output after run-all:\n" + "\n---\n".join(errors)
-
+        _assert_no_errors(page, notebook, "after run-all")
         widget = find_widget(page, spec, timeout=widget_timeout)
-        before = markers(page)
-        assert expected.strip() not in before, (
-            f"{notebook}: the marker {expected!r} is shown before the widget moved, so the test "
-            f"could not tell whether the widget works; pick a move that changes it. Shown: {before}"
-        )
-        spec.move(widget)
-        wait_for_marker(page, expected, timeout=marker_timeout)
-        # Let the callback finish (plots after the marker) before the last checks.
-        page.wait_for_function(
-            "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
-            " return k && k.status === 'idle'; }",
-            timeout=marker_timeout * 1000,
-            polling=100,
-        )
-        page.wait_for_timeout(300)
+        before = _move_and_wait(page, notebook, spec, widget, expected, marker_timeout)
         t_move = time.monotonic()
         after = markers(page)
-        errors = error_outputs(page)
-        assert not errors, f"{notebook}: error output after moving the widget:\n" + "\n---\n".join(
-            errors
-        )
+        _assert_no_errors(page, notebook, "after moving the widget")
         assert not console.errors, f"{notebook}: browser console errors:\n" + "\n".join(
             console.errors
         )
         if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.evaluate("() => document.activeElement && document.activeElement.blur()")
-            widget_cell_output(widget).screenshot(path=str(screenshot), animations="disabled")
+            _screenshot(page, widget, screenshot)
         return LessonResult(
             notebook=notebook,
             open_s=t_open - t0,

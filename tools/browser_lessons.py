@@ -5,14 +5,15 @@ exact marker line its callback must print after the move. Convention for lesson 
 widget's callback writes one line ``[widget] key=value key=value ...`` (deterministic: no timings,
 no addresses) into an Output widget shown in the same cell as the widget.
 
-How to fill a row (see ``lmlessons/_jupyter_browser.py`` for the widget kinds):
+How to fill a row (see ``tools/browser.py`` for the widget kinds):
 
 - ``Slider(label, presses=N, key="ArrowRight")``: the slider whose description label is ``label``;
   its handle is focused and ``key`` pressed N times (one ``step`` each; "ArrowLeft" goes down).
 - ``TextInput(label, text)``: the Text box labelled ``label`` is filled with ``text`` + Enter.
 - ``Dropdown(label, option)``: the Dropdown labelled ``label`` is set to the option ``option``.
-- ``expected``: the whole marker line after the move, e.g. ``"[widget] mlm_probability=0.30 seed=0"``.
-  It must differ from every marker shown before the move (the test checks), so the test can fail.
+- ``expected``: the whole marker line after the move, e.g.
+  ``"[widget] mlm_probability=0.30 seed=0"``. It must differ from every marker shown before the
+  move (the test checks), so the test can fail.
 
 A row whose notebook does not exist yet is skipped; a notebook that exists but whose row is
 still ``TODO`` fails the test ("lesson without a browser check").
@@ -76,7 +77,8 @@ LESSONS: list[Lesson] = [
            "[widget] nsp_probability=0.55 pair=0 label=NotNext notnext_rate=0.56"),
     Lesson("06_combined_loss.ipynb",  Slider("mlm_weight", presses=1),  # 1.00 -> 1.10
            "[widget] mlm_weight=1.10 nsp_weight=1.00 loss=9.354 mlm_grad_share=0.999"),
-    Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),  # the page's first vocab_size slider
-           "[widget] vocab_size=256000 chunk_size=256 peak_MiB=2378 dense_MiB=50128"),  # 128,256 -> 256,000
+    # the page's first vocab_size slider: 128,256 -> 256,000
+    Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),
+           "[widget] vocab_size=256000 chunk_size=256 peak_MiB=2378 dense_MiB=50128"),
 ]
 # fmt: on

@@ -45,7 +45,8 @@ print(t1 - t0, t2 - t1)
 
 
 def _cold_load_times() -> dict[str, float]:
-    """The two loads in a fresh interpreter, ``import lmlessons`` (torch) and transformers included."""
+    """The two loads in a fresh interpreter, imports of lmlessons (torch) and transformers
+    included."""
     out = subprocess.run(
         [sys.executable, "-c", _COLD], check=True, capture_output=True, text=True
     ).stdout
@@ -57,10 +58,10 @@ def _cold_load_times() -> dict[str, float]:
 
 
 def _load_times() -> dict[str, float]:
-    from transformers import BertTokenizerFast  # noqa: F401  (import cost reported separately)
+    from transformers import BertTokenizer  # noqa: F401  (import cost reported separately)
 
-    from lmlessons import corpus as corpus_module
-    from lmlessons import tokenizer as tokenizer_module
+    from lmlessons.course import corpus as corpus_module
+    from lmlessons.course import tokenizer as tokenizer_module
 
     corpus_module._course_documents.cache_clear()
     start = time.perf_counter()
@@ -122,7 +123,7 @@ def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tools.budgets", description=__doc__.split("\n\n")[0]
     )
@@ -138,53 +139,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=str, default=None, help="also write the results to this JSON file"
     )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    return parser.parse_args(argv)
 
-    results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        }
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
     }
-    results["loads"] = loads = _load_times()
-    print(f"machine: {results['machine']}")
+
+
+def _report_loads(loads: dict[str, float]) -> bool:
+    """Print the load times; True if both warm loads are within their 1 s budget."""
     print(f"load_corpus('course'):      {loads['load_corpus_course_s']:.3f} s  (budget < 1 s)")
     print(f"load_corpus('python-docs'): {loads['load_corpus_python_docs_s']:.3f} s  (cached parse)")
     print(f"load_tokenizer():           {loads['load_tokenizer_s']:.3f} s  (budget < 1 s)")
-    loads.update(_cold_load_times())
     print(
-        f"fresh process, import lmlessons (torch) + load_corpus('course'): "
+        "fresh process, import lmlessons (torch) + load_corpus('course'): "
         f"{loads['cold_import_and_load_corpus_s']:.2f} s"
     )
     print(
-        f"fresh process, import transformers + load_tokenizer():          "
+        "fresh process, import transformers + load_tokenizer():          "
         f"{loads['cold_import_and_load_tokenizer_s']:.2f} s"
     )
-    ok = loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
+    return loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
+
+
+def _report_run(kind: str, r: dict[str, Any], target: float | None) -> bool:
+    """Print one training run; True if it has no target or reaches it."""
+    line = (
+        f"{kind:7s} {r['steps']:5d} steps in {r['seconds']:.1f} s: loss {r['first_loss']:.3f} -> "
+        f"{r['final_loss']:.3f} (ln V = {r['ln_vocab']:.3f}, "
+        f"{100 * r['drop_below_ln_vocab']:.1f}% below)"
+    )
+    passed = target is None or r["drop_below_ln_vocab"] >= target
+    if target is not None:
+        line += f"  target >= {100 * target:.0f}%: {'PASS' if passed else 'FAIL'}"
+    print(line, flush=True)
+    return passed
+
+
+def _report_leaky(results: dict[str, Any]) -> bool:
+    """The leaky decoder's loss collapses toward 0 while the causal one's does not."""
+    leaky, causal = results["leaky"]["final_loss"], results["causal"]["final_loss"]
+    collapsed = leaky < 0.1 * results["leaky"]["ln_vocab"] and causal > 4 * leaky
+    print(
+        f"leaky decoder collapses toward 0 ({leaky:.3f}) while the causal one does not "
+        f"({causal:.3f}): {'PASS' if collapsed else 'FAIL'}"
+    )
+    return collapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results: dict[str, Any] = {"machine": _machine()}
+    print(f"machine: {results['machine']}")
+    results["loads"] = loads = _load_times()
+    loads.update(_cold_load_times())
+    ok = _report_loads(loads)
     if not args.only_loads:
         for kind, (*_, target) in RUNS.items():
-            r = results[kind] = _run(kind, args.seconds, args.seed, live=not args.no_live)
-            line = (
-                f"{kind:7s} {r['steps']:5d} steps in {r['seconds']:.1f} s: loss {r['first_loss']:.3f} -> "
-                f"{r['final_loss']:.3f} (ln V = {r['ln_vocab']:.3f}, {100 * r['drop_below_ln_vocab']:.1f}% below)"
-            )
-            if target is not None:
-                passed = r["drop_below_ln_vocab"] >= target
-                ok &= passed
-                line += f"  target >= {100 * target:.0f}%: {'PASS' if passed else 'FAIL'}"
-            print(line, flush=True)
-        leaky, causal = results["leaky"]["final_loss"], results["causal"]["final_loss"]
-        collapsed = leaky < 0.1 * results["leaky"]["ln_vocab"] and causal > 4 * leaky
-        ok &= collapsed
-        print(
-            f"leaky decoder collapses toward 0 ({leaky:.3f}) while the causal one does not ({causal:.3f}): "
-            f"{'PASS' if collapsed else 'FAIL'}"
-        )
+            results[kind] = _run(kind, args.seconds, args.seed, live=not args.no_live)
+            ok &= _report_run(kind, results[kind], target)
+        ok &= _report_leaky(results)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

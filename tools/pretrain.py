@@ -131,6 +131,42 @@ def default_out_dir() -> Path:
     return user_cache_dir() / "checkpoints"
 
 
+def _warm_start_steps(recipe: Recipe, max_steps: int | None) -> int:
+    if max_steps is None:
+        return recipe.causal_warm_start_steps
+    return min(recipe.causal_warm_start_steps, max_steps)
+
+
+def _command(name: str, seed: int, max_steps: int | None) -> str:
+    """The command line that reproduces the run."""
+    command = f"python -m tools.pretrain {name} --seed {seed} --threads {torch.get_num_threads()}"
+    return command + (f" --steps {max_steps}" if max_steps else "")
+
+
+def _train(
+    name: str, model: Any, corpus: Any, tokenizer: Any, steps: int, seed: int, live: bool
+) -> Any:
+    """The recipe's main run: ``steps`` optimizer steps, cosine decay; returns the History."""
+    recipe = RECIPES[name]
+    batches = recipe.batches(
+        corpus.train,
+        tokenizer,
+        batch_size=recipe.batch_size,
+        max_length=recipe.max_length,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return train(
+        model,
+        batches,
+        max_steps=steps,
+        lr=recipe.lr,
+        warmup_steps=min(recipe.warmup_steps, steps // 10),
+        schedule="cosine",
+        live=live,
+        title=f"pretrain {name}",
+    )
+
+
 def pretrain(
     name: str,
     *,
@@ -148,33 +184,13 @@ def pretrain(
     corpus, tokenizer = load_corpus("course"), load_tokenizer()
     model = recipe.build(tokenizer, seed=seed, dropout=recipe.dropout)
     start, cpu_start = time.perf_counter(), time.process_time()
-    warm_steps = (
-        recipe.causal_warm_start_steps
-        if max_steps is None
-        else min(recipe.causal_warm_start_steps, max_steps)
-    )
+    warm_steps = _warm_start_steps(recipe, max_steps)
     warm_start = (
         _causal_warm_start(model, corpus, tokenizer, recipe, warm_steps, seed, live)
         if warm_steps
         else None
     )
-    batches = recipe.batches(
-        corpus.train,
-        tokenizer,
-        batch_size=recipe.batch_size,
-        max_length=recipe.max_length,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    history = train(
-        model,
-        batches,
-        max_steps=steps,
-        lr=recipe.lr,
-        warmup_steps=min(recipe.warmup_steps, steps // 10),
-        schedule="cosine",
-        live=live,
-        title=f"pretrain {name}",
-    )
+    history = _train(name, model, corpus, tokenizer, steps, seed, live)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     save_checkpoint(model, name, out)
     reloaded = load_checkpoint(name, directory=out)  # measure exactly what users will load
@@ -182,20 +198,14 @@ def pretrain(
         "name": name,
         "architecture": type(model).__name__,
         "parameters": count_parameters(model),
-        "command": f"python -m tools.pretrain {name} --seed {seed} --threads {torch.get_num_threads()}"
-        + (f" --steps {steps}" if max_steps else ""),
+        "command": _command(name, seed, max_steps),
         "seed": seed,
         "steps": history.num_steps,
-        "batch_size": recipe.batch_size,
-        "max_length": recipe.max_length,
-        "lr": recipe.lr,
-        "warmup_steps": min(recipe.warmup_steps, steps // 10),
-        "dropout": recipe.dropout,
-        "schedule": "cosine",
+        **_recipe_metrics(recipe, min(recipe.warmup_steps, steps // 10)),
         "causal_warm_start": warm_start,
         "train_seconds": round(seconds, 1),
         "train_cpu_seconds": round(cpu_seconds, 1),
-        "train_loss_last_50_steps": history.final("loss", 50),
+        **_history_metrics(history),
         "heldout": heldout_metrics(
             reloaded, name=name, corpus=corpus, tokenizer=tokenizer, max_length=recipe.max_length
         ),
@@ -203,10 +213,26 @@ def pretrain(
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
     }
-    if history.objective == "pretraining":
-        metrics["train_nsp_accuracy_last_50_steps"] = history.final("nsp_accuracy", 50)
     save_checkpoint(reloaded, name, out, metrics=metrics)
     return metrics
+
+
+def _recipe_metrics(recipe: Recipe, warmup_steps: int) -> dict[str, Any]:
+    return {
+        "batch_size": recipe.batch_size,
+        "max_length": recipe.max_length,
+        "lr": recipe.lr,
+        "warmup_steps": warmup_steps,
+        "dropout": recipe.dropout,
+        "schedule": "cosine",
+    }
+
+
+def _history_metrics(history: Any) -> dict[str, float]:
+    out = {"train_loss_last_50_steps": history.final("loss", 50)}
+    if history.objective == "pretraining":
+        out["train_nsp_accuracy_last_50_steps"] = history.final("nsp_accuracy", 50)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         held = ", ".join(f"{k} {v:.4g}" for k, v in m["heldout"].items() if isinstance(v, float))
         print(
-            f"{name}: {m['steps']} steps in {m['train_seconds']} s ({m['train_cpu_seconds']} s CPU), {m['parameters']:,} parameters, "
-            f"{size / 1e6:.2f} MB in {out}\n  held-out: {held}"
+            f"{name}: {m['steps']} steps in {m['train_seconds']} s ({m['train_cpu_seconds']} s "
+            f"CPU), {m['parameters']:,} parameters, {size / 1e6:.2f} MB in {out}\n"
+            f"  held-out: {held}"
         )
     return 0
 

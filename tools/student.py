@@ -62,8 +62,9 @@ def strip_solutions(source: str, where: str = "cell") -> str:
                 )
             if not begin["indent"]:
                 raise SolutionMarkerError(
-                    f"{where}, line {number}: {BEGIN} at the top level; put the region inside the exercise "
-                    "function's body, or the student copy would raise as soon as the cell runs"
+                    f"{where}, line {number}: {BEGIN} at the top level; put the region inside the "
+                    "exercise function's body, or the student copy would raise as soon as the "
+                    "cell runs"
                 )
             out.append(begin["indent"] + STUB)
             begin_line = number
@@ -77,7 +78,8 @@ def strip_solutions(source: str, where: str = "cell") -> str:
             out[-1].lstrip()
         ):
             raise SolutionMarkerError(
-                f"{where}, line {number}: a line inside the solution region is indented less than {BEGIN}"
+                f"{where}, line {number}: a line inside the solution region is indented less "
+                f"than {BEGIN}"
             )
     if begin_line is not None:
         raise SolutionMarkerError(f"{where}, line {begin_line}: {BEGIN} is never closed by {END}")
@@ -116,7 +118,8 @@ def make_student_notebook(nb: nbformat.NotebookNode, source_name: str) -> nbform
 
 
 def render(nb: nbformat.NotebookNode) -> str:
-    """The exact file text the generator writes (as Jupyter saves: 1-space indent, final newline)."""
+    """The exact file text the generator writes (as Jupyter saves: 1-space indent, final
+    newline)."""
     text = nbformat.writes(nb)
     return text if text.endswith("\n") else text + "\n"
 
@@ -245,8 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     for path, why in report.refused:
         print(
-            f"REFUSED   {_display(path)}: {why}. Not overwritten, so your work is safe. Move or rename it to "
-            "get a fresh copy, or rerun with --force to overwrite it (your edits would be lost).",
+            f"REFUSED   {_display(path)}: {why}. Not overwritten, so your work is safe. Move or "
+            "rename it to get a fresh copy, or rerun with --force to overwrite it (your edits "
+            "would be lost).",
             file=sys.stderr,
         )
     return 0 if report.ok else 1

@@ -4,30 +4,50 @@
   with :func:`lmlessons.mask_tokens` (RoBERTa's *dynamic* masking; BERT masked once, offline).
 * :func:`nsp_batches`: ``[CLS] A [SEP] B [SEP]`` pairs from :func:`lmlessons.make_nsp_pairs`
   (new pairs every epoch), then masked: the inputs of ``BertForPreTraining``.
+* :func:`sop_batches`: the same with ALBERT's sentence-order pairs
+  (:func:`lmlessons.make_sop_pairs`), for the same BERT pair head.
 * :func:`clm_batches`: packed sequences with ``labels = input_ids.clone()`` and -100 on padding.
   The labels are *not* shifted: the model (or :func:`lmlessons.clm_loss`) shifts them.
 
 Every function takes ``generator=`` (a ``torch.Generator``): the same seed gives the same
 batches, in the same order, on every machine. The defaults (16 sequences of at most 64 tokens)
-are sized for live runs of tiny models on a laptop CPU; BERT itself used 256 x 128, then 512. ``epochs=None`` repeats forever (for training
-with a step or time budget); ``epochs=1`` makes one pass (for evaluation).
+are sized for live runs of tiny models on a laptop CPU; BERT itself used 256 x 128, then 512.
+``epochs=None`` repeats forever (for training with a step or time budget); ``epochs=1`` makes
+one pass (for evaluation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
-from lmlessons._checks import check_generator, check_int, check_probability
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_generator,
+    check_int,
+    check_probability,
+    check_replace_probs,
+    check_token_documents,
+    check_tokenizer,
+)
+from lmlessons.collator import special_token_ids
 from lmlessons.course.corpus import Corpus
 from lmlessons.masking import mask_tokens
-from lmlessons.pairs import make_nsp_pairs
+from lmlessons.pairs import make_nsp_pairs, make_sop_pairs
 
-__all__ = ["tokenize_documents", "pack_sequences", "mlm_batches", "nsp_batches", "clm_batches"]
+__all__ = [
+    "tokenize_documents",
+    "pack_sequences",
+    "mlm_batches",
+    "nsp_batches",
+    "sop_batches",
+    "clm_batches",
+]
 
 Batch = dict[str, torch.Tensor]
+MaskProbs = tuple[float, float, float]  # (mlm_probability, mask_replace_prob, random_replace_prob)
 
 
 def _documents(documents: object) -> list[list[str]]:
@@ -52,27 +72,13 @@ def _documents(documents: object) -> list[list[str]]:
     return [list(doc) for doc in documents]
 
 
-def _check_tokenizer(tokenizer: Any) -> None:
-    for attr in (
-        "pad_token_id",
-        "cls_token_id",
-        "sep_token_id",
-        "mask_token_id",
-        "all_special_ids",
-    ):
-        if getattr(tokenizer, attr, None) is None:
-            raise ValueError(
-                f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
-            )
-
-
 def tokenize_documents(
     documents: Corpus | Sequence[Sequence[str]], tokenizer: Any
 ) -> list[list[list[int]]]:
     """Token ids of every sentence (no special tokens), keeping the document structure.
     Sentences that tokenize to nothing are dropped, and then documents left empty."""
     docs = _documents(documents)
-    _check_tokenizer(tokenizer)
+    check_tokenizer(tokenizer)
     flat = [s for doc in docs for s in doc]
     ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
     out, k = [], 0
@@ -136,6 +142,14 @@ def _check_common(
     return batch_size, max_length, epochs
 
 
+def _check_mask_probs(
+    mlm_probability: object, mask_replace_prob: object, random_replace_prob: object
+) -> MaskProbs:
+    """``(mlm_probability, mask_replace_prob, random_replace_prob)``, checked."""
+    p = check_probability("mlm_probability", mlm_probability)
+    return (p, *check_replace_probs(mask_replace_prob, random_replace_prob))
+
+
 def _epochs(epochs: int | None) -> Iterator[int]:
     e = 0
     while epochs is None or e < epochs:
@@ -143,26 +157,31 @@ def _epochs(epochs: int | None) -> Iterator[int]:
         e += 1
 
 
-def _special_ids(tokenizer: Any) -> torch.Tensor:
-    """The tokenizer's special-token ids, sorted, as a LongTensor (for ``torch.isin``)."""
-    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
-
-
-def _check_mask_probs(
-    mlm_probability: object, mask_replace_prob: object, random_replace_prob: object
-) -> tuple[float, float, float]:
-    """``(mlm_probability, mask_replace_prob, random_replace_prob)``, checked."""
-    probs = tuple(
-        check_probability(n, v)
-        for n, v in (
-            ("mlm_probability", mlm_probability),
-            ("mask_replace_prob", mask_replace_prob),
-            ("random_replace_prob", random_replace_prob),
-        )
+def _packed(
+    documents: Corpus | Sequence[Sequence[str]], tokenizer: Any, max_length: int
+) -> list[list[int]]:
+    """The documents tokenized and packed into ``[CLS] ... [SEP]`` sequences."""
+    return pack_sequences(
+        tokenize_documents(documents, tokenizer),
+        max_length=max_length,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
     )
-    if probs[1] + probs[2] > 1.0 + 1e-12:
-        raise ValueError("mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept)")
-    return probs
+
+
+def _shuffled_batches(
+    sequences: list[list[int]],
+    batch_size: int,
+    pad_token_id: int,
+    epochs: int | None,
+    generator: torch.Generator | None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(input_ids, attention_mask)`` ``(B, T)`` of ``batch_size`` sequences, padded, in a new
+    random order every epoch."""
+    for _ in _epochs(epochs):
+        order = torch.randperm(len(sequences), generator=generator).tolist()
+        for start in range(0, len(order), batch_size):
+            yield _pad([sequences[i] for i in order[start : start + batch_size]], pad_token_id)
 
 
 def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
@@ -180,15 +199,10 @@ def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
 
 
 def _mask(
-    batch: Batch,
-    tokenizer: Any,
-    special_ids: torch.Tensor,
-    p: tuple[float, float, float],
-    g: torch.Generator | None,
+    batch: Batch, tokenizer: Any, special_ids: torch.Tensor, p: MaskProbs, g: torch.Generator | None
 ) -> Batch:
-    special = torch.isin(
-        batch["input_ids"], special_ids
-    )  # (B, T) [CLS], [SEP], [PAD] never selected
+    # (B, T): [CLS], [SEP], [PAD], ... are never selected
+    special = torch.isin(batch["input_ids"], special_ids)
     masked, labels = mask_tokens(
         batch["input_ids"],
         mask_token_id=tokenizer.mask_token_id,
@@ -200,6 +214,26 @@ def _mask(
         generator=g,
     )
     return {**batch, "input_ids": masked, "labels": labels}
+
+
+def _masked_pair_batches(
+    make_pairs: Callable[[], Batch],
+    label_keys: dict[str, str],
+    tokenizer: Any,
+    batch_size: int,
+    probs: MaskProbs,
+    epochs: int | None,
+    generator: torch.Generator | None,
+) -> Iterator[Batch]:
+    """Every epoch new pairs from ``make_pairs()``, cut into batches of ``batch_size`` rows and
+    masked. ``label_keys`` maps each batch key to the key of the pair labels it copies."""
+    special_ids = special_token_ids(tokenizer)
+    for _ in _epochs(epochs):
+        pairs = make_pairs()
+        for rows, batch in _pair_rows(pairs, batch_size):
+            for key, pair_key in label_keys.items():
+                batch[key] = pairs[pair_key][rows]  # (B,)
+            yield _mask(batch, tokenizer, special_ids, probs, generator)
 
 
 def mlm_batches(
@@ -222,29 +256,20 @@ def mlm_batches(
     """
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
     probs = _check_mask_probs(mlm_probability, mask_replace_prob, random_replace_prob)
-    _check_tokenizer(tokenizer)
-    sequences = pack_sequences(
-        tokenize_documents(documents, tokenizer),
-        max_length=max_length,
-        cls_token_id=tokenizer.cls_token_id,
-        sep_token_id=tokenizer.sep_token_id,
-    )
-    special_ids = _special_ids(tokenizer)
+    check_tokenizer(tokenizer)
+    sequences = _packed(documents, tokenizer, max_length)
+    special_ids = special_token_ids(tokenizer)
 
     def batches() -> Iterator[Batch]:
-        for _ in _epochs(epochs):
-            order = torch.randperm(len(sequences), generator=generator).tolist()
-            for start in range(0, len(order), batch_size):
-                input_ids, attention_mask = _pad(
-                    [sequences[i] for i in order[start : start + batch_size]],
-                    tokenizer.pad_token_id,
-                )
-                batch = {
-                    "input_ids": input_ids,
-                    "token_type_ids": torch.zeros_like(input_ids),
-                    "attention_mask": attention_mask,
-                }
-                yield _mask(batch, tokenizer, special_ids, probs, generator)
+        for input_ids, attention_mask in _shuffled_batches(
+            sequences, batch_size, tokenizer.pad_token_id, epochs, generator
+        ):
+            batch = {
+                "input_ids": input_ids,
+                "token_type_ids": torch.zeros_like(input_ids),
+                "attention_mask": attention_mask,
+            }
+            yield _mask(batch, tokenizer, special_ids, probs, generator)
 
     return batches()
 
@@ -269,30 +294,82 @@ def nsp_batches(
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
     probs = _check_mask_probs(mlm_probability, mask_replace_prob, random_replace_prob)
     nsp_probability = check_probability("nsp_probability", nsp_probability)
-    _check_tokenizer(tokenizer)
+    check_tokenizer(tokenizer)
     token_docs = tokenize_documents(documents, tokenizer)
     if len(token_docs) < 2:
         raise ValueError(
             "NSP needs at least 2 documents (NotNext segments come from another document)"
         )
-    special_ids = _special_ids(tokenizer)
 
-    def batches() -> Iterator[Batch]:
-        for _ in _epochs(epochs):
-            pairs = make_nsp_pairs(
-                token_docs,
-                cls_token_id=tokenizer.cls_token_id,
-                sep_token_id=tokenizer.sep_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-                max_length=max_length,
-                nsp_probability=nsp_probability,
-                generator=generator,
-            )
-            for rows, batch in _pair_rows(pairs, batch_size):
-                batch["next_sentence_label"] = pairs["next_sentence_label"][rows]
-                yield _mask(batch, tokenizer, special_ids, probs, generator)
+    def make_pairs() -> Batch:
+        return make_nsp_pairs(
+            token_docs,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            max_length=max_length,
+            nsp_probability=nsp_probability,
+            generator=generator,
+        )
 
-    return batches()
+    labels = {"next_sentence_label": "next_sentence_label"}
+    return _masked_pair_batches(make_pairs, labels, tokenizer, batch_size, probs, epochs, generator)
+
+
+def sop_batches(
+    token_documents: Sequence[Sequence[Sequence[int]]],
+    tokenizer: Any,
+    *,
+    batch_size: int = 32,
+    max_length: int = 128,
+    swap_probability: float = 0.5,
+    mlm_probability: float = 0.15,
+    epochs: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Batch]:
+    """ALBERT-style pretraining batches (MLM + SOP), new pairs every epoch.
+
+    Args:
+        token_documents: tokenized documents (:func:`tokenize_documents`).
+        tokenizer: gives the special-token ids, ``len(tokenizer)`` and ``all_special_ids``.
+        mlm_probability: 0 gives SOP-only batches (``labels`` all -100). Selected tokens are
+            replaced 80 / 10 / 10 ([MASK] / random / kept), as in BERT.
+        epochs: None repeats forever (train with a step budget); 1 makes one pass (evaluate).
+
+    Yields dicts with ``input_ids`` (masked), ``token_type_ids``, ``attention_mask``,
+    ``sentence_order_label`` ``(B,)`` and the same tensor as ``next_sentence_label``, and
+    ``labels`` ``(B, T)``: so ``BertForPreTraining``'s pair head (``cls.seq_relationship``, a
+    linear layer on the pooled [CLS], which is what ALBERT's ``AlbertSOPHead`` is),
+    :func:`lmlessons.course.training.train` and :func:`lmlessons.course.training.evaluate` learn
+    and score SOP unchanged (0 = in order, 1 = swapped).
+    """
+    batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
+    probs = _check_mask_probs(mlm_probability, 0.8, 0.1)
+    swap_probability = check_probability("swap_probability", swap_probability)
+    check_tokenizer(tokenizer)
+    docs = check_token_documents("token_documents", token_documents)
+    if not any(len(doc) >= 2 for doc in docs):  # fail now, not at the first next()
+        raise ValueError(
+            "token_documents produced no pairs: give documents with at least two sentences"
+        )
+
+    def make_pairs() -> Batch:
+        return make_sop_pairs(
+            docs,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            max_length=max_length,
+            swap_probability=swap_probability,
+            generator=generator,
+        )
+
+    # the BERT pair head reads next_sentence_label: give it the sentence-order label
+    labels = {
+        "sentence_order_label": "sentence_order_label",
+        "next_sentence_label": "sentence_order_label",
+    }
+    return _masked_pair_batches(make_pairs, labels, tokenizer, batch_size, probs, epochs, generator)
 
 
 def clm_batches(
@@ -308,25 +385,14 @@ def clm_batches(
     with -100 on padding, each ``(B, T)``. Not shifted (the model shifts). No
     ``token_type_ids``: GPT-2 would add them as extra token embeddings."""
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
-    _check_tokenizer(tokenizer)
-    sequences = pack_sequences(
-        tokenize_documents(documents, tokenizer),
-        max_length=max_length,
-        cls_token_id=tokenizer.cls_token_id,
-        sep_token_id=tokenizer.sep_token_id,
-    )
+    check_tokenizer(tokenizer)
+    sequences = _packed(documents, tokenizer, max_length)
 
     def batches() -> Iterator[Batch]:
-        for _ in _epochs(epochs):
-            order = torch.randperm(len(sequences), generator=generator).tolist()
-            for start in range(0, len(order), batch_size):
-                input_ids, attention_mask = _pad(
-                    [sequences[i] for i in order[start : start + batch_size]],
-                    tokenizer.pad_token_id,
-                )
-                labels = input_ids.masked_fill(
-                    attention_mask == 0, -100
-                )  # (B, T) a copy; [SEP] stays a target
-                yield {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        for input_ids, attention_mask in _shuffled_batches(
+            sequences, batch_size, tokenizer.pad_token_id, epochs, generator
+        ):
+            labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # (B, T), a copy
+            yield {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     return batches()

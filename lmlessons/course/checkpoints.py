@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 if TYPE_CHECKING:
@@ -44,10 +45,17 @@ _ARCHITECTURES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _classes(name: str) -> tuple[type, type]:
+def _check_name(name: object) -> str:
+    if name not in _ARCHITECTURES:
+        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    return name
+
+
+def _classes(name: str) -> tuple[Any, Any]:
+    """The transformers model and config classes of checkpoint ``name``."""
     import transformers
 
-    model_class, config_class, _ = _ARCHITECTURES[name]
+    model_class, config_class, _ = _ARCHITECTURES[_check_name(name)]
     return getattr(transformers, model_class), getattr(transformers, config_class)
 
 
@@ -59,8 +67,7 @@ EVAL_EPOCHS = 4  # passes over the validation documents (each with new masks / p
 
 
 def _paths(name: str, directory: str | Path | None) -> tuple[Path, Path, Path]:
-    if name not in _ARCHITECTURES:
-        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    _check_name(name)
     d = CHECKPOINT_DIR if directory is None else Path(directory).expanduser()
     return d / f"{name}.safetensors", d / f"{name}.config.json", d / f"{name}.metrics.json"
 
@@ -74,8 +81,6 @@ def save_checkpoint(
 ) -> list[Path]:
     """Write ``<name>.safetensors``, ``<name>.config.json`` and (if given) ``<name>.metrics.json``
     into ``directory``; returns the paths. Tied weights are stored once (``save_model``)."""
-    if name not in _ARCHITECTURES:
-        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
     model_class, _ = _classes(name)
     if type(model) is not model_class:
         raise TypeError(
@@ -112,10 +117,16 @@ def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTra
     config = config_class.from_dict(config_dict)
     config._attn_implementation = "eager"
     model = model_class(config)
-    missing, unexpected = load_model(model, str(weights), strict=True)
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=True)
+    except SafetensorError as err:
+        raise ValueError(
+            f"checkpoint {name!r}: {str(weights)!r} is not a readable safetensors file ({err})"
+        ) from err
     if missing or unexpected:  # strict=True raises first; kept as a guard for older safetensors
         raise ValueError(
-            f"checkpoint {name!r} does not match its config: missing {missing}, unexpected {unexpected}"
+            f"checkpoint {name!r} does not match its config: missing {missing}, "
+            f"unexpected {unexpected}"
         )
     return model.eval()
 
@@ -147,31 +158,18 @@ def heldout_metrics(
     from lmlessons.course.tokenizer import load_tokenizer
     from lmlessons.course.training import evaluate
 
-    if name not in _ARCHITECTURES:
-        raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
+    objective = _ARCHITECTURES[_check_name(name)][2]
     corpus = load_corpus("course") if corpus is None else corpus
     tokenizer = load_tokenizer() if tokenizer is None else tokenizer
-    objective = _ARCHITECTURES[name][2]
-    max_length = EVAL_MAX_LENGTH[name] if max_length is None else max_length
-    g = torch.Generator().manual_seed(EVAL_SEED)
-    if objective == "pretraining":
-        batches = nsp_batches(
-            corpus.validation,
-            tokenizer,
-            batch_size=64,
-            max_length=max_length,
-            epochs=EVAL_EPOCHS,
-            generator=g,
-        )
-    else:
-        batches = clm_batches(
-            corpus.validation,
-            tokenizer,
-            batch_size=64,
-            max_length=max_length,
-            epochs=1,
-            generator=g,
-        )
+    pairs = objective == "pretraining"  # masked NSP pairs, else packed causal sequences
+    batches = (nsp_batches if pairs else clm_batches)(
+        corpus.validation,
+        tokenizer,
+        batch_size=64,
+        max_length=EVAL_MAX_LENGTH[name] if max_length is None else max_length,
+        epochs=EVAL_EPOCHS if pairs else 1,
+        generator=torch.Generator().manual_seed(EVAL_SEED),
+    )
     metrics = evaluate(model, batches, objective=objective)
     if objective == "clm":
         metrics["uniform_perplexity"] = float(len(tokenizer))  # a model with no knowledge

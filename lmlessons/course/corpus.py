@@ -112,7 +112,29 @@ class Corpus:
 # sentence. Lower-case continuations ("3.5 and", "e.g. the") never split.
 _BOUNDARY = re.compile(r"([.!?]+[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
 _ABBREVIATIONS = frozenset(
-    ["mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "e.g", "i.e", "cf", "fig", "no", "vol", "approx", "dept", "est", "inc", "ltd", "co"]
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "st",
+        "jr",
+        "sr",
+        "vs",
+        "e.g",
+        "i.e",
+        "cf",
+        "fig",
+        "no",
+        "vol",
+        "approx",
+        "dept",
+        "est",
+        "inc",
+        "ltd",
+        "co",
+    ]
 )
 
 
@@ -168,8 +190,8 @@ def _read_text(path: Path) -> str:
         text = data.decode("utf-8-sig")  # a leading byte-order mark is dropped
     except UnicodeDecodeError as err:
         raise ValueError(
-            f"load_corpus: {str(path)!r} is not UTF-8 text (invalid byte 0x{data[err.start]:02x} at "
-            f"position {err.start}); save it as UTF-8 first"
+            f"load_corpus: {str(path)!r} is not UTF-8 text (invalid byte "
+            f"0x{data[err.start]:02x} at position {err.start}); save it as UTF-8 first"
         ) from None
     if not text.strip():
         raise ValueError(f"load_corpus: {str(path)!r} is empty (no text to read)")
@@ -227,7 +249,21 @@ def _load_course() -> tuple[list[list[str]], list[str]]:
 
 _PYDOCS_VERSION = 1  # bump when the extraction below changes, so old caches are ignored
 _SKIP_MODULES = frozenset(
-    ["test", "idlelib", "lib2to3", "turtledemo", "ensurepip", "site-packages", "dist-packages", "pydoc_data", "encodings", "distutils", "venv", "this", "antigravity"]
+    [
+        "test",
+        "idlelib",
+        "lib2to3",
+        "turtledemo",
+        "ensurepip",
+        "site-packages",
+        "dist-packages",
+        "pydoc_data",
+        "encodings",
+        "distutils",
+        "venv",
+        "this",
+        "antigravity",
+    ]
 )
 _UNDERLINE = re.compile(r"^([=\-~^*+#\"'`])\1{2,}$")
 _MIN_WORDS, _MAX_WORDS = 4, 80
@@ -252,7 +288,7 @@ def _prose_sentences(text: str) -> list[str]:
         first = para[0]
         if (
             first[:1].isspace()
-            or any(l[:1].isspace() for l in para[1:])
+            or any(line[:1].isspace() for line in para[1:])
             or first.lstrip().startswith((">>>", "...", "- ", "* ", ":", "|", "+", ".."))
             or "::=" in " ".join(para)
         ):
@@ -310,10 +346,13 @@ def _docstring_documents(source: bytes) -> list[list[str]]:
 def _build_python_docs() -> dict[str, list]:
     documents: list[list[str]] = []
     topics: list[str] = []
+    reference: dict[str, str] = {}
     try:
-        from pydoc_data.topics import topics as reference  # a plain dict of strings
+        from pydoc_data import topics as pydoc_topics  # a plain dict of strings
     except ImportError:  # some distributions strip it
-        reference = {}
+        pass
+    else:
+        reference = pydoc_topics.topics
     for key in sorted(reference):
         sentences = _prose_sentences(reference[key])
         if len(sentences) >= 2:
@@ -328,7 +367,8 @@ def _build_python_docs() -> dict[str, list]:
 
 
 def _python_docs_cache_file() -> Path:
-    tag = f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}"
+    major, minor, micro = sys.version_info[:3]
+    tag = f"{sys.implementation.name}{major}.{minor}.{micro}"
     return user_cache_dir() / f"python-docs-v{_PYDOCS_VERSION}-{tag}.json"
 
 
@@ -415,7 +455,8 @@ def load_corpus(
     """
     if isinstance(validation_fraction, bool) or not isinstance(validation_fraction, (int, float)):
         raise TypeError(
-            f"validation_fraction must be a float in [0, 1), got {type(validation_fraction).__name__}"
+            "validation_fraction must be a float in [0, 1), "
+            f"got {type(validation_fraction).__name__}"
         )
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
@@ -431,7 +472,8 @@ def load_corpus(
         topics = [path.stem] * len(documents)
     else:
         raise TypeError(
-            f"source must be 'course', 'python-docs' or a path to a text file, got {type(source).__name__}"
+            "source must be 'course', 'python-docs' or a path to a text file, "
+            f"got {type(source).__name__}"
         )
     train_idx, val_idx = _split(topics, float(validation_fraction), seed)
     return Corpus(

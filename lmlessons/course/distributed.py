@@ -19,9 +19,11 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.linear_ce import linear_cross_entropy
 from lmlessons.shifting import shift_labels
 
@@ -56,7 +58,8 @@ def demo_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A padded batch of token ids and CLM labels (-100 on padding) with the given lengths.
 
-    Returns ``input_ids`` (B, T) and ``labels`` (B, T), unshifted (as transformers' models take them).
+    Returns ``input_ids`` (B, T) and ``labels`` (B, T), unshifted (as transformers' models take
+    them).
     """
     if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in lengths):
         raise ValueError(f"lengths must be a non-empty tuple of ints >= 2, got {lengths!r}")
@@ -66,7 +69,7 @@ def demo_batch(
     labels = ids.clone()
     for row, n in enumerate(lengths):
         ids[row, n:] = 0
-        labels[row, n:] = -100
+        labels[row, n:] = IGNORE_INDEX
     return ids, labels
 
 
@@ -81,13 +84,25 @@ def demo_parameters(
 
 
 def _loss(
-    params: list[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None
+    params: list[torch.Tensor],
+    ids: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     emb, head = params
     hidden = torch.tanh(emb[ids])  # (B, T, H)
     return linear_cross_entropy(
         hidden, head, shift_labels(labels), num_items_in_batch=num_items_in_batch
     )
+
+
+def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    grads = []
+    for p in params:
+        if p.grad is None:
+            raise RuntimeError("a parameter got no gradient")
+        grads.append(p.grad)
+    return grads
 
 
 def _free_port() -> int:
@@ -104,7 +119,47 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), None)
 
 
-def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], queue) -> None:
+def _ddp_average(params: list[torch.Tensor], world_size: int) -> list[torch.Tensor]:
+    """What ``DistributedDataParallel`` does with the gradients: sum over ranks, / world size."""
+    import torch.distributed as dist
+
+    grads = _grads(params)
+    for g in grads:
+        dist.all_reduce(g, op=dist.ReduceOp.SUM)
+    return [g / world_size for g in grads]
+
+
+def _reported_loss(loss: torch.Tensor, world_size: int) -> float:
+    """The mean over ranks of the loss each rank reports (what a training log shows)."""
+    import torch.distributed as dist
+
+    reported = loss.detach().clone()
+    dist.all_reduce(reported, op=dist.ReduceOp.SUM)
+    return float(reported) / world_size
+
+
+def _rank_step(
+    ids: torch.Tensor, labels: torch.Tensor, world_size: int, fix: bool
+) -> tuple[torch.Tensor, float, list[torch.Tensor]]:
+    """One rank's loss, reported loss and DDP-averaged gradients. ``fix=False``: the rank
+    divides by its own target count (the bug); ``fix=True``: the count is all-reduced first,
+    the local sum divided by it and multiplied by the world size (transformers' fix)."""
+    import torch.distributed as dist
+
+    count = None
+    if fix:
+        count = (shift_labels(labels) != IGNORE_INDEX).sum()  # () this rank's targets
+        dist.all_reduce(count, op=dist.ReduceOp.SUM)  # () all ranks' targets
+    params = demo_parameters()
+    loss = _loss(params, ids, labels, num_items_in_batch=count)
+    if fix:
+        loss = loss * world_size  # undo DDP's average over ranks
+    loss.backward()
+    grads = _ddp_average(params, world_size)
+    return loss, _reported_loss(loss, world_size), grads
+
+
+def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], queue: Any) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -122,41 +177,13 @@ def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], que
         ids, labels = demo_batch(lengths)
         shard = torch.tensor_split(torch.arange(ids.shape[0]), world_size)[rank]  # this rank's rows
         ids, labels = ids[shard], labels[shard]
-        n_local = int((shift_labels(labels) != -100).sum())
-
-        def ddp_average(params: list[torch.Tensor]) -> list[torch.Tensor]:
-            grads = []
-            for p in params:  # what DistributedDataParallel does: sum over ranks, / world size
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-                grads.append(p.grad / world_size)
-            return grads
-
-        # 1. Each rank divides by its own count (the bug).
-        params = demo_parameters()
-        loss = _loss(params, ids, labels)
-        loss.backward()
-        rank_mean = loss.item()
-        naive_grads = ddp_average(params)
-        reported = loss.detach().clone()
-        dist.all_reduce(reported, op=dist.ReduceOp.SUM)
-        naive_loss = float(reported) / world_size
-
-        # 2. All-reduce the count first, divide the local sum by it, x world size (the fix).
-        count = torch.tensor(n_local)
-        dist.all_reduce(count, op=dist.ReduceOp.SUM)
-        params = demo_parameters()
-        loss = _loss(params, ids, labels, num_items_in_batch=count) * world_size
-        loss.backward()
-        fixed_grads = ddp_average(params)
-        reported = loss.detach().clone()
-        dist.all_reduce(reported, op=dist.ReduceOp.SUM)
-        fixed_loss = float(reported) / world_size
-
+        rank_mean, naive_loss, naive_grads = _rank_step(ids, labels, world_size, fix=False)
+        _, fixed_loss, fixed_grads = _rank_step(ids, labels, world_size, fix=True)
         queue.put(
             {
                 "rank": rank,
-                "tokens": n_local,
-                "rank_mean": rank_mean,
+                "tokens": int((shift_labels(labels) != IGNORE_INDEX).sum()),
+                "rank_mean": rank_mean.item(),
                 "naive_loss": naive_loss,
                 "fixed_loss": fixed_loss,
                 "naive_grads": [g.tolist() for g in naive_grads],
@@ -179,8 +206,7 @@ def run_distributed_demo(
     """
     import torch.multiprocessing as mp
 
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    world_size = check_int("world_size", world_size, minimum=1)
     if len(lengths) < world_size:
         raise ValueError(
             f"lengths must give at least one sequence per rank ({world_size}), got {len(lengths)}"
@@ -200,9 +226,9 @@ def run_distributed_demo(
     params = demo_parameters()
     full = _loss(params, ids, labels)
     full.backward()
-    full_grads = [p.grad for p in params]
+    full_grads = _grads(params)
 
-    def max_diff(grads: list[list]) -> float:
+    def max_diff(grads: list[list[float]]) -> float:
         return max(float((torch.tensor(g) - f).abs().max()) for g, f in zip(grads, full_grads))
 
     return DistributedDemoResult(
@@ -212,7 +238,7 @@ def run_distributed_demo(
         full_loss=full.item(),
         per_rank_loss=msgs[0]["naive_loss"],
         global_count_loss=msgs[0]["fixed_loss"],
-        full_grad_norm=float(torch.sqrt(sum((g**2).sum() for g in full_grads))),
+        full_grad_norm=float(torch.stack([(g**2).sum() for g in full_grads]).sum().sqrt()),
         per_rank_grad_max_diff=max_diff(msgs[0]["naive_grads"]),
         global_count_grad_max_diff=max_diff(msgs[0]["fixed_grads"]),
     )

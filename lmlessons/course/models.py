@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # imported inside the factories: importing transformers takes
         BertLMHeadModel,
         GPT2Config,
         GPT2LMHeadModel,
-        PreTrainedModel,
         PreTrainedTokenizerBase,
     )
 
@@ -59,9 +58,25 @@ def _tokenizer_or_default(tokenizer: PreTrainedTokenizerBase | None) -> PreTrain
     for attr in ("pad_token_id", "cls_token_id", "sep_token_id"):
         if getattr(tokenizer, attr, None) is None:
             raise ValueError(
-                f"tokenizer must define {attr} (a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
+                f"tokenizer must define {attr} "
+                "(a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
             )
     return tokenizer
+
+
+def _check_heads(size_name: str, size: int, heads_name: str, heads: int) -> None:
+    if size % heads:
+        raise ValueError(f"{size_name} ({size}) must be a multiple of {heads_name} ({heads})")
+
+
+def _sized_config(config_class: str, tok: PreTrainedTokenizerBase, **fields: Any) -> Any:
+    """``transformers.<config_class>(**fields)`` with the tokenizer's vocabulary size and pad id,
+    and eager attention (the attention the lessons print and hook into)."""
+    import transformers
+
+    return getattr(transformers, config_class)(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, attn_implementation="eager", **fields
+    )
 
 
 def tiny_bert_config(
@@ -79,14 +94,10 @@ def tiny_bert_config(
     """A small ``BertConfig`` whose vocabulary and pad id are the tokenizer's (default: the course
     tokenizer). ``overrides`` go to ``BertConfig`` unchanged."""
     tok = _tokenizer_or_default(tokenizer)
-    if hidden_size % num_attention_heads:
-        raise ValueError(
-            f"hidden_size ({hidden_size}) must be a multiple of num_attention_heads ({num_attention_heads})"
-        )
-    from transformers import BertConfig
-
-    return BertConfig(
-        vocab_size=len(tok),
+    _check_heads("hidden_size", hidden_size, "num_attention_heads", num_attention_heads)
+    return _sized_config(
+        "BertConfig",
+        tok,
         hidden_size=hidden_size,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
@@ -94,9 +105,7 @@ def tiny_bert_config(
         max_position_embeddings=max_position_embeddings,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=dropout,
-        pad_token_id=tok.pad_token_id,
         is_decoder=is_decoder,
-        attn_implementation="eager",
         **overrides,
     )
 
@@ -114,12 +123,10 @@ def tiny_gpt2_config(
     """A small ``GPT2Config`` for the BERT-style course tokenizer: [CLS] starts a sequence
     (``bos_token_id``), [SEP] ends it (``eos_token_id``), [PAD] pads it (``pad_token_id``)."""
     tok = _tokenizer_or_default(tokenizer)
-    if n_embd % n_head:
-        raise ValueError(f"n_embd ({n_embd}) must be a multiple of n_head ({n_head})")
-    from transformers import GPT2Config
-
-    return GPT2Config(
-        vocab_size=len(tok),
+    _check_heads("n_embd", n_embd, "n_head", n_head)
+    return _sized_config(
+        "GPT2Config",
+        tok,
         n_embd=n_embd,
         n_layer=n_layer,
         n_head=n_head,
@@ -129,13 +136,11 @@ def tiny_gpt2_config(
         attn_pdrop=dropout,
         bos_token_id=tok.cls_token_id,
         eos_token_id=tok.sep_token_id,
-        pad_token_id=tok.pad_token_id,
-        attn_implementation="eager",
         **overrides,
     )
 
 
-def _build(model_class: str, config: Any, seed: int) -> PreTrainedModel:
+def _build(model_class: str, config: Any, seed: int) -> Any:
     """Initialise ``model_class(config)`` from ``seed`` without touching the global RNG state."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")

@@ -5,7 +5,8 @@ The pipeline is BERT's (Devlin et al. 2019; ``BertTokenizer`` in transformers):
 white space and punctuation) -> ``WordPiece`` (``##`` marks a word's continuation pieces) ->
 the ``[CLS] A [SEP] B [SEP]`` post-processor with ``token_type_ids`` 0 for A and 1 for B.
 
-The trained tokenizer is wrapped as ``transformers.BertTokenizerFast(tokenizer_object=...)``:
+The trained tokenizer is wrapped as ``transformers.BertTokenizer(tokenizer_object=...)`` (in
+transformers 5 the ``tokenizers``-backed class; ``BertTokenizerFast`` is another name for it):
 a bare ``PreTrainedTokenizerFast`` would not return ``token_type_ids``.
 The course ships one, trained on the course corpus: :func:`load_tokenizer`. Rebuild it with
 ``python -m tools.pretrain tokenizer --out lmlessons/data``.
@@ -34,7 +35,7 @@ from tokenizers import (
 from lmlessons.course.corpus import Corpus
 
 if TYPE_CHECKING:  # transformers is imported when a tokenizer is built (it takes seconds)
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizer
 
 __all__ = [
     "COURSE_WHOLE_WORDS",
@@ -147,7 +148,7 @@ def _with_whole_words(
     (most frequent first). Returns exactly ``vocab_size`` contiguous ids (fewer only if the
     text is too small to fill it)."""
     protected = set(named) | set(frequent) | set(SPECIAL_TOKENS)
-    ordered = sorted(vocab, key=vocab.get)
+    ordered = sorted(vocab, key=lambda token: vocab[token])  # by id
     removable = [
         t for t in reversed(ordered) if len(t.removeprefix("##")) > 1 and t not in protected
     ]
@@ -183,16 +184,16 @@ def _continuation_tokens(counts: Counter[str], alphabet: list[str]) -> list[str]
 
 def wrap_tokenizer(
     tokenizer: Tokenizer, *, model_max_length: int = DEFAULT_MAX_LENGTH
-) -> BertTokenizerFast:
+) -> BertTokenizer:
     """Wrap a ``tokenizers.Tokenizer`` (with the five BERT special tokens) for transformers."""
     missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
     if missing:
         raise ValueError(
             f"tokenizer lacks the special tokens {missing}; BERT needs {list(SPECIAL_TOKENS)}"
         )
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizer
 
-    return BertTokenizerFast(
+    return BertTokenizer(
         tokenizer_object=tokenizer,
         model_max_length=model_max_length,
         unk_token="[UNK]",
@@ -212,7 +213,7 @@ def train_tokenizer(
     whole_words: Iterable[str] = (),
     lowercase: bool = True,
     model_max_length: int = DEFAULT_MAX_LENGTH,
-) -> BertTokenizerFast:
+) -> BertTokenizer:
     """Train a WordPiece tokenizer and return it as a transformers BERT tokenizer.
 
     Args:
@@ -235,26 +236,11 @@ def train_tokenizer(
     The special tokens get ids 0-4 in the order ``[PAD] [UNK] [CLS] [SEP] [MASK]``; always read
     them from the tokenizer (``tokenizer.mask_token_id``) rather than assume them.
     """
-    for name, value, minimum in (
-        ("vocab_size", vocab_size, MIN_VOCAB_SIZE),
-        ("min_frequency", min_frequency, 1),
-        ("model_max_length", model_max_length, 2),
-        ("whole_word_frequency", 1 if whole_word_frequency is None else whole_word_frequency, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    _check_sizes(vocab_size, min_frequency, model_max_length, whole_word_frequency)
     texts = [t for t in _iter_texts(documents_or_texts) if t.strip()]
     if not texts:
         raise ValueError("documents_or_texts holds no text to train on")
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, lowercase=lowercase, strip_accents=lowercase
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
+    tok = _bert_pipeline(lowercase)
     alphabet = _ASCII_ALPHABET if lowercase else sorted(set(string.printable.strip()))
     normalize, pre_tokenize = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
     counts: Counter[str] = Counter(w for t in texts for w, _ in pre_tokenize(normalize(t)))
@@ -262,7 +248,6 @@ def train_tokenizer(
         counts, whole_word_frequency, whole_words, normalize, pre_tokenize
     )
     continuations = _continuation_tokens(counts, alphabet)
-
     vocab = _train_wordpiece(tok, texts, vocab_size, min_frequency, continuations, alphabet)
     spec = json.loads(tok.to_str())
     # The "##x" entries stay in the vocabulary as ordinary tokens, not as special tokens.
@@ -278,12 +263,38 @@ def train_tokenizer(
     return wrap_tokenizer(tok, model_max_length=model_max_length)
 
 
+def _check_sizes(
+    vocab_size: int, min_frequency: int, model_max_length: int, whole_word_frequency: int | None
+) -> None:
+    for name, value, minimum in (
+        ("vocab_size", vocab_size, MIN_VOCAB_SIZE),
+        ("min_frequency", min_frequency, 1),
+        ("model_max_length", model_max_length, 2),
+        ("whole_word_frequency", 1 if whole_word_frequency is None else whole_word_frequency, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _bert_pipeline(lowercase: bool) -> Tokenizer:
+    """An untrained WordPiece tokenizer with BERT's normalizer, pre-tokenizer and decoder."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, lowercase=lowercase, strip_accents=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
 @functools.lru_cache(maxsize=4)
 def _tokenizer_json(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def load_tokenizer(path: str | Path | None = None) -> BertTokenizerFast:
+def load_tokenizer(path: str | Path | None = None) -> BertTokenizer:
     """The course tokenizer (``lmlessons/data/tokenizer.json``), or one saved at ``path``.
 
     The file is read once per session (cached); every call returns a fresh tokenizer object, so

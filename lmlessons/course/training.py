@@ -10,25 +10,49 @@ model's logits, so it is the loss the lessons derive, for every model:
 * ``"clm"`` (``GPT2LMHeadModel``, ``BertLMHeadModel``): next-token cross-entropy, labels
   shifted inside :func:`lmlessons.clm_loss`.
 
-Gradient accumulation follows transformers' fix of October 2024: the K micro-batches of one
-optimizer step are fetched first, their target tokens counted (``num_items_in_batch``; for CLM
-after the shift), and each micro-batch loss is ``sum / num_items_in_batch``. Summed over the K
+Gradient accumulation follows transformers' fix of October 2024 (lesson 07): the K micro-batches
+of one optimizer step are fetched first, their target tokens counted (``num_items_in_batch``; for
+CLM after the shift), and each micro-batch loss is ``sum / num_items_in_batch``. Summed over the K
 micro-batches this is exactly the full-batch mean, not the mean of K means.
+
+The options of :func:`train`:
+
+* ``batches``: batch dicts, e.g. ``lmlessons.mlm_batches(corpus, tokenizer)``; one optimizer step
+  uses ``grad_accum_steps`` of them and equals one step on their concatenation.
+* ``objective``: ``"mlm"``, ``"pretraining"`` (MLM + NSP) or ``"clm"``; None infers it from the
+  model class (:func:`infer_objective`).
+* ``max_steps``: stop after this many optimizer steps (deterministic given the seeds);
+  ``max_seconds``: stop once this much wall time has passed (the number of steps depends on the
+  machine). Give either or both; with neither, ``batches`` must be finite.
+* ``lr``, ``weight_decay``: AdamW's (ignored when ``optimizer`` is given). 2e-3 suits the tiny
+  models (measured: 5e-3 stalls post-LayerNorm BERT at the unigram plateau).
+* ``warmup_steps``, ``schedule``: linear warm-up, then ``"constant"``, ``"linear"`` or
+  ``"cosine"`` decay to 0 at ``max_steps`` (the decays need ``max_steps``). The warm-up also
+  scales the learning rate of an ``optimizer`` you pass.
+* ``max_grad_norm``: clip the gradient norm (None: no clipping).
+* ``optimizer``: your own optimizer (e.g. to continue training with its state).
+* ``sparse_prediction``: for BERT MLM / pretraining models, send only the masked positions
+  through the output layer (same loss, about half the time of a step here).
+* ``live``: show a tqdm progress bar and, in a notebook, a loss plot redrawn in place every
+  ``plot_every`` seconds, titled ``title`` (default: the model class). False shows nothing.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
+from lmlessons.shifting import shift_labels
 
 __all__ = ["History", "train", "evaluate", "infer_objective", "OBJECTIVES"]
 
@@ -203,6 +227,45 @@ def _moving_mean(values: list[float], window: int) -> list[float]:
     return out
 
 
+class _Progress:
+    """What ``live=True`` shows while :func:`train` runs: a tqdm bar (steps, or seconds for a pure
+    time budget) and, in a notebook, the :class:`_LivePlot`, redrawn every ``plot_every`` s."""
+
+    def __init__(
+        self, history: History, budget: _Budget, live: bool, plot_every: float, title: str
+    ) -> None:
+        from tqdm.auto import tqdm
+
+        self.history, self.budget, self.live, self.plot_every = history, budget, live, plot_every
+        self.bar = tqdm(
+            total=budget.total,
+            disable=not live,
+            unit="s" if budget.by_time else "step",
+            desc=title,
+            bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
+        )
+        self.plot = _LivePlot(history, title) if live and in_notebook() else None
+        self.last_plot = time.perf_counter()
+
+    def update(self) -> None:
+        h = self.history
+        if self.live:
+            self.bar.set_postfix_str(f"step {h.num_steps}, loss {h.loss[-1]:.3f}", refresh=False)
+            done = min(h.wall_time[-1], self.budget.total) if self.budget.by_time else h.num_steps
+            self.bar.update(done - self.bar.n)
+        if self.plot is not None and time.perf_counter() - self.last_plot >= self.plot_every:
+            self.plot.update()
+            self.last_plot = time.perf_counter()
+
+    def close(self) -> None:
+        if self.live:
+            if self.budget.by_time and self.history.stopped_by:
+                self.bar.n = self.bar.total
+            self.bar.close()
+        if self.plot is not None:
+            self.plot.update()
+
+
 # --------------------------------------------------------------------------------------------
 # Loss of one micro-batch
 # --------------------------------------------------------------------------------------------
@@ -221,10 +284,22 @@ def infer_objective(model: torch.nn.Module) -> str:
     raise ValueError(f"cannot tell the objective of a {name}; pass objective= one of {OBJECTIVES}")
 
 
+def _check_model(model: object, objective: str | None) -> str:
+    """The objective to train or evaluate ``model`` with (inferred when None)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if objective is None:
+        objective = infer_objective(model)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    return objective
+
+
 def _num_targets(batch: dict[str, torch.Tensor], objective: str) -> int:
+    """The labels that are not -100; for CLM counted after the shift (the first is never one)."""
     labels = batch["labels"]
     if objective == "clm":
-        labels = labels[..., 1:]  # after the shift: the first label is never a target
+        labels = shift_labels(labels)  # (B, T)
     return int((labels != IGNORE_INDEX).sum())
 
 
@@ -254,16 +329,14 @@ def _mlm_logits(
         if objective == "pretraining":
             return out.prediction_logits, labels, out.seq_relationship_logits
         return out.logits, labels, None
-    out = model.bert(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
+    bert: Any = model.bert
+    head: Any = model.cls
+    out = bert(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
     keep = labels != IGNORE_INDEX  # (B, T)
-    hidden = out.last_hidden_state[keep]  # (N, H)
+    logits = head.predictions(out.last_hidden_state[keep])  # (N, H) -> (N, V)
     if objective == "pretraining":
-        return (
-            model.cls.predictions(hidden),
-            labels[keep],
-            model.cls.seq_relationship(out.pooler_output),
-        )
-    return model.cls.predictions(hidden), labels[keep], None  # (N, V), (N,)
+        return logits, labels[keep], head.seq_relationship(out.pooler_output)  # (B, 2)
+    return logits, labels[keep], None
 
 
 def _micro_batch_loss(
@@ -282,13 +355,20 @@ def _micro_batch_loss(
         return loss, {}
     logits, labels, nsp_logits = _mlm_logits(model, batch, objective, sparse)
     mlm = mlm_loss(logits, labels, num_items_in_batch=n)  # (B, T, V) or sparse (N, V)
-    if objective == "mlm":
+    if nsp_logits is None:  # "mlm"
         return mlm, {}
     nsp_labels = batch["next_sentence_label"]
     share = nsp_labels.shape[0] / num_sequences  # NSP is a mean over sequences: weight by rows
     nsp = nsp_loss(nsp_logits, nsp_labels) * share  # (B, 2)
     correct = (nsp_logits.argmax(-1) == nsp_labels).sum().item()
     return mlm + nsp, {"mlm_loss": mlm.item(), "nsp_loss": nsp.item(), "nsp_correct": correct}
+
+
+_BATCH_HINTS = {
+    "mlm": "use lmlessons.mlm_batches",
+    "pretraining": "use lmlessons.nsp_batches",
+    "clm": "use lmlessons.clm_batches",
+}
 
 
 def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.Tensor]:
@@ -298,15 +378,20 @@ def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.T
         )
     missing = [k for k in _REQUIRED_KEYS[objective] if k not in batch]
     if missing:
-        hint = {
-            "mlm": "use lmlessons.mlm_batches",
-            "pretraining": "use lmlessons.nsp_batches",
-            "clm": "use lmlessons.clm_batches",
-        }[objective]
         raise ValueError(
-            f"objective {objective!r} needs batch keys {list(_REQUIRED_KEYS[objective])}; missing {missing} ({hint})"
+            f"objective {objective!r} needs batch keys {list(_REQUIRED_KEYS[objective])}; "
+            f"missing {missing} ({_BATCH_HINTS[objective]})"
         )
     return batch
+
+
+def _checked_batches(
+    batches: Iterable[object], objective: str, device: torch.device
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches, checked and moved to ``device``, drawn one at a time."""
+    for index, batch in enumerate(batches):
+        batch = _check_batch(batch, objective, index)
+        yield {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,8 +399,20 @@ def _check_batch(batch: object, objective: str, index: int) -> dict[str, torch.T
 # --------------------------------------------------------------------------------------------
 
 
-def _schedule(schedule: str, warmup_steps: int, max_steps: int | None) -> Callable[[int], float]:
-    def factor(step: int) -> float:  # step = number of optimizer steps taken so far
+def _schedule(
+    schedule: str, warmup_steps: int, max_steps: int | None, lr: float
+) -> Callable[[int], float]:
+    """The learning-rate factor after ``step`` optimizer steps (for ``LambdaLR``): linear warm-up
+    over ``warmup_steps``, then constant, or linear / cosine decay to 0 at ``max_steps``."""
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+    if schedule not in ("constant", "linear", "cosine"):
+        raise ValueError(f"schedule must be 'constant', 'linear' or 'cosine', got {schedule!r}")
+    if schedule != "constant" and max_steps is None:
+        raise ValueError(f"schedule={schedule!r} decays to 0 at max_steps: give max_steps")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+
+    def factor(step: int) -> float:
         if warmup_steps and step < warmup_steps:
             return (step + 1) / warmup_steps
         if schedule == "constant":
@@ -326,6 +423,109 @@ def _schedule(schedule: str, warmup_steps: int, max_steps: int | None) -> Callab
         return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
 
     return factor
+
+
+@dataclass
+class _Budget:
+    """When :func:`train` stops: after ``max_steps`` optimizer steps, after ``max_seconds``, or
+    when the batches run out. ``total`` is the progress bar's length (seconds if ``by_time``)."""
+
+    max_steps: int | None
+    max_seconds: float | None
+    grad_accum_steps: int
+    total: float
+    by_time: bool
+    start: float = 0.0
+
+    @classmethod
+    def checked(
+        cls,
+        batches: object,
+        max_steps: int | None,
+        max_seconds: float | None,
+        grad_accum_steps: int,
+    ) -> _Budget:
+        if not isinstance(batches, Iterable):
+            raise TypeError(
+                f"batches must be an iterable of batch dicts, got {type(batches).__name__}"
+            )
+        k = check_int("grad_accum_steps", grad_accum_steps, minimum=1)
+        if max_steps is not None:
+            max_steps = check_int("max_steps", max_steps, minimum=1)
+        if max_seconds is not None:
+            if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)):
+                raise TypeError(
+                    f"max_seconds must be a number of seconds, got {type(max_seconds).__name__}"
+                )
+            if not max_seconds > 0:
+                raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+        if max_steps is not None:
+            return cls(max_steps, max_seconds, k, total=max_steps, by_time=False)
+        if max_seconds is not None:
+            return cls(None, max_seconds, k, total=math.ceil(max_seconds), by_time=True)
+        if not isinstance(batches, Sized):
+            raise ValueError(
+                "give max_steps or max_seconds (batches may be endless), "
+                "or a finite list of batches"
+            )
+        return cls(None, None, k, total=len(batches) // k, by_time=False)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def spent(self, num_steps: int) -> str:
+        """Why to stop before the next step (``"max_steps"``, ``"max_seconds"``), or ``""``."""
+        if self.max_steps is not None and num_steps >= self.max_steps:
+            return "max_steps"
+        if self.max_seconds is not None and self.elapsed() >= self.max_seconds:
+            return "max_seconds"
+        return ""
+
+
+def _next_step(
+    batches: Iterator[dict[str, torch.Tensor]], budget: _Budget, history: History
+) -> list[dict[str, torch.Tensor]] | None:
+    """The ``grad_accum_steps`` micro-batches of the next optimizer step, or None (and
+    ``history.stopped_by`` set). The budgets are checked first, so that no batch is drawn that
+    would not be trained on; an incomplete last step is dropped."""
+    history.stopped_by = budget.spent(history.num_steps)
+    if history.stopped_by:
+        return None
+    micro = list(itertools.islice(batches, budget.grad_accum_steps))
+    if len(micro) < budget.grad_accum_steps:
+        history.stopped_by = "batches"
+        return None
+    return micro
+
+
+def _add(totals: dict[str, float], **values: float) -> None:
+    """Add ``values`` into ``totals`` key by key (a missing key counts as 0)."""
+    for key, value in values.items():
+        totals[key] = totals.get(key, 0) + value
+
+
+def _record(
+    history: History,
+    micro: list[dict[str, torch.Tensor]],
+    totals: dict[str, float],
+    num_items: int,
+    num_sequences: int,
+    seconds: float,
+) -> None:
+    """Append one optimizer step (``totals``: summed over its micro-batches) to ``history``."""
+    history.step.append(history.num_steps + 1)
+    history.loss.append(totals["loss"])
+    if history.objective == "pretraining":
+        history.mlm_loss.append(totals["mlm_loss"])
+        history.nsp_loss.append(totals["nsp_loss"])
+        history.nsp_accuracy.append(totals["nsp_correct"] / num_sequences)
+    history.num_items.append(num_items)
+    tokens = sum(  # non-padding input tokens
+        int(b["attention_mask"].sum()) if "attention_mask" in b else b["input_ids"].numel()
+        for b in micro
+    )
+    history.tokens_seen.append((history.tokens_seen[-1] if history.tokens_seen else 0) + tokens)
+    history.wall_time.append(seconds)
 
 
 def train(
@@ -349,168 +549,79 @@ def train(
 ) -> History:
     """Train ``model`` on ``batches`` until a budget runs out; return the :class:`History`.
 
-    Args:
-        model: any model of :mod:`lmlessons.course.models` (or another transformers MLM/CLM model).
-        batches: an iterable of batch dicts, e.g. ``lmlessons.mlm_batches(corpus, tokenizer)``.
-            One optimizer step uses ``grad_accum_steps`` of them.
-        objective: ``"mlm"``, ``"pretraining"`` (MLM + NSP) or ``"clm"``; None infers it from the
-            model class (:func:`infer_objective`).
-        max_steps: stop after this many optimizer steps (deterministic given the seeds).
-        max_seconds: stop once this much wall time has passed (not deterministic: the number of
-            steps depends on the machine). Give either or both; with neither, ``batches`` must
-            be finite.
-        lr, weight_decay: AdamW's (ignored when ``optimizer`` is given). 2e-3 suits the tiny
-            models (measured: 5e-3 stalls post-LayerNorm BERT at the unigram plateau).
-        warmup_steps, schedule: linear warm-up, then ``"constant"``, ``"linear"`` or ``"cosine"``
-            decay to 0 at ``max_steps`` (the decays need ``max_steps``). The warm-up also
-            scales the learning rate of an ``optimizer`` you pass.
-        grad_accum_steps: micro-batches per optimizer step, combined with ``num_items_in_batch``
-            so the step equals one step on the concatenated batch.
-        max_grad_norm: clip the gradient norm (None: no clipping).
-        optimizer: your own optimizer (e.g. to continue training with its state).
-        sparse_prediction: for BERT MLM / pretraining models, send only the masked positions
-            through the output layer (same loss, about half the time of a step here).
-        live: show a tqdm progress bar and, in a notebook, a loss plot redrawn in place every
-            ``plot_every`` seconds. False shows nothing (tests, scripts).
-        title: the plot's title (default: the model class).
-
-    The model is left in eval mode.
+    The loop of the lessons: AdamW (or ``optimizer``) with warm-up and ``schedule``, gradient
+    clipping, and ``grad_accum_steps`` batches per optimizer step combined as lesson 07 teaches.
+    The options are described in the module docstring. The model is left in eval mode.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if objective is None:
-        objective = infer_objective(model)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if max_steps is not None:
-        max_steps = check_int("max_steps", max_steps, minimum=1)
-    if max_seconds is not None:
-        if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)):
-            raise TypeError(
-                f"max_seconds must be a number of seconds, got {type(max_seconds).__name__}"
-            )
-        if not max_seconds > 0:
-            raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
-    if max_steps is None and max_seconds is None and not hasattr(batches, "__len__"):
-        raise ValueError(
-            "give max_steps or max_seconds (batches may be endless), or a finite list of batches"
-        )
-    grad_accum_steps = check_int("grad_accum_steps", grad_accum_steps, minimum=1)
-    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
-    if schedule not in ("constant", "linear", "cosine"):
-        raise ValueError(f"schedule must be 'constant', 'linear' or 'cosine', got {schedule!r}")
-    if schedule != "constant" and max_steps is None:
-        raise ValueError(f"schedule={schedule!r} decays to 0 at max_steps: give max_steps")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if not isinstance(batches, Iterable):
-        raise TypeError(f"batches must be an iterable of batch dicts, got {type(batches).__name__}")
-
-    sparse = bool(sparse_prediction) and objective != "clm" and _supports_sparse(model)
-    vocab_size = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
-    history = History(objective=objective, vocab_size=max(vocab_size, 1))
-    device = next(model.parameters()).device
+    objective = _check_model(model, objective)
+    budget = _Budget.checked(batches, max_steps, max_seconds, grad_accum_steps)
+    lr_factor = _schedule(schedule, warmup_steps, max_steps, lr)
+    history = History(objective=objective, vocab_size=_vocab_size(model))
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _schedule(schedule, warmup_steps, max_steps)
-    )
-
-    from tqdm.auto import tqdm
-
-    by_time = max_steps is None and max_seconds is not None
-    total = math.ceil(max_seconds) if by_time else (max_steps or len(batches) // grad_accum_steps)  # type: ignore[arg-type]
-    bar = tqdm(
-        total=total,
-        disable=not live,
-        unit="s" if by_time else "step",
-        desc=title or type(model).__name__,
-        bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
-    )
-    plot = _LivePlot(history, title or type(model).__name__) if live and in_notebook() else None
-    last_plot = time.perf_counter()
-
-    iterator: Iterator[dict[str, torch.Tensor]] = iter(batches)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    progress = _Progress(history, budget, live, plot_every, title or type(model).__name__)
+    sparse = bool(sparse_prediction) and objective != "clm" and _supports_sparse(model)
+    stream = _checked_batches(batches, objective, next(model.parameters()).device)
     model.train()
-    start = time.perf_counter()
-    tokens, index = 0, 0
+    budget.start = time.perf_counter()
     try:
-        while True:
-            if max_steps is not None and history.num_steps >= max_steps:
-                history.stopped_by = "max_steps"
-                break
-            if max_seconds is not None and time.perf_counter() - start >= max_seconds:
-                history.stopped_by = "max_seconds"
-                break
-            micro = []
-            for _ in range(grad_accum_steps):
-                try:
-                    batch = _check_batch(next(iterator), objective, index)
-                except StopIteration:
-                    break
-                index += 1
-                micro.append(
-                    {
-                        k: (v.to(device) if isinstance(v, torch.Tensor) else v)
-                        for k, v in batch.items()
-                    }
-                )
-            if len(micro) < grad_accum_steps:  # batches ran out: drop an incomplete step
-                history.stopped_by = "batches"
-                break
-
-            # num_items_in_batch: the targets of the whole step, counted before any forward pass.
+        while (micro := _next_step(stream, budget, history)) is not None:
+            # num_items_in_batch: the target tokens of ALL the step's micro-batches, counted first
             num_items = sum(_num_targets(b, objective) for b in micro)
             num_sequences = sum(b["input_ids"].shape[0] for b in micro)
-            step_loss, parts = 0.0, {"mlm_loss": 0.0, "nsp_loss": 0.0, "nsp_correct": 0}
-            for b in micro:
+            totals: dict[str, float] = {}
+            for b in micro:  # each loss: the sum of this micro-batch's token losses / num_items
                 loss, p = _micro_batch_loss(model, b, objective, num_items, num_sequences, sparse)
-                loss.backward()
-                step_loss += loss.item()
-                for k, v in p.items():
-                    parts[k] += v
-                mask = b.get("attention_mask")
-                tokens += int(mask.sum()) if mask is not None else b["input_ids"].numel()
+                loss.backward()  # the gradients add up in p.grad to the full-batch gradient
+                _add(totals, loss=loss.item(), **p)
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             history.lr.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-
-            history.step.append(history.num_steps + 1)
-            history.loss.append(step_loss)
-            if objective == "pretraining":
-                history.mlm_loss.append(parts["mlm_loss"])
-                history.nsp_loss.append(parts["nsp_loss"])
-                history.nsp_accuracy.append(parts["nsp_correct"] / num_sequences)
-            history.num_items.append(num_items)
-            history.tokens_seen.append(tokens)
-            now = time.perf_counter()
-            history.wall_time.append(now - start)
-
-            if live:
-                bar.set_postfix_str(
-                    f"step {history.num_steps}, loss {step_loss:.3f}", refresh=False
-                )
-                bar.update((min(now - start, total) if by_time else history.num_steps) - bar.n)
-            if plot is not None and now - last_plot >= plot_every:
-                plot.update()
-                last_plot = time.perf_counter()
+            _record(history, micro, totals, num_items, num_sequences, budget.elapsed())
+            progress.update()
     finally:
         model.eval()
-        if live:
-            if by_time and history.stopped_by:
-                bar.n = bar.total
-            bar.close()
-        if plot is not None:
-            plot.update()
+        progress.close()
     return history
+
+
+def _vocab_size(model: torch.nn.Module) -> int:
+    """The model's vocabulary size (1 if its config does not say)."""
+    config = getattr(model, "config", None)
+    return max(int(getattr(config, "vocab_size", 0) or 0), 1)
 
 
 # --------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------
+
+
+def _batch_sums(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], objective: str
+) -> dict[str, float]:
+    """Sums over one batch: cross-entropy and top-1 hits over its targets, and NSP's."""
+    if objective == "clm":
+        logits = _forward(model, batch).logits  # (B, T, V)
+        labels, nsp_logits = shift_labels(batch["labels"]), None  # (B, T): position t -> t + 1
+    else:
+        logits, labels, nsp_logits = _mlm_logits(model, batch, objective, _supports_sparse(model))
+    keep = labels != IGNORE_INDEX
+    rows, gold = logits[keep].float(), labels[keep]  # (N, V), (N,)
+    sums = {
+        "ce": F.cross_entropy(rows, gold, reduction="sum").item(),
+        "correct": int((rows.argmax(-1) == gold).sum()),
+        "targets": int(keep.sum()),
+        "sequences": batch["input_ids"].shape[0],
+    }
+    if nsp_logits is not None:
+        nsl = batch["next_sentence_label"]  # (B,)
+        sums["nsp_ce"] = F.cross_entropy(nsp_logits.float(), nsl, reduction="sum").item()
+        sums["nsp_correct"] = int((nsp_logits.argmax(-1) == nsl).sum())
+    return sums
 
 
 @torch.no_grad()
@@ -527,60 +638,29 @@ def evaluate(
     ``"clm"``: ``clm_loss``, ``perplexity`` (``exp(clm_loss)``), ``next_token_accuracy``.
     Also ``num_targets`` (and ``num_sequences``).
     """
-    if objective is None:
-        objective = infer_objective(model)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    objective = _check_model(model, objective)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    ce_sum, correct, targets = 0.0, 0, 0
-    nsp_sum, nsp_correct, sequences = 0.0, 0, 0
-    for i, batch in enumerate(batches):
-        batch = {
-            k: (v.to(device) if isinstance(v, torch.Tensor) else v)
-            for k, v in _check_batch(batch, objective, i).items()
-        }
-        if objective == "clm":
-            logits = _forward(model, batch).logits  # (B, T, V)
-            labels = torch.nn.functional.pad(
-                batch["labels"][..., 1:], (0, 1), value=IGNORE_INDEX
-            )  # shifted
-        else:
-            logits, labels, nsp_logits = _mlm_logits(
-                model, batch, objective, _supports_sparse(model)
-            )
-        keep = labels != IGNORE_INDEX
-        rows, gold = logits[keep].float(), labels[keep]  # (N, V), (N,)
-        ce_sum += torch.nn.functional.cross_entropy(rows, gold, reduction="sum").item()
-        correct += int((rows.argmax(-1) == gold).sum())
-        targets += int(keep.sum())
-        sequences += batch["input_ids"].shape[0]
-        if objective == "pretraining":
-            nsl = batch["next_sentence_label"]
-            nsp_sum += torch.nn.functional.cross_entropy(
-                nsp_logits.float(), nsl, reduction="sum"
-            ).item()
-            nsp_correct += int((nsp_logits.argmax(-1) == nsl).sum())
-    model.train(was_training)
-    if targets == 0:
+    total: dict[str, float] = {}
+    try:
+        for batch in _checked_batches(batches, objective, next(model.parameters()).device):
+            _add(total, **_batch_sums(model, batch, objective))
+    finally:
+        model.train(was_training)
+    if total.get("targets", 0) == 0:
         raise ValueError("batches held no target tokens to evaluate")
-    loss = ce_sum / targets
+    loss, accuracy = total["ce"] / total["targets"], total["correct"] / total["targets"]
+    counts = {"num_targets": total["targets"], "num_sequences": total["sequences"]}
     if objective == "clm":
         return {
             "clm_loss": loss,
             "perplexity": math.exp(loss),
-            "next_token_accuracy": correct / targets,
-            "num_targets": targets,
-            "num_sequences": sequences,
+            "next_token_accuracy": accuracy,
+            **counts,
         }
-    metrics = {
-        "mlm_loss": loss,
-        "mlm_accuracy": correct / targets,
-        "num_targets": targets,
-        "num_sequences": sequences,
-    }
+    metrics = {"mlm_loss": loss, "mlm_accuracy": accuracy, **counts}
     if objective == "pretraining":
-        metrics.update(nsp_loss=nsp_sum / sequences, nsp_accuracy=nsp_correct / sequences)
+        metrics["nsp_loss"] = total["nsp_ce"] / total["sequences"]
+        metrics["nsp_accuracy"] = total["nsp_correct"] / total["sequences"]
         metrics["loss"] = metrics["mlm_loss"] + metrics["nsp_loss"]
     return metrics

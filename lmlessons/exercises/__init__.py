@@ -34,10 +34,8 @@ from lmlessons.exercises._quiz import Quiz, quiz
 from lmlessons.exercises._result import CheckResult, Hint, Solution
 from lmlessons.exercises._runner import Mistake, NotAttempted, Runner, isolated_rng, single_thread
 from lmlessons.exercises.check_losses import (
-    BERT_SIGNATURE,
     CLM_SIGNATURE,
     MLM_SIGNATURE,
-    check_bert_pretraining_loss,
     check_clm_loss,
     check_mlm_loss,
 )
@@ -45,6 +43,7 @@ from lmlessons.exercises.check_masking import SIGNATURE as MASK_SIGNATURE
 from lmlessons.exercises.check_masking import check_mask_tokens
 from lmlessons.exercises.check_pairs import SIGNATURE as NSP_SIGNATURE
 from lmlessons.exercises.check_pairs import check_make_nsp_pairs
+from lmlessons.exercises.check_pretraining import BERT_SIGNATURE, check_bert_pretraining_loss
 from lmlessons.exercises.hints import HINTS
 
 __all__ = [
@@ -119,7 +118,8 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
             "not_attempted",
             "not attempted yet",
             "Your function still raises `NotImplementedError` (or returns None). Replace "
-            '`raise NotImplementedError("Your code here")` with your code, then run this cell again. '
+            '`raise NotImplementedError("Your code here")` with your code, then run this cell '
+            "again. "
             f"The function must keep the signature\n`{exercise.signature}`",
             mistake=None,
         )

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE = -100
-# ids that BERT's, GPT-2-style and the seed file's tokenizers use for special tokens
+from lmlessons._checks import IGNORE_INDEX
+
+#: Ids that popular tokenizers give their special tokens: 100-103 ([UNK], [CLS], [SEP], [MASK])
+#: and 0 ([PAD]) in BERT's vocabulary; 0-3 in many small WordPiece and BPE vocabularies (the
+#: course's own tokenizer among them), which number their special tokens first.
 POPULAR_SPECIAL_IDS = frozenset({0, 1, 2, 3, 100, 101, 102, 103})
 
 
@@ -85,7 +88,7 @@ def mlm_labels(
 ) -> torch.Tensor:
     """-100 everywhere except ``per_row[b]`` random positions of row b, which get random ids."""
     g = gen(seed)
-    labels = torch.full((batch, length), IGNORE, dtype=torch.long)
+    labels = torch.full((batch, length), IGNORE_INDEX, dtype=torch.long)
     for b, k in enumerate(per_row):
         pos = torch.randperm(length, generator=g)[:k]
         labels[b, pos] = torch.randint(vocab_size, (k,), generator=g)
@@ -100,8 +103,8 @@ def clm_labels(
     g = gen(seed)
     labels = torch.randint(vocab_size, (len(lengths), length), generator=g)
     for b, n in enumerate(lengths):
-        labels[b, n:] = IGNORE
-        labels[b, : prompt.get(b, 0)] = IGNORE
+        labels[b, n:] = IGNORE_INDEX
+        labels[b, : prompt.get(b, 0)] = IGNORE_INDEX
     return labels
 
 
@@ -110,9 +113,7 @@ class Corpus:
     """Documents of sentences of *unique* token ids, so every token tells where it came from."""
 
     documents: list[list[list[int]]]
-    where: dict[
-        int, tuple[int, int]
-    ]  # token id -> (document, position in the document's token stream)
+    where: dict[int, tuple[int, int]]  # token id -> (document, position in its token stream)
     cls: int
     sep: int
     pad: int

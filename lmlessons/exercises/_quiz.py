@@ -11,13 +11,16 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+import ipywidgets as widgets
+
 from lmlessons.exercises._result import _inline
 from lmlessons.exercises.quizzes import QUIZZES, Question
 
 LETTERS = "ABCDEFGH"
 _CSS = (
-    "<style>.lmlessons-quiz .widget-radio-box label{white-space:normal;height:auto;line-height:1.35;"
-    "margin-bottom:4px}.lmlessons-quiz .widget-radio-box{width:100%}</style>"
+    "<style>.lmlessons-quiz .widget-radio-box "
+    "label{white-space:normal;height:auto;line-height:1.35;margin-bottom:4px}.lmlessons-quiz "
+    ".widget-radio-box{width:100%}</style>"
 )
 
 
@@ -76,16 +79,17 @@ class Quiz:
         ):
             return choice
         raise ValueError(
-            f"choice must be a letter A-{LETTERS[len(q.choices) - 1]} or an index 0-{len(q.choices) - 1}, got {choice!r}"
+            f"choice must be a letter A-{LETTERS[len(q.choices) - 1]} or an index "
+            f"0-{len(q.choices) - 1}, got {choice!r}"
         )
 
     def answer(self, choice: int | str, question: int = 1) -> str:
-        """Choose ``choice`` (a letter "A".., or a 0-based index) for question ``question`` (1-based),
-        press Check, and return the feedback text the widget shows."""
+        """Choose ``choice`` (a letter "A".., or a 0-based index) for question ``question``
+        (1-based), press Check, and return the feedback text the widget shows."""
         qi = self._index(question)
         q = self.questions[qi]
         ci = self._choice(q, choice)
-        self.widget  # build the widgets so they show the same state
+        _ = self.widget  # build the widgets so they show the same state
         self._radios[qi].value = ci
         return self._check(qi)
 
@@ -109,8 +113,6 @@ class Quiz:
     @property
     def widget(self) -> Any:
         if self._widget is None:
-            import ipywidgets as widgets
-
             boxes = [widgets.HTML(_CSS + f"<b>{html.escape(self.title)}</b>")]
             for qi, q in enumerate(self.questions):
                 radio = widgets.RadioButtons(

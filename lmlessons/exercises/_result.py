@@ -11,6 +11,10 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
 _STATUS_STYLE = {
     # status: (symbol, border colour, background)
     "passed": ("✓", "#1a9641", "#eef8ee"),
@@ -130,8 +134,8 @@ class CheckResult:
         return (
             f'<div style="border-left:4px solid {border};background:{background};'
             'padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:13px;line-height:1.4">'
-            f'<div style="font-weight:bold;margin-bottom:2px">{symbol} <code>{html.escape(self.exercise)}</code>: '
-            f"{_inline(self.title)}</div>{body}</div>"
+            f'<div style="font-weight:bold;margin-bottom:2px">{symbol} '
+            f"<code>{html.escape(self.exercise)}</code>: {_inline(self.title)}</div>{body}</div>"
         )
 
 
@@ -156,16 +160,17 @@ class Hint:
 
     def _repr_html_(self) -> str:
         more = (
-            f'<p style="margin:6px 0 0 0;color:#555">More: <code>hint("{html.escape(self.exercise)}", '
-            f"{self.level + 1})</code></p>"
+            '<p style="margin:6px 0 0 0;color:#555">More: '
+            f'<code>hint("{html.escape(self.exercise)}", {self.level + 1})</code></p>'
             if self.level < self.levels
             else ""
         )
         return (
-            '<div style="border-left:4px solid #2c7bb6;background:#eef4fa;padding:6px 10px;margin:4px 0;'
-            'font-family:sans-serif;font-size:13px;line-height:1.4">'
+            '<div style="border-left:4px solid #2c7bb6;background:#eef4fa;padding:6px 10px;'
+            'margin:4px 0;font-family:sans-serif;font-size:13px;line-height:1.4">'
             f'<div style="font-weight:bold">Hint {self.level}/{self.levels} for '
-            f"<code>{html.escape(self.exercise)}</code></div>{_paragraphs_html(self.text)}{more}</div>"
+            f"<code>{html.escape(self.exercise)}</code></div>"
+            f"{_paragraphs_html(self.text)}{more}</div>"
         )
 
 
@@ -182,17 +187,12 @@ class Solution:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        try:
-            from pygments import highlight
-            from pygments.formatters import HtmlFormatter
-            from pygments.lexers import PythonLexer
-
-            code = highlight(self.source, PythonLexer(), HtmlFormatter(noclasses=True, nowrap=True))
-        except ImportError:  # pragma: no cover - pygments ships with IPython
-            code = html.escape(self.source)
+        code = highlight(self.source, PythonLexer(), HtmlFormatter(noclasses=True, nowrap=True))
         return (
-            '<div style="border-left:4px solid #7b3294;background:#f7f2fa;padding:6px 10px;margin:4px 0;'
-            'font-family:sans-serif;font-size:13px">'
-            f'<div style="font-weight:bold">Reference solution for <code>{html.escape(self.exercise)}</code></div>'
-            f'<pre style="margin:4px 0;font-size:12px;line-height:1.35;background:transparent">{code}</pre></div>'
+            '<div style="border-left:4px solid #7b3294;background:#f7f2fa;padding:6px 10px;'
+            'margin:4px 0;font-family:sans-serif;font-size:13px">'
+            '<div style="font-weight:bold">Reference solution for '
+            f"<code>{html.escape(self.exercise)}</code></div>"
+            '<pre style="margin:4px 0;font-size:12px;line-height:1.35;background:transparent">'
+            f"{code}</pre></div>"
         )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -29,7 +30,8 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 
 class Mistake(Exception):
-    """A diagnosed mistake: ``code`` is stable (tests use it), ``title`` one line, ``message`` the why."""
+    """A diagnosed mistake: ``code`` is stable (tests use it), ``title`` one line, ``message``
+    the why."""
 
     def __init__(self, code: str, title: str, message: str) -> None:
         super().__init__(code)
@@ -68,15 +70,11 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def _global_rng_state() -> tuple[Any, ...]:
-    import numpy as np
-
     return torch.get_rng_state(), random.getstate(), np.random.get_state()
 
 
 def global_rng_changed(before: tuple[Any, ...]) -> str | None:
     """Which global generator was used since ``before`` ('torch', 'random', 'numpy') or None."""
-    import numpy as np
-
     now = _global_rng_state()
     if not torch.equal(now[0], before[0]):
         return "torch"
@@ -94,8 +92,6 @@ def global_rng_changed(before: tuple[Any, ...]) -> str | None:
 @contextlib.contextmanager
 def isolated_rng(seed: int = 20240) -> Iterator[None]:
     """Seed the global generators for the duration of a check and restore them afterwards."""
-    import numpy as np
-
     saved = _global_rng_state()
     try:
         torch.manual_seed(seed)

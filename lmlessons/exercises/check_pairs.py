@@ -44,7 +44,11 @@ class _Case:
         self.corpus = corpus
         self.max_length = max_length
         self.nsp_probability = nsp_probability
-        self.text = f"{label} ({corpus.describe()}; max_length={max_length}, nsp_probability={nsp_probability})"
+        self.used_global: str | None = None  # a global generator the first call drew from
+        self.text = (
+            f"{label} ({corpus.describe()}; max_length={max_length}, "
+            f"nsp_probability={nsp_probability})"
+        )
 
     def run(self, run: Runner, seed: int | None) -> dict[str, torch.Tensor]:
         docs = self.corpus.documents
@@ -64,13 +68,19 @@ class _Case:
                 "modifies_input",
                 "modified `documents` in place",
                 f"On {self.text}, the `documents` list changed during the call (a sentence was "
-                "popped, extended or truncated in place). Copy what you change (`list(sentence)`), so "
-                "the same documents can be paired again for the next epoch.",
+                "popped, extended or truncated in place). Copy what you change "
+                "(`list(sentence)`), so the same documents can be paired again for the next "
+                "epoch.",
             )
         return _unpack(out, self)
 
 
 def _unpack(out: Any, case: _Case) -> dict[str, torch.Tensor]:
+    return _check_shapes(_check_keys(out, case), case)
+
+
+def _check_keys(out: Any, case: _Case) -> dict[str, Any]:
+    """A dict holding every key of :data:`KEYS`."""
     if not isinstance(out, dict):
         what = f"a {type(out).__name__}" + (
             f" of {len(out)} items" if isinstance(out, (tuple, list)) else ""
@@ -87,9 +97,14 @@ def _unpack(out: Any, case: _Case) -> dict[str, torch.Tensor]:
         raise Mistake(
             "missing_keys",
             "keys are missing from the result",
-            f"On {case.text}, the result has no {', '.join(f'`{k}`' for k in missing)}. Return all of "
-            f"{', '.join(f'`{k}`' for k in KEYS)}.",
+            f"On {case.text}, the result has no {', '.join(f'`{k}`' for k in missing)}. Return "
+            f"all of {', '.join(f'`{k}`' for k in KEYS)}.",
         )
+    return out
+
+
+def _check_shapes(out: dict[str, Any], case: _Case) -> dict[str, torch.Tensor]:
+    """LongTensors: ``input_ids`` (N, L) with L <= max_length, the others to match."""
     for k in KEYS:
         v = out[k]
         if not isinstance(v, torch.Tensor) or v.dtype != torch.long:
@@ -97,36 +112,40 @@ def _unpack(out: Any, case: _Case) -> dict[str, torch.Tensor]:
             raise Mistake(
                 "wrong_dtype",
                 f"`{k}` is not a LongTensor",
-                f"On {case.text}, `{k}` is {what}; every entry of the result must be a torch.long tensor.",
+                f"On {case.text}, `{k}` is {what}; every entry of the result must be a torch.long "
+                "tensor.",
             )
     ids = out["input_ids"]
     if ids.dim() != 2 or ids.shape[0] == 0:
         raise Mistake(
             "wrong_shape",
             "`input_ids` must be a non-empty (N, L) tensor",
-            f"On {case.text}, `input_ids` has shape {tuple(ids.shape)}: expected one row per example, (N, L) with N >= 1.",
+            f"On {case.text}, `input_ids` has shape {tuple(ids.shape)}: expected one row per "
+            "example, (N, L) with N >= 1.",
         )
     for k in ("token_type_ids", "attention_mask"):
         if tuple(out[k].shape) != tuple(ids.shape):
             raise Mistake(
                 "wrong_shape",
                 f"`{k}` has the wrong shape",
-                f"On {case.text}, `{k}` has shape {tuple(out[k].shape)}, `input_ids` {tuple(ids.shape)}; they must match.",
+                f"On {case.text}, `{k}` has shape {tuple(out[k].shape)}, `input_ids` "
+                f"{tuple(ids.shape)}; they must match.",
             )
     if tuple(out["next_sentence_label"].shape) != (ids.shape[0],):
         raise Mistake(
             "wrong_shape",
             "`next_sentence_label` has the wrong shape",
-            f"On {case.text}, `next_sentence_label` has shape {tuple(out['next_sentence_label'].shape)}; "
-            f"expected ({ids.shape[0]},), one label per example.",
+            f"On {case.text}, `next_sentence_label` has shape "
+            f"{tuple(out['next_sentence_label'].shape)}; expected ({ids.shape[0]},), one label "
+            "per example.",
         )
     if ids.shape[1] > case.max_length:
         raise Mistake(
             "ignores_max_length",
             "examples are longer than `max_length`",
-            f"On {case.text}, the examples are {ids.shape[1]} tokens wide. Every example, [CLS] and both "
-            f"[SEP] included, must fit in `max_length` = {case.max_length}: trim the pair to "
-            "`max_length - 3` tokens, one token at a time from the longer side (Google's "
+            f"On {case.text}, the examples are {ids.shape[1]} tokens wide. Every example, [CLS] "
+            f"and both [SEP] included, must fit in `max_length` = {case.max_length}: trim the "
+            "pair to `max_length - 3` tokens, one token at a time from the longer side (Google's "
             "`truncate_seq_pair`).",
         )
     return out
@@ -134,11 +153,11 @@ def _unpack(out: Any, case: _Case) -> dict[str, torch.Tensor]:
 
 def _span(tokens: list[int], corpus: Corpus) -> tuple[int, tuple[int, int]] | None:
     """(document, (first, last) position) if ``tokens`` is consecutive text of one document."""
-    places = [corpus.where.get(t) for t in tokens]
-    if any(p is None for p in places):
+    places = [corpus.where[t] for t in tokens if t in corpus.where]
+    if len(places) != len(tokens):
         return None
-    docs = {p[0] for p in places}  # type: ignore[index]
-    positions = [p[1] for p in places]  # type: ignore[index]
+    docs = {doc for doc, _ in places}
+    positions = [pos for _, pos in places]
     if len(docs) != 1 or positions != list(range(positions[0], positions[0] + len(positions))):
         return None
     return docs.pop(), (positions[0], positions[-1])
@@ -156,134 +175,166 @@ def _runs(tokens: list[int], corpus: Corpus) -> int:
     return runs
 
 
-def _parse(out: dict[str, torch.Tensor], case: _Case) -> list[Row]:
-    corpus = case.corpus
-    ids, types, attn = out["input_ids"], out["token_type_ids"], out["attention_mask"]
-    labels = out["next_sentence_label"].tolist()
-    rows: list[Row] = []
+def _check_cls(row: list[int], corpus: Corpus, at: str) -> None:
+    if row[0] == corpus.cls:
+        return
+    if corpus.cls not in row and row[0] not in corpus.where:
+        raise Mistake(
+            "hard_coded_special_ids",
+            "[CLS] is not `cls_token_id`",
+            f"On {at}, the first id is {row[0]}, but `cls_token_id` is {corpus.cls}. Take the "
+            "special ids from the arguments: fixed values such as 1, 2 or 101, 102 belong to one "
+            "tokenizer only.",
+        )
+    raise Mistake(
+        "missing_cls",
+        "examples must start with [CLS]",
+        f"On {at}, the first id is {row[0]}, not `cls_token_id` = {corpus.cls}. Each example is "
+        "`[CLS] A [SEP] B [SEP]`.",
+    )
+
+
+def _check_mask_and_padding(row: list[int], m: list[int], corpus: Corpus, at: str) -> int:
+    """The number of real tokens ``n``: the mask is n ones then zeros, the rest is [PAD]."""
+    n = sum(m)
+    if any(v not in (0, 1) for v in m) or m != [1] * n + [0] * (len(m) - n):
+        raise Mistake(
+            "attention_mask_wrong",
+            "the attention mask is wrong",
+            f"On {at}, the attention mask is {m}. It must be 1 on every real token ([CLS] through "
+            "the final [SEP]) and 0 on padding.",
+        )
+    padding = row[n:]
+    if any(t != corpus.pad for t in padding):
+        if len(set(padding)) == 1 and padding[0] not in corpus.where:
+            raise Mistake(
+                "hard_coded_special_ids",
+                "padding is not `pad_token_id`",
+                f"On {at}, padding uses id {padding[0]}, but `pad_token_id` is {corpus.pad}. Take "
+                "the special ids from the arguments.",
+            )
+        raise Mistake(
+            "padding_wrong",
+            "padding is wrong",
+            f"On {at}, after the attention mask ends the ids are {padding}; they must all be "
+            f"`pad_token_id` = {corpus.pad} (and the attention mask must cover every real token).",
+        )
+    return n
+
+
+def _check_seps(row: list[int], n: int, corpus: Corpus, at: str) -> int:
+    """The position of the first [SEP]; the second must be the last real token."""
+    seps = [i for i in range(n) if row[i] == corpus.sep]
+    if len(seps) != 2 or seps[1] != n - 1:
+        if not seps and row[n - 1] not in corpus.where:
+            raise Mistake(
+                "hard_coded_special_ids",
+                "[SEP] is not `sep_token_id`",
+                f"On {at}, there is no `sep_token_id` = {corpus.sep}; the example ends with "
+                f"{row[n - 1]}. Take the special ids from the arguments.",
+            )
+        raise Mistake(
+            "sep_wrong",
+            "each example needs exactly two [SEP]",
+            f"On {at}, [SEP] appears at positions {seps} of the {n} real tokens. The layout is "
+            "`[CLS] A [SEP] B [SEP]`: one [SEP] after A and one as the last real token.",
+        )
+    return seps[0]
+
+
+def _check_segments(
+    row: list[int], tt: list[int], s1: int, n: int, corpus: Corpus, at: str
+) -> tuple[list[int], list[int]]:
+    """Segments A and B (non-empty, no special token inside) and their ``token_type_ids``."""
+    tokens_a, tokens_b = row[1:s1], row[s1 + 1 : n - 1]
+    if not tokens_a or not tokens_b:
+        raise Mistake(
+            "empty_segment",
+            "segment A or B is empty",
+            f"On {at}, segment {'A' if not tokens_a else 'B'} is empty. Both segments need at "
+            "least one token.",
+        )
+    expected_types = [0] * (s1 + 1) + [1] * (n - s1 - 1) + [0] * (len(row) - n)
+    if tt != expected_types:
+        raise Mistake(
+            "wrong_segment_ids",
+            "wrong segment ids (`token_type_ids`)",
+            _segment_message(at, tt, expected_types, s1, n),
+        )
     specials = {corpus.cls: "[CLS]", corpus.sep: "[SEP]", corpus.pad: "[PAD]"}
-    for r in range(ids.shape[0]):
-        row, m, tt = ids[r].tolist(), attn[r].tolist(), types[r].tolist()
-        at = f"{case.text}, example {r}: {row}"
-        if row[0] != corpus.cls:
-            if corpus.cls not in row and row[0] not in corpus.where:
-                raise Mistake(
-                    "hard_coded_special_ids",
-                    "[CLS] is not `cls_token_id`",
-                    f"On {at}, the first id is {row[0]}, but `cls_token_id` is {corpus.cls}. Take the "
-                    "special ids from the arguments: fixed values such as 1, 2 or 101, 102 belong to one "
-                    "tokenizer only.",
-                )
-            raise Mistake(
-                "missing_cls",
-                "examples must start with [CLS]",
-                f"On {at}, the first id is {row[0]}, not `cls_token_id` = {corpus.cls}. Each example is "
-                "`[CLS] A [SEP] B [SEP]`.",
-            )
-        n = sum(m)
-        if any(v not in (0, 1) for v in m) or m != [1] * n + [0] * (len(m) - n):
-            raise Mistake(
-                "attention_mask_wrong",
-                "the attention mask is wrong",
-                f"On {at}, the attention mask is {m}. It must be 1 on every real token ([CLS] through the "
-                "final [SEP]) and 0 on padding.",
-            )
-        padding = row[n:]
-        if any(t != corpus.pad for t in padding):
-            if len(set(padding)) == 1 and padding[0] not in corpus.where:
-                raise Mistake(
-                    "hard_coded_special_ids",
-                    "padding is not `pad_token_id`",
-                    f"On {at}, padding uses id {padding[0]}, but `pad_token_id` is {corpus.pad}. Take the "
-                    "special ids from the arguments.",
-                )
-            raise Mistake(
-                "padding_wrong",
-                "padding is wrong",
-                f"On {at}, after the attention mask ends the ids are {padding}; they must all be "
-                f"`pad_token_id` = {corpus.pad} (and the attention mask must cover every real token).",
-            )
-        seps = [i for i in range(n) if row[i] == corpus.sep]
-        if len(seps) != 2 or seps[1] != n - 1:
-            if not seps and row[n - 1] not in corpus.where:
-                raise Mistake(
-                    "hard_coded_special_ids",
-                    "[SEP] is not `sep_token_id`",
-                    f"On {at}, there is no `sep_token_id` = {corpus.sep}; the example ends with {row[n - 1]}. "
-                    "Take the special ids from the arguments.",
-                )
-            raise Mistake(
-                "sep_wrong",
-                "each example needs exactly two [SEP]",
-                f"On {at}, [SEP] appears at positions {seps} of the {n} real tokens. The layout is "
-                "`[CLS] A [SEP] B [SEP]`: one [SEP] after A and one as the last real token.",
-            )
-        s1 = seps[0]
-        tokens_a, tokens_b = row[1:s1], row[s1 + 1 : n - 1]
-        if not tokens_a or not tokens_b:
-            raise Mistake(
-                "empty_segment",
-                "segment A or B is empty",
-                f"On {at}, segment {'A' if not tokens_a else 'B'} is empty. Both segments need at least one token.",
-            )
-        expected_types = [0] * (s1 + 1) + [1] * (n - s1 - 1) + [0] * (len(row) - n)
-        if tt != expected_types:
-            raise Mistake(
-                "wrong_segment_ids",
-                "wrong segment ids (`token_type_ids`)",
-                _segment_message(at, tt, expected_types, s1, n),
-            )
-        stray = [t for t in tokens_a + tokens_b if t in specials]
-        if stray:
-            raise Mistake(
-                "sep_wrong",
-                "special tokens inside a segment",
-                f"On {at}, {specials[stray[0]]} appears inside segment A or B.",
-            )
-        a = _span(tokens_a, corpus)
-        if a is None:
-            from_docs = all(t in corpus.where for t in tokens_a)
-            raise Mistake(
-                "a_not_consecutive_text" if from_docs else "a_not_from_documents",
-                "segment A is not consecutive text of one document",
-                f"On {at}, segment A is {tokens_a}. "
-                + (
-                    "Its tokens come from the documents but not as one consecutive stretch of one "
-                    "document. A is the first sentence(s) of a chunk of one document, in order."
-                    if from_docs
-                    else "Some of its tokens do not occur in the documents at all."
-                ),
-            )
-        b = _span(tokens_b, corpus)
-        if b is None:
-            known = sum(t in corpus.where for t in tokens_b)
-            if known < len(tokens_b) / 2 or _runs(tokens_b, corpus) >= max(
-                2, len(tokens_b) // 2 + 1
-            ):
-                raise Mistake(
-                    "negative_random_ids",
-                    "segment B is made of random token ids",
-                    f"On {at}, segment B is {tokens_b}: {len(tokens_b) - known} of its {len(tokens_b)} ids "
-                    "occur nowhere in the documents, and the others are not consecutive text, so B looks "
-                    "like random ids. A NotNext B must be real text from *another "
-                    "document* (Google's create_pretraining_data.py): random ids are not language, so the "
-                    "model could tell them apart without understanding anything.",
-                )
-            raise Mistake(
-                "b_not_consecutive_text",
-                "segment B is not consecutive text of one document",
-                f"On {at}, segment B is {tokens_b}: its tokens are not one consecutive stretch of one "
-                "document (does B run across a document boundary?).",
-            )
-        label = labels[r]
-        if label not in (0, 1):
-            raise Mistake(
-                "labels_not_binary",
-                "`next_sentence_label` must be 0 or 1",
-                f"On {at}, the label is {label}; use 0 = IsNext, 1 = NotNext.",
-            )
-        rows.append(Row(r, a[0], a[1], b[0], b[1], label))
-    return rows
+    stray = [t for t in tokens_a + tokens_b if t in specials]
+    if stray:
+        raise Mistake(
+            "sep_wrong",
+            "special tokens inside a segment",
+            f"On {at}, {specials[stray[0]]} appears inside segment A or B.",
+        )
+    return tokens_a, tokens_b
+
+
+def _a_span(tokens_a: list[int], corpus: Corpus, at: str) -> tuple[int, tuple[int, int]]:
+    a = _span(tokens_a, corpus)
+    if a is None:
+        from_docs = all(t in corpus.where for t in tokens_a)
+        raise Mistake(
+            "a_not_consecutive_text" if from_docs else "a_not_from_documents",
+            "segment A is not consecutive text of one document",
+            f"On {at}, segment A is {tokens_a}. "
+            + (
+                "Its tokens come from the documents but not as one consecutive stretch of one "
+                "document. A is the first sentence(s) of a chunk of one document, in order."
+                if from_docs
+                else "Some of its tokens do not occur in the documents at all."
+            ),
+        )
+    return a
+
+
+def _b_span(tokens_b: list[int], corpus: Corpus, at: str) -> tuple[int, tuple[int, int]]:
+    b = _span(tokens_b, corpus)
+    if b is not None:
+        return b
+    known = sum(t in corpus.where for t in tokens_b)
+    if known < len(tokens_b) / 2 or _runs(tokens_b, corpus) >= max(2, len(tokens_b) // 2 + 1):
+        raise Mistake(
+            "negative_random_ids",
+            "segment B is made of random token ids",
+            f"On {at}, segment B is {tokens_b}: {len(tokens_b) - known} of its {len(tokens_b)} ids "
+            "occur nowhere in the documents, and the others are not consecutive text, so B looks "
+            "like random ids. A NotNext B must be real text from *another "
+            "document* (Google's create_pretraining_data.py): random ids are not language, so the "
+            "model could tell them apart without understanding anything.",
+        )
+    raise Mistake(
+        "b_not_consecutive_text",
+        "segment B is not consecutive text of one document",
+        f"On {at}, segment B is {tokens_b}: its tokens are not one consecutive stretch of one "
+        "document (does B run across a document boundary?).",
+    )
+
+
+def _parse_row(r: int, out: dict[str, torch.Tensor], case: _Case) -> Row:
+    """Row ``r`` read as ``[CLS] A [SEP] B [SEP] [PAD]...``: where A and B come from, the label."""
+    corpus = case.corpus
+    row = out["input_ids"][r].tolist()
+    at = f"{case.text}, example {r}: {row}"
+    _check_cls(row, corpus, at)
+    n = _check_mask_and_padding(row, out["attention_mask"][r].tolist(), corpus, at)
+    s1 = _check_seps(row, n, corpus, at)
+    tokens_a, tokens_b = _check_segments(row, out["token_type_ids"][r].tolist(), s1, n, corpus, at)
+    a, b = _a_span(tokens_a, corpus, at), _b_span(tokens_b, corpus, at)
+    label = int(out["next_sentence_label"][r])
+    if label not in (0, 1):
+        raise Mistake(
+            "labels_not_binary",
+            "`next_sentence_label` must be 0 or 1",
+            f"On {at}, the label is {label}; use 0 = IsNext, 1 = NotNext.",
+        )
+    return Row(r, a[0], a[1], b[0], b[1], label)
+
+
+def _parse(out: dict[str, torch.Tensor], case: _Case) -> list[Row]:
+    return [_parse_row(r, out, case) for r in range(out["input_ids"].shape[0])]
 
 
 def _segment_message(at: str, got: list[int], expected: list[int], s1: int, n: int) -> str:
@@ -302,8 +353,8 @@ def _segment_message(at: str, got: list[int], expected: list[int], s1: int, n: i
         what.append("every token of A must be segment 0")
     detail = "; ".join(what) if what else "see the expected pattern"
     return (
-        f"On {at}, `token_type_ids` is {got}, expected {expected}: {detail}. Segment 0 runs from [CLS] "
-        "through the first [SEP], segment 1 covers B and the final [SEP], and padding is 0."
+        f"On {at}, `token_type_ids` is {got}, expected {expected}: {detail}. Segment 0 runs from "
+        "[CLS] through the first [SEP], segment 1 covers B and the final [SEP], and padding is 0."
     )
 
 
@@ -330,10 +381,11 @@ def _check_labels(rows: list[Row], case: _Case, *, strict: bool) -> None:
         raise Mistake(
             "swapped_nsp_labels",
             "IsNext and NotNext are swapped",
-            f"On {case.text}, every example whose B continues A has label 1, and every example whose B "
-            "comes from another document has label 0. BERT and transformers use 0 = IsNext (B follows "
-            "A) and 1 = NotNext: `BertForPreTraining` reads `next_sentence_label` that way. (d2l.ai "
-            "uses the opposite, is_next=True -> 1; mixing the two silently flips the task.)",
+            f"On {case.text}, every example whose B continues A has label 1, and every example "
+            "whose B comes from another document has label 0. BERT and transformers use 0 = "
+            "IsNext (B follows A) and 1 = NotNext: `BertForPreTraining` reads "
+            "`next_sentence_label` that way. (d2l.ai uses the opposite, is_next=True -> 1; "
+            "mixing the two silently flips the task.)",
         )
     r = right[0]
     at = f"{case.text}, example {r.index}"
@@ -346,48 +398,55 @@ def _check_labels(rows: list[Row], case: _Case, *, strict: bool) -> None:
         raise Mistake(
             "negative_same_document",
             "a NotNext example takes B from A's own document",
-            f"On {at} (label 1 = NotNext), {how}. Draw the NotNext segment from a *different* document "
-            "(Google's script picks another document; d2l.ai's random sentence can come from the same "
-            "paragraph, and can even be the true next sentence).",
+            f"On {at} (label 1 = NotNext), {how}. Draw the NotNext segment from a *different* "
+            "document (Google's script picks another document; d2l.ai's random sentence can come "
+            "from the same paragraph, and can even be the true next sentence).",
         )
     if r.a_doc != r.b_doc:
         raise Mistake(
             "positive_from_other_document",
             "an IsNext example takes B from another document",
-            f"On {at} (label 0 = IsNext), A comes from document {r.a_doc} but B from document {r.b_doc}. "
-            "B must be the text that follows A *in the same document*; the last sentence of one "
-            "document and the first of the next are not consecutive text (pairing sentences 2i and "
-            "2i+1 of one flat list crosses document boundaries).",
+            f"On {at} (label 0 = IsNext), A comes from document {r.a_doc} but B from document "
+            f"{r.b_doc}. B must be the text that follows A *in the same document*; the last "
+            "sentence of one document and the first of the next are not consecutive text "
+            "(pairing sentences 2i and 2i+1 of one flat list crosses document boundaries).",
         )
     raise Mistake(
         "positive_not_continuation",
         "an IsNext example's B does not follow A",
-        f"On {at} (label 0 = IsNext), A ends at token {r.a_span[1]} of document {r.a_doc} but B starts at "
-        f"token {r.b_span[0]}. B must start right where A ends.",
+        f"On {at} (label 0 = IsNext), A ends at token {r.a_span[1]} of document {r.a_doc} but B "
+        f"starts at token {r.b_span[0]}. B must start right where A ends.",
     )
 
 
-def check_make_nsp_pairs(run: Runner) -> None:
-    # 1. many documents, no truncation: the full parse and the strict label rules
+def _case_full_parse(run: Runner) -> _Case:
+    """Hidden case 1: many documents, no truncation: the full parse and the strict label rules.
+    Its ``used_global`` records whether the first call drew from a global generator."""
     corpus = Corpus.make(61, n_docs=24, sentences=(3, 5), tokens=(2, 5))
     case = _Case(corpus, max_length=64, nsp_probability=0.5, label="hidden case 1")
     before = run.rng_state()
     out = case.run(run, seed=0)
-    used_global = global_rng_changed(before)
+    case.used_global = global_rng_changed(before)
     run.ok(
-        "returns a dict of LongTensors `input_ids`, `token_type_ids`, `attention_mask`, `next_sentence_label`"
+        "returns a dict of LongTensors `input_ids`, `token_type_ids`, `attention_mask`, "
+        "`next_sentence_label`"
     )
     rows = _parse(out, case)
     run.ok("every example is `[CLS] A [SEP] B [SEP]` + padding, with the ids given as arguments")
     run.ok(
-        "segment ids: 0 through the first [SEP], 1 for B and its [SEP], 0 on padding; mask 1 on real tokens"
+        "segment ids: 0 through the first [SEP], 1 for B and its [SEP], 0 on padding; mask 1 on "
+        "real tokens"
     )
     _check_labels(rows, case, strict=True)
     run.ok(
         "label 0 (IsNext): B is the text right after A; label 1 (NotNext): B from another document"
     )
+    return case
 
-    # 2. two long documents: negatives drawn from "any document" hit A's own half of the time
+
+def _case_two_documents(run: Runner) -> None:
+    """Hidden case 2: two long documents: negatives drawn from "any document" hit A's own half
+    of the time."""
     two = _Case(
         Corpus.make(71, n_docs=2, sentences=(10, 12), tokens=(2, 4)),
         max_length=64,
@@ -398,7 +457,9 @@ def check_make_nsp_pairs(run: Runner) -> None:
         _check_labels(_parse(two.run(run, seed=seed), two), two, strict=True)
     run.ok("NotNext segments never come from A's own document (two-document corpus, 3 seeds)")
 
-    # 3. truncation
+
+def _case_truncation(run: Runner) -> None:
+    """Hidden case 3: pairs longer than ``max_length`` are trimmed."""
     short = _Case(
         Corpus.make(81, n_docs=8, sentences=(3, 4), tokens=(4, 8)),
         max_length=12,
@@ -409,7 +470,9 @@ def check_make_nsp_pairs(run: Runner) -> None:
     _check_labels(rows, short, strict=False)
     run.ok("pairs longer than `max_length` are trimmed, both segments kept non-empty")
 
-    # 4. nsp_probability, exact at 0 and 1
+
+def _case_exact_probabilities(run: Runner, corpus: Corpus) -> None:
+    """Hidden cases 4 and 5: ``nsp_probability`` 0 and 1 give only IsNext, only NotNext."""
     for p in (0.0, 1.0):
         cp = _Case(corpus, max_length=64, nsp_probability=p, label=f"hidden case {5 if p else 4}")
         labels = cp.run(run, seed=3)["next_sentence_label"]
@@ -418,15 +481,18 @@ def check_make_nsp_pairs(run: Runner) -> None:
             raise Mistake(
                 "ignores_nsp_probability",
                 "`nsp_probability` is ignored",
-                f"On {cp.text}, {wrong} of {len(labels)} labels are {1 - int(p)}; with nsp_probability={p} "
-                f"every example must be {'NotNext (1)' if p else 'IsNext (0)'}. Draw NotNext with "
-                "probability `nsp_probability` per example (not a fixed half). (Google's script also "
-                "forces NotNext when a chunk holds a single sentence; this course borrows the next "
+                f"On {cp.text}, {wrong} of {len(labels)} labels are {1 - int(p)}; with "
+                f"nsp_probability={p} every example must be "
+                f"{'NotNext (1)' if p else 'IsNext (0)'}. Draw NotNext with probability "
+                "`nsp_probability` per example (not a fixed half). (Google's script also forces "
+                "NotNext when a chunk holds a single sentence; this course borrows the next "
                 "sentence instead, so that the NotNext rate is exactly `nsp_probability`.)",
             )
     run.ok("`nsp_probability=0` gives only IsNext, `nsp_probability=1` only NotNext")
 
-    # 5. the NotNext rate at 0.3
+
+def _case_notnext_rate(run: Runner, corpus: Corpus) -> None:
+    """Hidden case 6: the NotNext rate at ``nsp_probability=0.3`` over at least 400 examples."""
     p = 0.3
     rate_case = _Case(corpus, max_length=64, nsp_probability=p, label="hidden case 6")
     n = ones = seed = 0
@@ -437,20 +503,22 @@ def check_make_nsp_pairs(run: Runner) -> None:
         raise Mistake(
             "ignores_nsp_probability",
             "the NotNext rate is not `nsp_probability`",
-            f"On {rate_case.text}, over {seed} calls, {ones} of {n} examples are NotNext ({pct(ones, n)}); "
-            f"expected about {p:.0%}.",
+            f"On {rate_case.text}, over {seed} calls, {ones} of {n} examples are NotNext "
+            f"({pct(ones, n)}); expected about {p:.0%}.",
         )
     run.ok(f"NotNext rate {pct(ones, n)} over {n} examples at nsp_probability={p}")
 
-    # 6. the generator
-    if used_global is not None:
+
+def _check_generator(run: Runner, case: _Case) -> None:
+    """One seed gives one dataset, different seeds differ, nothing global is drawn from."""
+    if case.used_global is not None:
+        used = "torch generator" if case.used_global == "torch" else f"{case.used_global} generator"
         raise Mistake(
             "uses_global_rng",
             "`generator` is not used for every random draw",
             f"On {case.text}, with a `generator` passed, your function still drew from the global "
-            f"{'torch generator' if used_global == 'torch' else used_global + ' generator'}. Pass "
-            "`generator=generator` to every random call (`torch.rand((), generator=generator)` for one "
-            "uniform number), so one seed gives one dataset.",
+            f"{used}. Pass `generator=generator` to every random call (`torch.rand((), "
+            "generator=generator)` for one uniform number), so one seed gives one dataset.",
         )
     first = case.run(run, seed=0)
     again = case.run(run, seed=0)
@@ -458,16 +526,26 @@ def check_make_nsp_pairs(run: Runner) -> None:
         raise Mistake(
             "not_deterministic",
             "the same seed gave different pairs",
-            f"On {case.text}, two calls with `generator=torch.Generator().manual_seed(0)` gave different "
-            "examples. Every random draw must use `generator`.",
+            f"On {case.text}, two calls with `generator=torch.Generator().manual_seed(0)` gave "
+            "different examples. Every random draw must use `generator`.",
         )
     others = [case.run(run, seed=s) for s in (1, 2)]
     if all(all(torch.equal(first[k], o[k]) for k in KEYS) for o in others):
         raise Mistake(
             "ignores_generator",
             "the `generator` argument is ignored",
-            f"On {case.text}, generators seeded 0, 1 and 2 gave identical examples. Use the `generator` "
-            "you are given.",
+            f"On {case.text}, generators seeded 0, 1 and 2 gave identical examples. Use the "
+            "`generator` you are given.",
         )
     case.run(run, seed=None)
     run.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")
+
+
+def check_make_nsp_pairs(run: Runner) -> None:
+    """Run the hidden cases in order; the first failure raises its :class:`Mistake`."""
+    case = _case_full_parse(run)
+    _case_two_documents(run)
+    _case_truncation(run)
+    _case_exact_probabilities(run, case.corpus)
+    _case_notnext_rate(run, case.corpus)
+    _check_generator(run, case)

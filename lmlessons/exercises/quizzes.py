@@ -36,8 +36,9 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
     "01": (
         _q(
             "01.1",
-            "With BERT's defaults (mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1), "
-            "what share of all non-special tokens appear as [MASK] in the model's input?",
+            "With BERT's defaults (mlm_probability=0.15, mask_replace_prob=0.8, "
+            "random_replace_prob=0.1), what share of all non-special tokens appear as [MASK] in "
+            "the model's input?",
             (
                 "15%",
                 False,
@@ -66,11 +67,12 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             "01.2",
             "Why does BERT keep some selected tokens unchanged (but still predict them)?",
             (
-                "So the model must also produce good predictions for real, unmasked tokens: fine-tuning inputs "
-                "never contain [MASK].",
+                "So the model must also produce good predictions for real, unmasked tokens: "
+                "fine-tuning inputs never contain [MASK].",
                 True,
-                "Right. If every target were a [MASK], the model could ignore the representations of real tokens; "
-                "random and kept tokens close that gap between pretraining and fine-tuning (BERT, section 3.1).",
+                "Right. If every target were a [MASK], the model could ignore the "
+                "representations of real tokens; random and kept tokens close that gap between "
+                "pretraining and fine-tuning (BERT, section 3.1).",
             ),
             (
                 "To save compute.",
@@ -94,8 +96,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
     "02": (
         _q(
             "02.1",
-            "A batch has 2 sequences of 100 positions; 30 positions are masked (labels not -100). The MLM loss "
-            "divides the summed cross-entropy by:",
+            "A batch has 2 sequences of 100 positions; 30 positions are masked (labels not "
+            "-100). The MLM loss divides the summed cross-entropy by:",
             (
                 "200",
                 False,
@@ -105,32 +107,34 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "30",
                 True,
-                "The mean over positions whose label is not -100, as transformers' `ForMaskedLMLoss` "
-                "(cross-entropy with ignore_index=-100, reduction='mean').",
+                "The mean over positions whose label is not -100, as transformers' "
+                "`ForMaskedLMLoss` (cross-entropy with ignore_index=-100, reduction='mean').",
             ),
             (
                 "2",
                 False,
-                "A per-sequence sum makes the loss grow with the sequence length and the masking rate.",
+                "A per-sequence sum makes the loss grow with the sequence length and the masking "
+                "rate.",
             ),
             (
                 "Each sequence's own count, then the two means are averaged",
                 False,
-                "That weighs a sequence with "
-                "5 masked tokens like one with 25. Every masked token of the batch must weigh the same.",
+                "That weighs a sequence with 5 masked tokens like one with 25. Every masked "
+                "token of the batch must weigh the same.",
             ),
         ),
         _q(
             "02.2",
-            "What does `F.cross_entropy(logits, labels)` (reduction='mean') return when every label in the batch "
-            "is -100?",
+            "What does `F.cross_entropy(logits, labels)` (reduction='mean') return when every "
+            "label in the batch is -100?",
             ("0", False, "It would be convenient, but the mean over zero targets is 0 / 0."),
             (
                 "NaN",
                 True,
-                "0 / 0 = NaN, silently. Its gradient is zero, but the NaN ruins the logged loss and any "
-                "sum it enters; with a weighted loss sum(w*nll)/sum(w) the weights themselves become NaN. "
-                "`lmlessons.mlm_loss` returns sum / max(count, 1) = 0, which still backpropagates.",
+                "0 / 0 = NaN, silently. Its gradient is zero, but the NaN ruins the logged loss "
+                "and any sum it enters; with a weighted loss sum(w*nll)/sum(w) the weights "
+                "themselves become NaN. `lmlessons.mlm_loss` returns sum / max(count, 1) = 0, "
+                "which still backpropagates.",
             ),
             ("An error", False, "No error is raised; the NaN arrives silently."),
             (
@@ -143,8 +147,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
     "03": (
         _q(
             "03.1",
-            "You train `GPT2LMHeadModel` (or `BertLMHeadModel`) with `labels=input_ids.clone()`, without shifting "
-            "anything yourself. The logits at position t are trained to predict:",
+            "You train `GPT2LMHeadModel` (or `BertLMHeadModel`) with `labels=input_ids.clone()`, "
+            "without shifting anything yourself. The logits at position t are trained to predict:",
             (
                 "the token at position t",
                 False,
@@ -153,8 +157,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "the token at position t + 1",
                 True,
-                "`ForCausalLMLoss` pads the labels with -100 on the right and "
-                "takes `labels[..., 1:]`, so position t is scored against token t + 1 and the last position against "
+                "`ForCausalLMLoss` pads the labels with -100 on the right and takes `labels[..., "
+                "1:]`, so position t is scored against token t + 1 and the last position against "
                 "nothing.",
             ),
             (
@@ -171,8 +175,9 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "03.2",
-            "The batch is right-padded and the tokenizer uses EOS as its pad token (`pad_token = eos_token`). "
-            "`DataCollatorForLanguageModeling(mlm=False)` builds the labels. What goes wrong?",
+            "The batch is right-padded and the tokenizer uses EOS as its pad token (`pad_token = "
+            "eos_token`). `DataCollatorForLanguageModeling(mlm=False)` builds the labels. What "
+            "goes wrong?",
             (
                 "Nothing: padding is excluded from the loss by the attention mask.",
                 False,
@@ -181,9 +186,9 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "Every EOS label becomes -100, so the model never learns to end a text.",
                 True,
-                "The collator sets "
-                "`labels[labels == pad_token_id] = -100`; with pad = EOS that also erases the real EOS tokens. Use a "
-                "distinct pad token, or build labels from the attention mask.",
+                "The collator sets `labels[labels == pad_token_id] = -100`; with pad = EOS that "
+                "also erases the real EOS tokens. Use a distinct pad token, or build labels from "
+                "the attention mask.",
             ),
             (
                 "The labels are shifted twice.",
@@ -211,9 +216,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "Self-attention becomes causal: position t no longer sees positions after t.",
                 True,
-                "`BertModel` "
-                "builds a causal mask instead of a bidirectional one (it also enables the key/value cache and allows "
-                "cross-attention layers).",
+                "`BertModel` builds a causal mask instead of a bidirectional one (it also "
+                "enables the key/value cache and allows cross-attention layers).",
             ),
             (
                 "It adds cross-attention layers.",
@@ -230,15 +234,15 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "04.2",
-            "You build `BertLMHeadModel` *without* `is_decoder=True` and train it on `labels=input_ids`. What "
-            "happens?",
+            "You build `BertLMHeadModel` *without* `is_decoder=True` and train it on "
+            "`labels=input_ids`. What happens?",
             (
-                "transformers logs a warning and training runs, but every position can attend to the next token it "
-                "must predict.",
+                "transformers logs a warning and training runs, but every position can attend to "
+                "the next token it must predict.",
                 True,
-                "Attention stays bidirectional, so the model can learn to copy token t + 1 "
-                "from its input: the training loss can fall towards 0 while the model learns nothing it could "
-                "generate with.",
+                "Attention stays bidirectional, so the model can learn to copy token t + 1 from "
+                "its input: the training loss can fall towards 0 while the model learns nothing "
+                "it could generate with.",
             ),
             (
                 "An exception is raised.",
@@ -284,8 +288,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             "05.2",
             "Why must a NotNext segment B be real text from *another document*?",
             (
-                "Random token ids are not language: the classifier could tell them apart without learning how "
-                "sentences connect.",
+                "Random token ids are not language: the classifier could tell them apart without "
+                "learning how sentences connect.",
                 True,
                 "Google's create_pretraining_data.py takes B from a different, randomly "
                 "chosen document, starting at a random sentence.",
@@ -304,16 +308,17 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "B from A's own document would be an even better negative.",
                 False,
-                "It can be the true next sentence "
-                "(a mislabelled example). ALBERT's harder same-document task swaps two consecutive segments, which "
-                "is a different objective (SOP).",
+                "It can be the true next sentence (a mislabelled example). ALBERT's harder "
+                "same-document task swaps two consecutive segments, which is a different "
+                "objective (SOP).",
             ),
         ),
     ),
     "06": (
         _q(
             "06.1",
-            "Given both `labels` and `next_sentence_label`, `BertForPreTraining` returns as its loss:",
+            "Given both `labels` and `next_sentence_label`, `BertForPreTraining` returns as its "
+            "loss:",
             (
                 "MLM loss + NSP loss",
                 True,
@@ -334,8 +339,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "06.2",
-            "You call `BertForPreTraining(input_ids, labels=mlm_labels)` without `next_sentence_label`. What is "
-            "`outputs.loss`?",
+            "You call `BertForPreTraining(input_ids, labels=mlm_labels)` without "
+            "`next_sentence_label`. What is `outputs.loss`?",
             (
                 "The MLM loss.",
                 False,
@@ -344,8 +349,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "None",
                 True,
-                "No loss unless both `labels` and `next_sentence_label` are passed; compute the parts "
-                "yourself (e.g. with `lmlessons.mlm_loss`) if you only want one.",
+                "No loss unless both `labels` and `next_sentence_label` are passed; compute the "
+                "parts yourself (e.g. with `lmlessons.mlm_loss`) if you only want one.",
             ),
             ("MLM + NSP, with NSP labels taken as 0.", False, "No labels are invented."),
             ("An error is raised.", False, "No error: the loss is simply missing."),
@@ -354,20 +359,22 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
     "07": (
         _q(
             "07.1",
-            "Two micro-batches are accumulated into one step: the first has 1 target token with loss 2.0, the "
-            "second 99 target tokens with total loss 99.0. The full-batch loss is 1.01. What did averaging the "
-            "two micro-batch means give (transformers' Trainer before October 2024)?",
+            "Two micro-batches are accumulated into one step: the first has 1 target token with "
+            "loss 2.0, the second 99 target tokens with total loss 99.0. The full-batch loss is "
+            "1.01. What did averaging the two micro-batch means give (transformers' Trainer "
+            "before October 2024)?",
             (
                 "1.01",
                 False,
-                "That is the correct value, sum(S_i) / sum(n_i) = 101 / 100; the per-micro-batch means "
-                "2.0 and 1.0 average to something else.",
+                "That is the correct value, sum(S_i) / sum(n_i) = 101 / 100; the per-micro-batch "
+                "means 2.0 and 1.0 average to something else.",
             ),
             (
                 "1.5",
                 True,
-                "(2.0 + 1.0) / 2 = 1.5: the single token weighs as much as the other 99 together. "
-                "The fix divides each micro-batch's sum by the step's total count, `num_items_in_batch`.",
+                "(2.0 + 1.0) / 2 = 1.5: the single token weighs as much as the other 99 "
+                "together. The fix divides each micro-batch's sum by the step's total count, "
+                "`num_items_in_batch`.",
             ),
             ("101", False, "That is the summed loss, not divided by the 100 target tokens."),
             ("2.0", False, "That is the first micro-batch's mean alone."),
@@ -376,10 +383,11 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             "07.2",
             "With `num_items_in_batch` for a causal LM, which count must you pass?",
             (
-                "The number of labels that are not -100 after the shift, over all micro-batches of the step.",
+                "The number of labels that are not -100 after the shift, over all micro-batches "
+                "of the step.",
                 True,
-                "Each row loses one target to the shift (the last position predicts nothing), so count the shifted "
-                "targets.",
+                "Each row loses one target to the shift (the last position predicts nothing), so "
+                "count the shifted targets.",
             ),
             (
                 "The number of tokens in the micro-batch, padding included.",
@@ -400,13 +408,14 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "07.3",
-            "A batch of 8 x 512 tokens with a 30,522-token vocabulary: how much memory do the float32 MLM logits "
-            "take if the head runs on every position, and if it runs on the 15% masked positions only?",
+            "A batch of 8 x 512 tokens with a 30,522-token vocabulary: how much memory do the "
+            "float32 MLM logits take if the head runs on every position, and if it runs on the "
+            "15% masked positions only?",
             (
                 "About 477 MiB, and about 72 MiB.",
                 True,
-                "8 x 512 x 30,522 x 4 bytes = 500,072,448 bytes = 476.9 MiB; "
-                "15% of that is 71.5 MiB. That is why Google's run_pretraining.py and ModernBERT's sparse_prediction "
+                "8 x 512 x 30,522 x 4 bytes = 500,072,448 bytes = 476.9 MiB; 15% of that is 71.5 "
+                "MiB. That is why Google's run_pretraining.py and ModernBERT's sparse_prediction "
                 "gather the masked positions before the output layer.",
             ),
             (

@@ -1,8 +1,13 @@
 """Reference solutions of the exercises, written to be read (``solution(name)`` shows them).
 
-They are short on purpose: no input validation (the package versions in ``lmlessons`` add it),
-one idea per line, shape comments. The test suite checks that each one passes its checker and
-agrees with the package.
+They are the learner-facing version of transformers' code, not a copy of the course's core:
+``mask_tokens`` makes ``DataCollatorForLanguageModeling.torch_mask_tokens``' three Bernoulli
+draws (the core :func:`lmlessons.mask_tokens` does the same with one uniform draw per position),
+the losses are ``ForMaskedLMLoss`` / ``ForCausalLMLoss`` written out with ``F.cross_entropy``
+(plus 0, not NaN, when nothing is predicted), and they write -100 as transformers does. Short on
+purpose: no input validation (the core adds it), one idea per line, shape comments. Each keeps
+the exercise's signature, which is the core function's. The tests check that each one passes
+its checker and gives transformers' results.
 """
 
 from __future__ import annotations

@@ -11,23 +11,33 @@
 
 Both widgets write one marker line per redraw, e.g.
 ``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``, so a browser test
-can check that moving the slider re-ran the callback. Their output is an ``ipywidgets.Output``
-whose ``outputs`` are replaced in one assignment, so they work the same in a kernel and in
-plain pytest.
+can check that moving the slider re-ran the callback. Both are a
+:class:`~lmlessons.widgets.base.LessonWidget`: the output is replaced in one assignment, so they
+work the same in a kernel and in plain pytest.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
 import torch
+from matplotlib.patches import Rectangle
 
+from lmlessons._checks import IGNORE_INDEX
 from lmlessons.causality import causal_mask
-from lmlessons.widgets.display import COLORS, token_table_html
+from lmlessons.widgets.base import LessonWidget
+from lmlessons.widgets.display import (
+    COLORS,
+    OutputRecord,
+    figure_png,
+    html_output,
+    new_figure,
+    png_output,
+    stream,
+    token_table_html,
+)
 
 __all__ = [
     "IGNORED",
@@ -44,9 +54,10 @@ __all__ = [
     "plot_loss_curves",
 ]
 
-IGNORED = "-100"  #: how a label that is ignored (-100) is written in the tables
+IGNORED = str(IGNORE_INDEX)  #: how a label that is ignored (-100) is written in the tables
 
-#: Colours of the "what position t sees" row (the course palette of :mod:`lmlessons.widgets.display`).
+#: Colours of the "what position t sees" row (the course palette of
+#: :mod:`lmlessons.widgets.display`).
 VIEW_COLORS: dict[str, str] = {
     "current": COLORS["kept"],  # the position itself
     "visible": COLORS["segment_a"],  # may attend to it
@@ -76,7 +87,9 @@ def label_strings(tokenizer: Any, labels: Sequence[int] | torch.Tensor) -> list[
     values = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
     if values and isinstance(values[0], list):
         raise ValueError("labels must be one row (T,), not a batch")
-    return [IGNORED if v == -100 else tokenizer.convert_ids_to_tokens(int(v)) for v in values]
+    return [
+        IGNORED if v == IGNORE_INDEX else tokenizer.convert_ids_to_tokens(int(v)) for v in values
+    ]
 
 
 def _check_tokens(name: str, tokens: object) -> list[str]:
@@ -138,7 +151,8 @@ def _check_pattern(pattern: object, length: int) -> torch.Tensor:
         raise TypeError(f"pattern must be a (T, T) torch.Tensor, got {type(pattern).__name__}")
     if tuple(pattern.shape) != (length, length):
         raise ValueError(
-            f"pattern must have shape ({length}, {length}) (one row per token), got {tuple(pattern.shape)}"
+            f"pattern must have shape ({length}, {length}) (one row per token), got "
+            f"{tuple(pattern.shape)}"
         )
     return pattern.detach().float()
 
@@ -173,7 +187,8 @@ def position_view(
 
 
 def position_marker(view: Mapping[str, Any], *, is_decoder: bool | None = None) -> str:
-    """The marker line, e.g. ``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``
+    """The marker line, e.g.
+    ``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``
     (lesson 03 leaves out ``is_decoder``). Deterministic: no times, no addresses."""
     head = "[widget]" if is_decoder is None else f"[widget] is_decoder={bool(is_decoder)}"
     return (
@@ -229,8 +244,6 @@ def plot_attention(
     ax.set_xlabel("key position j (attended to)", fontsize=9)
     ax.set_ylabel("query position i", fontsize=9)
     if row is not None:
-        from matplotlib.patches import Rectangle
-
         ax.add_patch(Rectangle((-0.5, row - 0.5), n, 1, fill=False, edgecolor="#1a9641", lw=2))
         if row + 1 < n:
             ax.add_patch(
@@ -241,36 +254,18 @@ def plot_attention(
     return ax
 
 
-def _png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: str) -> str:
-    """The heatmap as a base64 PNG (Agg, no pyplot state: nothing leaks into the notebook)."""
-    from matplotlib.figure import Figure
-
+def _heatmap_png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: str) -> bytes:
+    """The heatmap as PNG bytes, its size following the number of tokens."""
     size = 1.6 + 0.22 * len(tokens)
-    fig = Figure(figsize=(size, size), dpi=80)
-    ax = fig.add_subplot()
-    plot_attention(ax, pattern, tokens, row=row, title=title)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    fig = new_figure(size, size)
+    plot_attention(fig.add_subplot(), pattern, tokens, row=row, title=title)
+    return figure_png(fig, crop=True)
 
 
-def _outputs(marker: str, table: str, png: str | None) -> tuple[dict[str, Any], ...]:
-    outs: list[dict[str, Any]] = [
-        {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
-        {
-            "output_type": "display_data",
-            "data": {"text/html": table, "text/plain": "<table>"},
-            "metadata": {},
-        },
-    ]
+def _outputs(marker: str, table: str, png: bytes | None) -> tuple[OutputRecord, ...]:
+    outs = [stream(marker), html_output(table)]
     if png is not None:
-        outs.append(
-            {
-                "output_type": "display_data",
-                "data": {"image/png": png, "text/plain": "<heatmap>"},
-                "metadata": {},
-            }
-        )
+        outs.append(png_output(png, "<heatmap>"))
     return tuple(outs)
 
 
@@ -297,13 +292,13 @@ def position_widget(
     label_tokens: Sequence[str] | None = None,
     position: int | None = None,
     heatmap: bool = True,
-) -> widgets.VBox:
+) -> LessonWidget:
     """Lesson 03: a ``position`` slider over ``tokens``; the output shows which positions that
     one may attend to (in ``pattern``, default the causal mask) and the token it must predict,
     as a token table and a heatmap with its row outlined.
 
-    The returned ``VBox`` carries ``.controls`` (``{"position": slider}``), ``.output`` and
-    ``.redraw()`` for tests.
+    The returned :class:`LessonWidget` carries ``.controls`` (``{"position": slider}``),
+    ``.output`` and ``.redraw()`` for tests.
     """
     toks = _check_tokens("tokens", tokens)
     weights = (
@@ -311,9 +306,8 @@ def position_widget(
     )
     labels = None if label_tokens is None else _check_tokens("label_tokens", label_tokens)
     slider = _position_slider(len(toks), position)
-    out = widgets.Output()
 
-    def redraw(*_: Any) -> None:
+    def draw() -> tuple[OutputRecord, ...]:
         t = int(slider.value)
         view = position_view(weights, toks, t, labels)
         table = position_table_html(
@@ -322,16 +316,40 @@ def position_widget(
             caption=f"position {t} ({toks[t]!r}) sees {view['sees']} "
             f"token(s) and must predict {view['predicts']!r}",
         )
-        png = _png(weights, toks, t, f"causal mask, row {t}") if heatmap else None
-        out.outputs = _outputs(position_marker(view), table, png)
+        png = _heatmap_png(weights, toks, t, f"causal mask, row {t}") if heatmap else None
+        return _outputs(position_marker(view), table, png)
 
-    slider.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([slider, out])
-    box.controls = {"position": slider}  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    return LessonWidget({"position": slider}, draw)
+
+
+def _check_patterns(patterns: object, length: int) -> dict[bool, torch.Tensor]:
+    if not isinstance(patterns, Mapping) or set(patterns) != {True, False}:
+        raise ValueError(
+            "patterns must be a dict {True: (T, T) tensor, False: (T, T) tensor} keyed by "
+            "is_decoder"
+        )
+    return {k: _check_pattern(v, length) for k, v in patterns.items()}
+
+
+def _is_decoder_outputs(
+    weights: torch.Tensor,
+    toks: list[str],
+    labels: list[str] | None,
+    t: int,
+    dec: bool,
+    heatmap: bool,
+) -> tuple[OutputRecord, ...]:
+    view = position_view(weights, toks, t, labels)
+    verdict = "it can read its answer: a leak" if view["sees_answer"] else "its answer is hidden"
+    table = position_table_html(
+        toks,
+        view,
+        caption=f"is_decoder={dec}: position {t} ({toks[t]!r}) sees "
+        f"{view['sees']} token(s), must predict "
+        f"{view['predicts']!r}; {verdict}",
+    )
+    png = _heatmap_png(weights, toks, t, f"attention, is_decoder={dec}") if heatmap else None
+    return _outputs(position_marker(view, is_decoder=dec), table, png)
 
 
 def is_decoder_widget(
@@ -342,7 +360,7 @@ def is_decoder_widget(
     position: int | None = None,
     is_decoder: bool = True,
     heatmap: bool = True,
-) -> widgets.VBox:
+) -> LessonWidget:
     """Lesson 04: a ``position`` slider (the first control) and an ``is_decoder`` toggle.
 
     ``patterns[True]`` / ``patterns[False]``: ``(T, T)`` attention probabilities measured on the
@@ -350,51 +368,29 @@ def is_decoder_widget(
     :func:`lmlessons.causality.attention_map`). The output shows the chosen pattern as a heatmap,
     what the position sees, what it must predict and whether it can read that answer.
 
-    The returned ``VBox`` carries ``.controls`` (``{"position": ..., "is_decoder": ...}``),
-    ``.output`` and ``.redraw()`` for tests.
+    The returned :class:`LessonWidget` carries ``.controls`` (``{"position": ...,
+    "is_decoder": ...}``), ``.output`` and ``.redraw()`` for tests.
     """
     toks = _check_tokens("tokens", tokens)
-    if not isinstance(patterns, Mapping) or set(patterns) != {True, False}:
-        raise ValueError(
-            "patterns must be a dict {True: (T, T) tensor, False: (T, T) tensor} keyed by is_decoder"
-        )
-    weights = {k: _check_pattern(v, len(toks)) for k, v in patterns.items()}
+    weights = _check_patterns(patterns, len(toks))
     if not isinstance(is_decoder, bool):
         raise TypeError(f"is_decoder must be a bool, got {type(is_decoder).__name__}")
     labels = None if label_tokens is None else _check_tokens("label_tokens", label_tokens)
-    slider = _position_slider(len(toks), position)
-    toggle = widgets.ToggleButtons(
-        options=[("True (causal)", True), ("False (bidirectional)", False)],
-        value=is_decoder,
-        description="is_decoder",
-        style={"description_width": "80px", "button_width": "150px"},
-    )
-    out = widgets.Output()
+    controls = {
+        "position": _position_slider(len(toks), position),
+        "is_decoder": widgets.ToggleButtons(
+            options=[("True (causal)", True), ("False (bidirectional)", False)],
+            value=is_decoder,
+            description="is_decoder",
+            style={"description_width": "80px", "button_width": "150px"},
+        ),
+    }
 
-    def redraw(*_: Any) -> None:
-        t, dec = int(slider.value), bool(toggle.value)
-        view = position_view(weights[dec], toks, t, labels)
-        verdict = (
-            "it can read its answer: a leak" if view["sees_answer"] else "its answer is hidden"
-        )
-        table = position_table_html(
-            toks,
-            view,
-            caption=f"is_decoder={dec}: position {t} ({toks[t]!r}) sees "
-            f"{view['sees']} token(s), must predict "
-            f"{view['predicts']!r}; {verdict}",
-        )
-        png = _png(weights[dec], toks, t, f"attention, is_decoder={dec}") if heatmap else None
-        out.outputs = _outputs(position_marker(view, is_decoder=dec), table, png)
+    def draw() -> tuple[OutputRecord, ...]:
+        t, dec = int(controls["position"].value), bool(controls["is_decoder"].value)
+        return _is_decoder_outputs(weights[dec], toks, labels, t, dec, heatmap)
 
-    slider.observe(redraw, names="value")
-    toggle.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([slider, toggle, out])
-    box.controls = {"position": slider, "is_decoder": toggle}  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    return LessonWidget(controls, draw)
 
 
 # ---------------------------------------------------------------------------------------------

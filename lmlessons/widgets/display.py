@@ -1,16 +1,31 @@
-"""Token tables: the course's one picture of inputs and labels, as HTML.
+"""What the widgets show: token tables, figures as PNG, and the output records of a widget.
 
-``token_table({"input": [...], "label": [...]})`` draws one row per entry, one column per
-position, with optional background colours per cell. The HTML is deterministic (no ids, no
-timestamps), so strict nbval can compare it.
+* ``token_table({"input": [...], "label": [...]})`` draws one row per entry, one column per
+  position, with optional background colours per cell: the course's one picture of inputs and
+  labels. The HTML is deterministic (no ids, no timestamps), so strict nbval can compare it.
+* :func:`new_figure` and :func:`figure_png` draw without pyplot (nothing is shown twice, any
+  backend works) and render a figure as PNG bytes.
+* :func:`stream`, :func:`html_output` and :func:`png_output` build the records of an
+  ``ipywidgets.Output`` (the nbformat output dicts a notebook stores), so a widget replaces its
+  whole output in one assignment and works the same in a kernel and in plain pytest.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from IPython.display import HTML
+from matplotlib.figure import Figure
+
+#: One output record of a notebook cell or an ``ipywidgets.Output`` (nbformat's output dict).
+OutputRecord = dict[str, Any]
+
+#: Resolution of every widget figure (small, sharp enough in a notebook).
+FIGURE_DPI = 80
 
 # One palette for the whole course (colour-blind friendly, light enough for black text).
 COLORS: dict[str, str] = {
@@ -25,12 +40,61 @@ COLORS: dict[str, str] = {
 }
 
 
+_CELL_STYLE = (
+    "padding:2px 6px;border:1px solid #bbb;text-align:center;font-family:monospace;"
+    "white-space:nowrap;"
+)
+
+
 def _cell(value: object, color: str | None, head: bool = False) -> str:
     tag = "th" if head else "td"
-    style = "padding:2px 6px;border:1px solid #bbb;text-align:center;font-family:monospace;white-space:nowrap;"
+    style = _CELL_STYLE
     if color:
         style += f"background:{color};"
     return f'<{tag} style="{style}">{html.escape(str(value))}</{tag}>'
+
+
+def _check_widths(
+    rows: Mapping[str, Sequence[object]],
+    colors: Mapping[str, Sequence[str | None]] | None,
+    column_colors: Sequence[str | None] | None,
+) -> int:
+    if not rows:
+        raise ValueError("rows must hold at least one row")
+    widths = {len(v) for v in rows.values()}
+    if len(widths) != 1:
+        raise ValueError(f"every row must have the same length, got lengths {sorted(widths)}")
+    (width,) = widths
+    if column_colors is not None and len(column_colors) != width:
+        raise ValueError(f"column_colors must have {width} entries, got {len(column_colors)}")
+    for name, row_colors in (colors or {}).items():
+        if name in rows and len(row_colors) != width:
+            raise ValueError(f"colors[{name!r}] must have {width} entries, got {len(row_colors)}")
+    return width
+
+
+def _row_html(
+    name: str,
+    values: Sequence[object],
+    row_colors: Sequence[str | None] | None,
+    column_colors: Sequence[str | None] | None,
+) -> str:
+    cells = []
+    for j, v in enumerate(values):
+        c = row_colors[j] if row_colors is not None else None
+        if c is None and column_colors is not None:
+            c = column_colors[j]
+        cells.append(_cell(v, c))
+    return "<tr>" + _cell(name, None, head=True) + "".join(cells) + "</tr>"
+
+
+def _legend_html(legend: Mapping[str, str]) -> str:
+    items = "".join(
+        f'<span style="background:{c};padding:1px 6px;margin-right:6px;border:1px solid #bbb">'
+        f"{html.escape(k)}</span>"
+        for k, c in legend.items()
+    )
+    return f'<div style="font-size:11px;margin-bottom:6px">{items}</div>'
 
 
 def token_table_html(
@@ -42,43 +106,20 @@ def token_table_html(
     legend: Mapping[str, str] | None = None,
 ) -> str:
     """The HTML string behind :func:`token_table`."""
-    if not rows:
-        raise ValueError("rows must hold at least one row")
-    widths = {len(v) for v in rows.values()}
-    if len(widths) != 1:
-        raise ValueError(f"every row must have the same length, got lengths {sorted(widths)}")
-    (width,) = widths
-    if column_colors is not None and len(column_colors) != width:
-        raise ValueError(f"column_colors must have {width} entries, got {len(column_colors)}")
+    width = _check_widths(rows, colors, column_colors)
     parts = ['<table style="border-collapse:collapse;margin:4px 0;font-size:12px">']
     if caption:
         parts.append(
-            f'<caption style="caption-side:top;text-align:left;font-weight:bold">{html.escape(caption)}</caption>'
+            '<caption style="caption-side:top;text-align:left;font-weight:bold">'
+            f"{html.escape(caption)}</caption>"
         )
-    parts.append(
-        "<tr>"
-        + _cell("", None, head=True)
-        + "".join(_cell(i, None, head=True) for i in range(width))
-        + "</tr>"
-    )
+    head = [_cell("", None, head=True)] + [_cell(i, None, head=True) for i in range(width)]
+    parts.append("<tr>" + "".join(head) + "</tr>")
     for name, values in rows.items():
-        row_colors = (colors or {}).get(name)
-        if row_colors is not None and len(row_colors) != width:
-            raise ValueError(f"colors[{name!r}] must have {width} entries, got {len(row_colors)}")
-        cells = []
-        for j, v in enumerate(values):
-            c = row_colors[j] if row_colors is not None else None
-            if c is None and column_colors is not None:
-                c = column_colors[j]
-            cells.append(_cell(v, c))
-        parts.append("<tr>" + _cell(name, None, head=True) + "".join(cells) + "</tr>")
+        parts.append(_row_html(name, values, (colors or {}).get(name), column_colors))
     parts.append("</table>")
     if legend:
-        items = "".join(
-            f'<span style="background:{c};padding:1px 6px;margin-right:6px;border:1px solid #bbb">{html.escape(k)}</span>'
-            for k, c in legend.items()
-        )
-        parts.append(f'<div style="font-size:11px;margin-bottom:6px">{items}</div>')
+        parts.append(_legend_html(legend))
     return "".join(parts)
 
 
@@ -100,3 +141,54 @@ def token_table(
             rows, colors=colors, column_colors=column_colors, caption=caption, legend=legend
         )
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+# ---------------------------------------------------------------------------------------------
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A matplotlib ``Figure`` of ``width`` x ``height`` inches, without pyplot: it is never
+    shown by the notebook's own display hook, only where a widget puts its PNG."""
+    return Figure(figsize=(width, height), dpi=FIGURE_DPI)
+
+
+def figure_png(fig: Figure, *, crop: bool = False) -> bytes:
+    """``fig`` as PNG bytes: laid out with ``tight_layout``, or with ``crop=True`` cut to what
+    is drawn (``bbox_inches="tight"``, for a figure whose size follows its content)."""
+    buffer = io.BytesIO()
+    if crop:
+        fig.savefig(buffer, format="png", bbox_inches="tight")
+    else:
+        fig.tight_layout()
+        fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# output records
+# ---------------------------------------------------------------------------------------------
+
+
+def stream(text: str) -> OutputRecord:
+    """A line printed to stdout (a widget's marker line, which a browser test waits for)."""
+    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+
+
+def html_output(markup: str, plain: str = "<table>") -> OutputRecord:
+    """Rich HTML, with ``plain`` as its text/plain form."""
+    return {
+        "output_type": "display_data",
+        "data": {"text/html": markup, "text/plain": plain},
+        "metadata": {},
+    }
+
+
+def png_output(png: bytes, plain: str) -> OutputRecord:
+    """A PNG image (e.g. from :func:`figure_png`), with ``plain`` as its text/plain form."""
+    return {
+        "output_type": "display_data",
+        "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": plain},
+        "metadata": {},
+    }

@@ -6,8 +6,8 @@ plus the rates measured over many draws next to the requested ones. Every redraw
 marker line ``[widget] mlm_probability=0.15 ... selected=N mask=a random=b kept=c`` so a browser
 test can check that moving a slider really re-ran the masking.
 
-The output is an ``ipywidgets.Output`` whose ``outputs`` are replaced in one assignment, so the
-widget works the same in a kernel and in plain pytest (no display hook needed).
+The widget is a :class:`~lmlessons.widgets.base.LessonWidget`: its output is replaced in one
+assignment, so it works the same in a kernel and in plain pytest (no display hook needed).
 """
 
 from __future__ import annotations
@@ -20,8 +20,16 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
+from lmlessons._checks import IGNORE_INDEX
 from lmlessons.masking import mask_tokens
-from lmlessons.widgets.display import COLORS, token_table_html
+from lmlessons.widgets.base import LessonWidget, float_slider
+from lmlessons.widgets.display import (
+    COLORS,
+    OutputRecord,
+    html_output,
+    stream,
+    token_table_html,
+)
 
 __all__ = [
     "CATEGORY_COLORS",
@@ -76,7 +84,7 @@ def token_categories(
     ):
         if spec:
             out.append("special")
-        elif lab == -100:
+        elif lab == IGNORE_INDEX:
             out.append("plain")
         elif new == mask_token_id:
             out.append("mask")
@@ -106,10 +114,11 @@ def masking_table_html(
         "input_ids (model sees)": tokenizer.convert_ids_to_tokens(masked_input_ids.tolist()),
         "labels": labels.tolist(),
     }
-    colors = {
+    colors: dict[str, list[str | None]] = {
         "input_ids (model sees)": [CATEGORY_COLORS[c] for c in cats],
         "labels": [
-            COLORS["target"] if lab != -100 else COLORS["ignored"] for lab in labels.tolist()
+            COLORS["target"] if lab != IGNORE_INDEX else COLORS["ignored"]
+            for lab in labels.tolist()
         ],
     }
     return token_table_html(rows, colors=colors, caption=caption, legend=_LEGEND)
@@ -147,7 +156,7 @@ def measure_rates(
         random_replace_prob=random_replace_prob,
         generator=torch.Generator().manual_seed(seed),
     )
-    sel = labels != -100
+    sel = labels != IGNORE_INDEX
     n_eligible = int((~special.bool()).sum())
     n_sel = int(sel.sum())
     n_mask = int((sel & (masked == mask_token_id)).sum())
@@ -197,7 +206,8 @@ def _rates_html(measured: dict[str, float], requested: dict[str, float], n_draws
     )
     body = "".join(
         f'<tr><th style="{cell};text-align:left">{html.escape(label)}</th>'
-        f'<td style="{cell}">{requested[key]:.3f} <span style="color:#777">({html.escape(arg)})</span></td>'
+        f'<td style="{cell}">{requested[key]:.3f} '
+        f'<span style="color:#777">({html.escape(arg)})</span></td>'
         f'<td style="{cell}">{measured[key]:.3f}</td></tr>'
         for label, arg, key in rows
     )
@@ -206,19 +216,8 @@ def _rates_html(measured: dict[str, float], requested: dict[str, float], n_draws
         f"{int(measured['n_eligible']):,} eligible positions; the measured shares move towards the "
         "requested ones as the number of draws grows (law of large numbers).</div>"
     )
-    return f'<table style="border-collapse:collapse;font-size:12px;margin:4px 0">{head}{body}</table>{note}'
-
-
-def _html_output(text: str) -> dict[str, Any]:
-    return {
-        "output_type": "display_data",
-        "data": {"text/html": text, "text/plain": "<table>"},
-        "metadata": {},
-    }
-
-
-def _stream(text: str) -> dict[str, Any]:
-    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+    table = '<table style="border-collapse:collapse;font-size:12px;margin:4px 0">'
+    return f"{table}{head}{body}</table>{note}"
 
 
 def _label(i: int, sentence: str, width: int = 60) -> str:
@@ -226,23 +225,7 @@ def _label(i: int, sentence: str, width: int = 60) -> str:
     return f"{i}: {short}"
 
 
-def masking_widget(
-    tokenizer: Any,
-    sentences: Sequence[str],
-    *,
-    mlm_probability: float = 0.15,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-    seed: int = 0,
-    n_draws: int = 2000,
-) -> widgets.VBox:
-    """Sliders for ``mlm_probability`` (the first slider), ``mask_replace_prob``,
-    ``random_replace_prob`` and ``seed``, a sentence chooser, and an output that redraws the
-    masked sentence as a token table with its labels and the requested vs measured rates.
-
-    The returned ``VBox`` carries ``.controls`` (a dict of the control widgets by name),
-    ``.output`` (the Output) and ``.redraw()`` for tests.
-    """
+def _check_widget_args(tokenizer: Any, sentences: object, n_draws: object) -> Sequence[str]:
     if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences:
         raise ValueError("sentences must be a non-empty list of strings")
     if not all(isinstance(s, str) and s.strip() for s in sentences):
@@ -254,125 +237,111 @@ def masking_widget(
             )
     if isinstance(n_draws, bool) or not isinstance(n_draws, int) or n_draws < 1:
         raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
+    return sentences
 
-    encoded = [torch.tensor(tokenizer(s, truncation=True)["input_ids"]) for s in sentences]
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
-    vocab_size = len(tokenizer)
 
-    style = {"description_width": "150px"}
+_STYLE = {"description_width": "150px"}
+
+
+def _masking_controls(
+    sentences: Sequence[str], probs: dict[str, float], seed: int
+) -> dict[str, widgets.ValueWidget]:
+    """The sliders (``mlm_probability`` first) and the sentence chooser, by name."""
     layout = widgets.Layout(width="420px")
-    p_slider = widgets.FloatSlider(
-        value=mlm_probability,
-        min=0.0,
-        max=1.0,
-        step=0.05,
-        description="mlm_probability",
-        readout_format=".2f",
-        style=style,
+    controls = {
+        name: float_slider(name, value, 1.0, step=0.05, style=_STYLE, layout=layout)
+        for name, value in probs.items()
+    }
+    controls["random_replace_prob"].max = round(1.0 - probs["mask_replace_prob"], 2)
+    controls["seed"] = widgets.IntSlider(
+        value=seed,
+        min=0,
+        max=99,
+        step=1,
+        description="seed",
+        style=_STYLE,
         layout=layout,
     )
-    m_slider = widgets.FloatSlider(
-        value=mask_replace_prob,
-        min=0.0,
-        max=1.0,
-        step=0.05,
-        description="mask_replace_prob",
-        readout_format=".2f",
-        style=style,
-        layout=layout,
-    )
-    r_slider = widgets.FloatSlider(
-        value=random_replace_prob,
-        min=0.0,
-        max=round(1.0 - mask_replace_prob, 2),
-        step=0.05,
-        description="random_replace_prob",
-        readout_format=".2f",
-        style=style,
-        layout=layout,
-    )
-    s_slider = widgets.IntSlider(
-        value=seed, min=0, max=99, step=1, description="seed", style=style, layout=layout
-    )
-    chooser = widgets.Dropdown(
+    controls["sentence"] = widgets.Dropdown(
         options=[(_label(i, s), i) for i, s in enumerate(sentences)],
         value=0,
         description="sentence",
-        style=style,
+        style=_STYLE,
         layout=widgets.Layout(width="640px"),
     )
-    out = widgets.Output()
+    return controls
 
-    def redraw(*_: Any) -> None:
-        i = int(chooser.value)
-        p, pm = float(p_slider.value), float(m_slider.value)
-        pr = min(float(r_slider.value), 1.0 - pm)  # the slider's max keeps this <= 1 - pm
-        ids = encoded[i]  # (T,)
-        special = torch.isin(ids, special_ids)  # (T,): [CLS], [SEP] never selected
-        masked, labels = mask_tokens(
-            ids.unsqueeze(0),
-            mask_token_id=tokenizer.mask_token_id,
-            vocab_size=vocab_size,
-            special_tokens_mask=special.unsqueeze(0),
-            mlm_probability=p,
-            mask_replace_prob=pm,
-            random_replace_prob=pr,
-            generator=torch.Generator().manual_seed(int(s_slider.value)),
-        )
-        cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
-        measured = measure_rates(
-            ids,
-            special,
-            mask_token_id=tokenizer.mask_token_id,
-            vocab_size=vocab_size,
-            mlm_probability=p,
-            mask_replace_prob=pm,
-            random_replace_prob=pr,
-            n_draws=n_draws,
-            seed=int(s_slider.value),
-        )
-        requested = {"selected": p, "mask": pm, "random": pr, "kept": max(0.0, 1.0 - pm - pr)}
-        table = masking_table_html(
-            tokenizer,
-            ids,
-            masked[0],
-            labels[0],
-            special,
-            caption=f"sentence {i}, seed {int(s_slider.value)}: one draw",
-        )
-        marker = masking_marker(
-            mlm_probability=p,
-            mask_replace_prob=pm,
-            random_replace_prob=pr,
-            seed=int(s_slider.value),
-            sentence=i,
-            categories=cats,
-        )
-        out.outputs = (
-            _stream(marker),
-            _html_output(table + _rates_html(measured, requested, n_draws)),
-        )
+
+def _masking_outputs(
+    tokenizer: Any,
+    ids: torch.Tensor,
+    sentence: int,
+    probs: dict[str, float],
+    seed: int,
+    n_draws: int,
+) -> tuple[OutputRecord, ...]:
+    """One draw of sentence ``ids`` ``(T,)`` as a table, the rates over ``n_draws``, the marker."""
+    special = torch.isin(ids, torch.tensor(sorted(set(tokenizer.all_special_ids))))  # (T,)
+    ids_kw = {"mask_token_id": tokenizer.mask_token_id, "vocab_size": len(tokenizer), **probs}
+    masked, labels = mask_tokens(
+        ids.unsqueeze(0),
+        special_tokens_mask=special.unsqueeze(0),  # [CLS], [SEP] are never selected
+        generator=torch.Generator().manual_seed(seed),
+        **ids_kw,
+    )
+    cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
+    measured = measure_rates(ids, special, n_draws=n_draws, seed=seed, **ids_kw)
+    requested = {
+        "selected": probs["mlm_probability"],
+        "mask": probs["mask_replace_prob"],
+        "random": probs["random_replace_prob"],
+        "kept": max(0.0, 1.0 - probs["mask_replace_prob"] - probs["random_replace_prob"]),
+    }
+    caption = f"sentence {sentence}, seed {seed}: one draw"
+    table = masking_table_html(tokenizer, ids, masked[0], labels[0], special, caption=caption)
+    marker = masking_marker(**probs, seed=seed, sentence=sentence, categories=cats)
+    return stream(marker), html_output(table + _rates_html(measured, requested, n_draws))
+
+
+def masking_widget(
+    tokenizer: Any,
+    sentences: Sequence[str],
+    *,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    seed: int = 0,
+    n_draws: int = 2000,
+) -> LessonWidget:
+    """Sliders for ``mlm_probability`` (the first slider), ``mask_replace_prob``,
+    ``random_replace_prob`` and ``seed``, a sentence chooser, and an output that redraws the
+    masked sentence as a token table with its labels and the requested vs measured rates.
+
+    The returned :class:`LessonWidget` carries ``.controls`` (the control widgets by name),
+    ``.output`` (the Output) and ``.redraw()`` for tests.
+    """
+    sentences = _check_widget_args(tokenizer, sentences, n_draws)
+    encoded = [torch.tensor(tokenizer(s, truncation=True)["input_ids"]) for s in sentences]
+    probs = {
+        "mlm_probability": mlm_probability,
+        "mask_replace_prob": mask_replace_prob,
+        "random_replace_prob": random_replace_prob,
+    }
+    controls = _masking_controls(sentences, probs, seed)
 
     def on_mask_prob(change: dict[str, Any]) -> None:
         # mask + random must stay <= 1: shrinking the random slider's max clamps its value
-        r_slider.max = round(1.0 - float(change["new"]), 2)
+        controls["random_replace_prob"].max = round(1.0 - float(change["new"]), 2)
 
-    m_slider.observe(on_mask_prob, names="value")
-    for w in (p_slider, m_slider, r_slider, s_slider, chooser):
-        w.observe(redraw, names="value")
-    redraw()
+    def draw() -> tuple[OutputRecord, ...]:
+        now = {name: float(controls[name].value) for name in probs}
+        # the slider's max keeps random <= 1 - mask; min() guards the float rounding
+        now["random_replace_prob"] = min(now["random_replace_prob"], 1.0 - now["mask_replace_prob"])
+        i, s = int(controls["sentence"].value), int(controls["seed"].value)
+        return _masking_outputs(tokenizer, encoded[i], i, now, s, n_draws)
 
-    box = widgets.VBox([p_slider, m_slider, r_slider, s_slider, chooser, out])
-    box.controls = {  # type: ignore[attr-defined]
-        "mlm_probability": p_slider,
-        "mask_replace_prob": m_slider,
-        "random_replace_prob": r_slider,
-        "seed": s_slider,
-        "sentence": chooser,
-    }
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    controls["mask_replace_prob"].observe(on_mask_prob, names="value")  # before any redraw
+    return LessonWidget(controls, draw)
 
 
 # ---------------------------------------------------------------------------------------------

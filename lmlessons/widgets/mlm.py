@@ -8,8 +8,6 @@ marker line ``[widget] masks=1 top1=ball text=the dog chased the [MASK] .`` for 
 
 from __future__ import annotations
 
-import base64
-import io
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -17,9 +15,24 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from lmlessons.widgets.display import COLORS
+from lmlessons.widgets.base import LessonWidget
+from lmlessons.widgets.display import (
+    COLORS,
+    OutputRecord,
+    figure_png,
+    new_figure,
+    png_output,
+    stream,
+)
 
-__all__ = ["normalize_mask_text", "fill_mask", "plot_top_k", "mlm_marker", "mlm_widget"]
+__all__ = [
+    "normalize_mask_text",
+    "fill_mask",
+    "plot_top_k",
+    "mlm_marker",
+    "MaskFillWidget",
+    "mlm_widget",
+]
 
 _MASK_ANY_CASE = re.compile(r"\[mask\]", re.IGNORECASE)
 
@@ -97,17 +110,35 @@ def mlm_marker(text: str, predictions: Sequence[Sequence[tuple[str, float]]]) ->
 
 
 def _figure_png(predictions: Sequence[Sequence[tuple[str, float]]], max_plots: int = 3) -> bytes:
-    from matplotlib.figure import Figure  # no pyplot: nothing is shown twice, any backend works
-
     n = min(len(predictions), max_plots)
-    fig = Figure(figsize=(3.2 * n, 2.2), dpi=80)
+    fig = new_figure(3.2 * n, 2.2)
     axes = fig.subplots(1, n, squeeze=False)[0]
     for i, ax in enumerate(axes):
         plot_top_k(ax, predictions[i], title=f"[MASK] #{i + 1}")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return figure_png(fig)
+
+
+def _mlm_outputs(model: Any, tokenizer: Any, text: str, top_k: int) -> tuple[OutputRecord, ...]:
+    typed = normalize_mask_text(text, tokenizer.mask_token)
+    preds = fill_mask(model, tokenizer, typed, top_k=top_k)
+    marker = stream(mlm_marker(typed, preds))
+    if not preds:
+        return marker, stream(
+            f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed."
+        )
+    lines = [
+        f"[MASK] #{i + 1}: " + ", ".join(f"{tok} {p:.3f}" for tok, p in pred)
+        for i, pred in enumerate(preds)
+    ]
+    return marker, png_output(_figure_png(preds), "\n".join(lines))
+
+
+class MaskFillWidget(LessonWidget):
+    """:func:`mlm_widget`'s box; ``.text`` is its Text widget (``controls["sentence"]``)."""
+
+    @property
+    def text(self) -> widgets.Text:
+        return self.controls["sentence"]
 
 
 def mlm_widget(
@@ -116,11 +147,12 @@ def mlm_widget(
     *,
     text: str = "the dog chased the [MASK] across the park .",
     top_k: int = 5,
-) -> widgets.VBox:
+) -> MaskFillWidget:
     """A Text box (description ``sentence``): type a sentence with [MASK] and press Enter to see
     the model's top-k predictions at every [MASK] as a bar chart (up to three masks drawn).
 
-    The returned ``VBox`` carries ``.text`` (the Text widget), ``.output`` and ``.redraw()``.
+    The returned :class:`MaskFillWidget` carries ``.text`` (the Text widget), ``.output`` and
+    ``.redraw()``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -131,41 +163,6 @@ def mlm_widget(
         style={"description_width": "80px"},
         layout=widgets.Layout(width="640px"),
     )
-    out = widgets.Output()
-
-    def redraw(*_: Any) -> None:
-        typed = normalize_mask_text(box_text.value, tokenizer.mask_token)
-        preds = fill_mask(model, tokenizer, typed, top_k=top_k)
-        outputs: list[dict[str, Any]] = [
-            {"output_type": "stream", "name": "stdout", "text": mlm_marker(typed, preds) + "\n"}
-        ]
-        if not preds:
-            outputs.append(
-                {
-                    "output_type": "stream",
-                    "name": "stdout",
-                    "text": f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed.\n",
-                }
-            )
-        else:
-            lines = [
-                f"[MASK] #{i + 1}: " + ", ".join(f"{tok} {p:.3f}" for tok, p in pred)
-                for i, pred in enumerate(preds)
-            ]
-            png = base64.b64encode(_figure_png(preds)).decode("ascii")
-            outputs.append(
-                {
-                    "output_type": "display_data",
-                    "data": {"image/png": png, "text/plain": "\n".join(lines)},
-                    "metadata": {},
-                }
-            )
-        out.outputs = tuple(outputs)
-
-    box_text.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([box_text, out])
-    box.text = box_text  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    return MaskFillWidget(
+        {"sentence": box_text}, lambda: _mlm_outputs(model, tokenizer, box_text.value, top_k)
+    )

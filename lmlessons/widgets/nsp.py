@@ -9,15 +9,15 @@ the pair. Every redraw writes one marker line, e.g.
 ``[widget] nsp_probability=0.50 pair=0 label=IsNext notnext_rate=0.48``, so a browser test can
 check that moving the slider really rebuilt the pairs.
 
-The output is an ``ipywidgets.Output`` whose ``outputs`` are replaced in one assignment, so the
-widget works the same in a kernel and in plain pytest.
+The widget is a :class:`~lmlessons.widgets.base.LessonWidget`: its output is replaced in one
+assignment, so it works the same in a kernel and in plain pytest.
 """
 
 from __future__ import annotations
 
 import bisect
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -25,7 +25,14 @@ import torch
 
 from lmlessons._checks import check_int, check_probability
 from lmlessons.pairs import make_nsp_pairs
-from lmlessons.widgets.display import COLORS, token_table_html
+from lmlessons.widgets.base import LessonWidget, float_slider
+from lmlessons.widgets.display import (
+    COLORS,
+    OutputRecord,
+    html_output,
+    stream,
+    token_table_html,
+)
 
 __all__ = [
     "LABEL_NAMES",
@@ -35,6 +42,7 @@ __all__ = [
     "segment_colors",
     "pair_table_html",
     "nsp_marker",
+    "PairBrowser",
     "nsp_pair_widget",
 ]
 
@@ -154,7 +162,7 @@ def pair_table_html(
     ids, types, mask = _row(pairs, index)
     width = len(ids) if show_padding else sum(mask)
     colors = segment_colors(pairs, index)[:width]
-    rows: dict[str, list[object]] = {"token": tokenizer.convert_ids_to_tokens(ids[:width])}
+    rows: dict[str, Sequence[object]] = {"token": tokenizer.convert_ids_to_tokens(ids[:width])}
     if show_ids:
         rows["input_ids"] = ids[:width]
     rows["token_type_ids"] = types[:width]
@@ -182,11 +190,99 @@ def _text_html(tokenizer: Any, a: Sequence[int], b: Sequence[int]) -> str:
     def span(ids: Sequence[int], color: str, name: str) -> str:
         text = html.escape(tokenizer.decode(list(ids)))
         return (
-            f'<div style="margin:2px 0"><b>{name}</b> <span style="background:{color};padding:1px 4px">'
-            f"{text}</span></div>"
+            f'<div style="margin:2px 0"><b>{name}</b> '
+            f'<span style="background:{color};padding:1px 4px">{text}</span></div>'
         )
 
     return span(a, COLORS["segment_a"], "A:") + span(b, COLORS["segment_b"], "B:")
+
+
+def _source(index: DocumentIndex, topics: Sequence[str] | None, segment: Sequence[int]) -> str:
+    """Where ``segment`` came from, e.g. ``document 3 (cooking)`` (at most three listed)."""
+    docs = index.find(segment)
+    if not docs:
+        return "not found"
+    names = [f"{d} ({topics[d]})" if topics is not None else str(d) for d in docs[:3]]
+    more = f" and {len(docs) - 3} more" if len(docs) > 3 else ""
+    return ("document " if len(docs) == 1 else "documents ") + ", ".join(names) + more
+
+
+def _summary_html(labels: torch.Tensor, label: int, nsp_probability: float) -> str:
+    n_pairs, n_notnext = labels.numel(), int(labels.sum())
+    meaning = (
+        "B is the text that follows A in its document."
+        if label == 0
+        else "B comes from another document."
+    )
+    return (
+        f'<div style="font-size:12px">{n_pairs} pairs built with nsp_probability = '
+        f"{nsp_probability:.2f}: {n_notnext} NotNext ({labels.float().mean().item():.2f}), "
+        f"{n_pairs - n_notnext} IsNext. "
+        f"<b>next_sentence_label = {label} ({label_name(label)})</b>: {meaning}</div>"
+    )
+
+
+def _browser_outputs(
+    tokenizer: Any,
+    pairs: Mapping[str, torch.Tensor],
+    row: int,
+    nsp_probability: float,
+    source: Callable[[Sequence[int]], str],
+) -> tuple[OutputRecord, ...]:
+    """The pair's table, its text and sources, the label summary, then the marker line."""
+    labels = pairs["next_sentence_label"]
+    label = int(labels[row])
+    a, b = pair_segments(pairs, row)
+    where = (
+        f'<div style="font-size:12px">A from {html.escape(source(a))}; '
+        f"B from {html.escape(source(b))}</div>"
+    )
+    body = (
+        pair_table_html(tokenizer, pairs, row, show_padding=False)
+        + _text_html(tokenizer, a, b)
+        + where
+        + _summary_html(labels, label, nsp_probability)
+    )
+    marker = nsp_marker(nsp_probability, row, label, labels.float().mean().item())
+    return html_output(body, plain=marker), stream(marker)
+
+
+def _check_browser_args(
+    token_documents: Sequence[Sequence[Sequence[int]]],
+    tokenizer: Any,
+    topics: Sequence[str] | None,
+) -> None:
+    for attr in ("cls_token_id", "sep_token_id", "pad_token_id"):
+        if getattr(tokenizer, attr, None) is None:
+            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer)")
+    if topics is not None and len(topics) != len(token_documents):
+        raise ValueError(
+            f"topics must give one topic per document ({len(token_documents)}), got {len(topics)}"
+        )
+
+
+class PairBrowser(LessonWidget):
+    """:func:`nsp_pair_widget`'s box; ``.sliders`` is ``(nsp_probability, pair)``."""
+
+    @property
+    def sliders(self) -> tuple[widgets.FloatSlider, widgets.IntSlider]:
+        return self.controls["nsp_probability"], self.controls["pair"]
+
+
+def _browser_sliders(nsp_probability: float, n_pairs: int) -> dict[str, widgets.ValueWidget]:
+    return {
+        "nsp_probability": float_slider(
+            "nsp_probability",
+            nsp_probability,
+            1.0,
+            step=0.05,
+            continuous_update=False,
+            style={"description_width": "initial"},
+        ),
+        "pair": widgets.IntSlider(
+            value=0, min=0, max=n_pairs - 1, description="pair", continuous_update=False
+        ),
+    }
 
 
 def nsp_pair_widget(
@@ -198,124 +294,49 @@ def nsp_pair_widget(
     nsp_probability: float = 0.5,
     short_seq_prob: float = 0.1,
     seed: int = 0,
-) -> widgets.VBox:
+) -> PairBrowser:
     """Browse NSP pairs built from ``token_documents`` (lists of sentences of token ids).
 
     Controls: ``nsp_probability`` (first slider; the pairs are rebuilt from ``seed``) and
     ``pair`` (which example to show). The output shows the token table, the label, the decoded
     segments (with the document and, given ``topics`` (one per document), the topic each came
-    from), the share of NotNext pairs, and the marker line.
+    from), the share of NotNext pairs, and the marker line. ``.sliders`` holds both sliders.
     """
     nsp_probability = check_probability("nsp_probability", nsp_probability)
     seed = check_int("seed", seed)
-    for attr in ("cls_token_id", "sep_token_id", "pad_token_id"):
-        if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer)")
-    if topics is not None and len(topics) != len(token_documents):
-        raise ValueError(
-            f"topics must give one topic per document ({len(token_documents)}), got {len(topics)}"
-        )
+    _check_browser_args(token_documents, tokenizer, topics)
     index = DocumentIndex(token_documents)
+    built: dict[float, dict[str, torch.Tensor]] = {}
 
-    def source(segment: Sequence[int]) -> str:
-        docs = index.find(segment)
-        if not docs:
-            return "not found"
-        names = [f"{d} ({topics[d]})" if topics is not None else str(d) for d in docs[:3]]
-        more = f" and {len(docs) - 3} more" if len(docs) > 3 else ""
-        return ("document " if len(docs) == 1 else "documents ") + ", ".join(names) + more
-
-    def build(p: float) -> dict[str, torch.Tensor]:
-        return make_nsp_pairs(
-            token_documents,
-            cls_token_id=tokenizer.cls_token_id,
-            sep_token_id=tokenizer.sep_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            max_length=max_length,
-            nsp_probability=p,
-            short_seq_prob=short_seq_prob,
-            generator=torch.Generator().manual_seed(seed),
-        )
-
-    state = {"pairs": build(nsp_probability), "busy": False}
-    p_slider = widgets.FloatSlider(
-        value=nsp_probability,
-        min=0.0,
-        max=1.0,
-        step=0.05,
-        description="nsp_probability",
-        readout_format=".2f",
-        continuous_update=False,
-        style={"description_width": "initial"},
-    )
-    pair_slider = widgets.IntSlider(
-        value=0,
-        min=0,
-        max=state["pairs"]["input_ids"].shape[0] - 1,
-        description="pair",
-        continuous_update=False,
-    )
-    out = widgets.Output()
-
-    def redraw() -> None:
-        pairs = state["pairs"]
-        row = pair_slider.value
-        label = int(pairs["next_sentence_label"][row])
-        labels = pairs["next_sentence_label"]
-        rate = labels.float().mean().item()
-        a, b = pair_segments(pairs, row)
-        n_pairs = labels.numel()
-        summary = (
-            f'<div style="font-size:12px">{n_pairs} pairs built with nsp_probability = '
-            f"{p_slider.value:.2f}: {int(labels.sum())} NotNext ({rate:.2f}), "
-            f"{n_pairs - int(labels.sum())} IsNext. "
-            f"<b>next_sentence_label = {label} ({label_name(label)})</b>: "
-            + (
-                "B is the text that follows A in its document."
-                if label == 0
-                else "B comes from another document."
+    def pairs_at(p: float) -> dict[str, torch.Tensor]:
+        """The pairs for ``p``, built once per value (always from ``seed``)."""
+        if p not in built:
+            built.clear()  # keep only the pairs on show
+            built[p] = make_nsp_pairs(
+                token_documents,
+                cls_token_id=tokenizer.cls_token_id,
+                sep_token_id=tokenizer.sep_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                max_length=max_length,
+                nsp_probability=p,
+                short_seq_prob=short_seq_prob,
+                generator=torch.Generator().manual_seed(seed),
             )
-            + "</div>"
-        )
-        where = (
-            f'<div style="font-size:12px">A from {html.escape(source(a))}; '
-            f"B from {html.escape(source(b))}</div>"
-        )
-        body = (
-            pair_table_html(tokenizer, pairs, row, show_padding=False)
-            + _text_html(tokenizer, a, b)
-            + where
-            + summary
-        )
-        marker = nsp_marker(p_slider.value, row, label, rate)
-        out.outputs = (
-            {
-                "output_type": "display_data",
-                "data": {"text/html": body, "text/plain": marker},
-                "metadata": {},
-            },
-            {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
-        )
+        return built[p]
 
-    def on_probability(change: dict) -> None:
-        state["busy"] = True
-        try:
-            state["pairs"] = build(float(change["new"]))
-            n = state["pairs"]["input_ids"].shape[0]
-            pair_slider.value = min(pair_slider.value, n - 1)
-            pair_slider.max = n - 1
-        finally:
-            state["busy"] = False
-        redraw()
+    sliders = _browser_sliders(nsp_probability, len(pairs_at(nsp_probability)["input_ids"]))
+    p_slider, pair_slider = sliders["nsp_probability"], sliders["pair"]
 
-    def on_pair(change: dict) -> None:
-        if not state["busy"]:
-            redraw()
+    def on_probability(change: dict[str, Any]) -> None:  # runs before the redraw
+        n = pairs_at(float(change["new"]))["input_ids"].shape[0]
+        pair_slider.value = min(pair_slider.value, n - 1)
+        pair_slider.max = n - 1
+
+    def draw() -> tuple[OutputRecord, ...]:
+        p = float(p_slider.value)
+        return _browser_outputs(
+            tokenizer, pairs_at(p), int(pair_slider.value), p, lambda s: _source(index, topics, s)
+        )
 
     p_slider.observe(on_probability, names="value")
-    pair_slider.observe(on_pair, names="value")
-    redraw()
-    box = widgets.VBox([widgets.HBox([p_slider, pair_slider]), out])
-    box.sliders = (p_slider, pair_slider)  # type: ignore[attr-defined]  # for tests
-    box.output = out  # type: ignore[attr-defined]
-    return box
+    return PairBrowser(sliders, draw, rows=[widgets.HBox([p_slider, pair_slider])])

@@ -20,14 +20,19 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 import torch
+from transformers import PreTrainedModel
 
+from lmlessons._checks import IGNORE_INDEX
 from lmlessons.losses import mlm_loss, nsp_loss
+from lmlessons.widgets.base import LessonWidget, float_slider
+from lmlessons.widgets.display import OutputRecord, html_output, stream
 
 __all__ = [
     "TermGradients",
     "term_gradients",
     "weighted_terms",
     "pretraining_marker",
+    "LossWeightsWidget",
     "loss_weights_widget",
 ]
 
@@ -59,8 +64,20 @@ class TermGradients:
         return self.dot / denom if denom > 0 else 0.0
 
 
+def _flat_gradient(
+    grads: tuple[torch.Tensor | None, ...], params: list[torch.nn.Parameter]
+) -> torch.Tensor:
+    """One float64 vector ``(P,)`` of ``grads``, zeros where a parameter got no gradient."""
+    return torch.cat(
+        [
+            (g if g is not None else torch.zeros_like(p)).reshape(-1).double()
+            for g, p in zip(grads, params)
+        ]
+    )
+
+
 def term_gradients(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     batch: Mapping[str, torch.Tensor],
     *,
     parameters: Iterable[torch.nn.Parameter] | None = None,
@@ -68,7 +85,8 @@ def term_gradients(
     """Gradients of the MLM term and the NSP term of a ``BertForPreTraining`` on ``batch``.
 
     Args:
-        model: a ``BertForPreTraining`` (e.g. :func:`lmlessons.course.models.tiny_bert_pretraining`).
+        model: a ``BertForPreTraining``
+            (e.g. :func:`lmlessons.course.models.tiny_bert_pretraining`).
         batch: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 where not
             masked) and ``next_sentence_label`` (0 = IsNext), e.g. from
             :func:`lmlessons.course.batches.nsp_batches`.
@@ -82,39 +100,23 @@ def term_gradients(
             raise ValueError(
                 f"batch must hold {key!r} (e.g. from lmlessons.course.batches.nsp_batches)"
             )
-    params = [
-        p
-        for p in (model.base_model.parameters() if parameters is None else parameters)
-        if p.requires_grad
-    ]
+    chosen = model.base_model.parameters() if parameters is None else parameters
+    params = [p for p in chosen if p.requires_grad]
     if not params:
         raise ValueError("parameters holds no trainable parameter")
     out = model(**{k: batch[k] for k in _MODEL_INPUTS if k in batch})
-    mlm = mlm_loss(
-        out.prediction_logits, batch["labels"]
-    )  # (B, T, V) -> () mean over masked tokens
-    nsp = nsp_loss(
-        out.seq_relationship_logits, batch["next_sentence_label"]
-    )  # (B, 2) -> () mean over sequences
+    mlm = mlm_loss(out.prediction_logits, batch["labels"])  # (B, T, V) -> (): masked tokens
+    nsp = nsp_loss(out.seq_relationship_logits, batch["next_sentence_label"])  # (B, 2) -> ()
     g_mlm = torch.autograd.grad(mlm, params, retain_graph=True, allow_unused=True)
     g_nsp = torch.autograd.grad(nsp, params, allow_unused=True)
-
-    def flat(grads: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
-        return torch.cat(
-            [
-                (g if g is not None else torch.zeros_like(p)).reshape(-1).double()
-                for g, p in zip(grads, params)
-            ]
-        )
-
-    gm, gn = flat(g_mlm), flat(g_nsp)  # (P,), (P,)
+    gm, gn = _flat_gradient(g_mlm, params), _flat_gradient(g_nsp, params)  # (P,), (P,)
     return TermGradients(
         mlm_loss=mlm.item(),
         nsp_loss=nsp.item(),
         mlm_sq=float(gm @ gm),
         nsp_sq=float(gn @ gn),
         dot=float(gm @ gn),
-        num_masked=int((batch["labels"] != -100).sum()),
+        num_masked=int((batch["labels"] != IGNORE_INDEX).sum()),
         num_sequences=int(batch["input_ids"].shape[0]),
         num_parameters=int(gm.numel()),
     )
@@ -166,17 +168,72 @@ def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
         pct = 100.0 * value / total if total > 0 else 0.0
         cells.append(
             f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
-            f"line-height:18px;vertical-align:top;display:inline-block;font-size:11px;overflow:hidden;"
-            f'white-space:nowrap">'
+            "line-height:18px;vertical-align:top;display:inline-block;font-size:11px;"
+            'overflow:hidden;white-space:nowrap">'
             f"&nbsp;{name} {pct:.0f}%</div>"
         )
     return (
         f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
-        f'<div style="width:420px;border:1px solid #bbb;line-height:0">{"".join(cells)}</div></div>'
+        '<div style="width:420px;border:1px solid #bbb;line-height:0">'
+        f"{''.join(cells)}</div></div>"
     )
 
 
 _MLM_COLOR, _NSP_COLOR = "#f4a582", "#92c5de"
+
+
+def _weights_body(terms: TermGradients, a: float, b: float, r: Mapping[str, float]) -> str:
+    """The loss and gradient norms in words, and the two share bars, for weights ``a``, ``b``."""
+    text = (
+        '<div style="font-size:12px;font-family:monospace">'
+        f"loss = {a:.2f} x {terms.mlm_loss:.4f} (MLM, mean over {terms.num_masked} masked "
+        f"tokens) + {b:.2f} x {terms.nsp_loss:.4f} (NSP, mean over {terms.num_sequences} "
+        f"sequences) = {r['loss']:.4f}<br>"
+        f"encoder gradient norm = {r['grad_norm']:.4f} (MLM term {r['mlm_grad_norm']:.4f}, "
+        f"NSP term {r['nsp_grad_norm']:.4f}, cosine between them {terms.cosine:+.3f})</div>"
+    )
+    loss_bar = _bar(
+        [("MLM", r["mlm_part"], _MLM_COLOR), ("NSP", r["nsp_part"], _NSP_COLOR)],
+        "share of the loss",
+    )
+    grad_bar = _bar(
+        [("MLM", r["mlm_grad_norm"], _MLM_COLOR), ("NSP", r["nsp_grad_norm"], _NSP_COLOR)],
+        "share of the gradient norm (encoder)",
+    )
+    return text + loss_bar + grad_bar
+
+
+def _weight_slider(name: str, value: float, max_weight: float) -> widgets.FloatSlider:
+    style = {"description_width": "initial"}
+    return float_slider(name, value, max_weight, step=0.1, continuous_update=False, style=style)
+
+
+def _weights_outputs(terms: TermGradients, a: float, b: float) -> tuple[OutputRecord, ...]:
+    r = weighted_terms(terms, a, b)
+    marker = pretraining_marker(a, b, r)
+    return html_output(_weights_body(terms, a, b, r), plain=marker), stream(marker)
+
+
+class LossWeightsWidget(LessonWidget):
+    """:func:`loss_weights_widget`'s box; ``.sliders`` is ``(mlm_weight, nsp_weight)`` and
+    ``.terms`` the :class:`TermGradients` it shows."""
+
+    def __init__(self, terms: TermGradients, mlm_weight: float, nsp_weight: float, top: float):
+        sliders = {
+            "mlm_weight": _weight_slider("mlm_weight", mlm_weight, top),
+            "nsp_weight": _weight_slider("nsp_weight", nsp_weight, top),
+        }
+
+        def draw() -> tuple[OutputRecord, ...]:
+            a, b = sliders["mlm_weight"].value, sliders["nsp_weight"].value
+            return _weights_outputs(terms, a, b)
+
+        super().__init__(sliders, draw, rows=[widgets.HBox(list(sliders.values()))])
+        self.terms = terms
+
+    @property
+    def sliders(self) -> tuple[widgets.FloatSlider, widgets.FloatSlider]:
+        return self.controls["mlm_weight"], self.controls["nsp_weight"]
 
 
 def loss_weights_widget(
@@ -185,7 +242,7 @@ def loss_weights_widget(
     mlm_weight: float = 1.0,
     nsp_weight: float = 1.0,
     max_weight: float = 10.0,
-) -> widgets.VBox:
+) -> LossWeightsWidget:
     """Sliders for ``mlm_weight`` (the first) and ``nsp_weight``, showing the weighted loss and
     each term's share of the loss and of the encoder's gradient norm, for the batch of
     ``terms`` (from :func:`term_gradients`)."""
@@ -193,69 +250,9 @@ def loss_weights_widget(
         raise TypeError(
             f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}"
         )
-    mlm_weight, nsp_weight = (
-        _check_weight("mlm_weight", mlm_weight),
-        _check_weight("nsp_weight", nsp_weight),
-    )
+    mlm_weight = _check_weight("mlm_weight", mlm_weight)
+    nsp_weight = _check_weight("nsp_weight", nsp_weight)
     max_weight = _check_weight("max_weight", max_weight)
     if not max_weight >= max(mlm_weight, nsp_weight, 0.1):
         raise ValueError(f"max_weight must be >= both weights, got {max_weight}")
-    style = {"description_width": "initial"}
-    mlm_slider = widgets.FloatSlider(
-        value=mlm_weight,
-        min=0.0,
-        max=max_weight,
-        step=0.1,
-        description="mlm_weight",
-        readout_format=".2f",
-        continuous_update=False,
-        style=style,
-    )
-    nsp_slider = widgets.FloatSlider(
-        value=nsp_weight,
-        min=0.0,
-        max=max_weight,
-        step=0.1,
-        description="nsp_weight",
-        readout_format=".2f",
-        continuous_update=False,
-        style=style,
-    )
-    out = widgets.Output()
-
-    def redraw(_: object = None) -> None:
-        a, b = mlm_slider.value, nsp_slider.value
-        r = weighted_terms(terms, a, b)
-        marker = pretraining_marker(a, b, r)
-        body = (
-            f'<div style="font-size:12px;font-family:monospace">loss = {a:.2f} x {terms.mlm_loss:.4f} (MLM, mean over '
-            f"{terms.num_masked} masked tokens) + {b:.2f} x {terms.nsp_loss:.4f} (NSP, mean over "
-            f"{terms.num_sequences} sequences) = {r['loss']:.4f}<br>"
-            f"encoder gradient norm = {r['grad_norm']:.4f} (MLM term {r['mlm_grad_norm']:.4f}, NSP term "
-            f"{r['nsp_grad_norm']:.4f}, cosine between them {terms.cosine:+.3f})</div>"
-            + _bar(
-                [("MLM", r["mlm_part"], _MLM_COLOR), ("NSP", r["nsp_part"], _NSP_COLOR)],
-                "share of the loss",
-            )
-            + _bar(
-                [("MLM", r["mlm_grad_norm"], _MLM_COLOR), ("NSP", r["nsp_grad_norm"], _NSP_COLOR)],
-                "share of the gradient norm (encoder)",
-            )
-        )
-        out.outputs = (
-            {
-                "output_type": "display_data",
-                "data": {"text/html": body, "text/plain": marker},
-                "metadata": {},
-            },
-            {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
-        )
-
-    mlm_slider.observe(redraw, names="value")
-    nsp_slider.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([widgets.HBox([mlm_slider, nsp_slider]), out])
-    box.sliders = (mlm_slider, nsp_slider)  # type: ignore[attr-defined]  # for tests
-    box.output = out  # type: ignore[attr-defined]
-    box.terms = terms  # type: ignore[attr-defined]
-    return box
+    return LossWeightsWidget(terms, mlm_weight, nsp_weight, max_weight)

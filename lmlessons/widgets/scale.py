@@ -16,12 +16,20 @@ browser test can wait for.
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
+
+from lmlessons.course.memory import MIB
+from lmlessons.widgets.base import LessonWidget
+from lmlessons.widgets.display import (
+    OutputRecord,
+    figure_png,
+    new_figure,
+    png_output,
+    stream,
+)
 
 __all__ = [
     "REAL_VOCABULARIES",
@@ -31,10 +39,10 @@ __all__ = [
     "plot_logits_memory",
     "plot_peak_vs_chunk",
     "scale_marker",
+    "ScaleWidget",
     "scale_widget",
 ]
 
-MIB = 2**20
 GIB = 2**30
 
 # Vocabulary sizes of real models (from their published configs / tokenizers).
@@ -46,6 +54,7 @@ REAL_VOCABULARIES: dict[str, int] = {
     "Gemma (256,000)": 256000,
 }
 CHUNK_SIZES: tuple[int, ...] = tuple(2**k for k in range(6, 15))  # 64 ... 16,384 rows
+TOKENS_PER_BATCH: tuple[int, ...] = tuple(2**k for k in range(10, 21))  # 1,024 ... 1,048,576
 
 
 def _pos_int(name: str, value: object) -> int:
@@ -113,7 +122,7 @@ def plot_logits_memory(
     ax: Any,
     *,
     vocabularies: dict[str, int] | None = None,
-    tokens: Sequence[int] = tuple(2**k for k in range(10, 21)),
+    tokens: Sequence[int] = TOKENS_PER_BATCH,
     budget_gib: float | None = 24.0,
 ) -> Any:
     """Float32 logits size (GiB) against tokens per batch (B x T), one line per vocabulary."""
@@ -133,6 +142,32 @@ def plot_logits_memory(
     return ax
 
 
+def _plot_measured(ax: Any, measured: dict[int | None, float], dense_x: int) -> None:
+    """Measured MiB as points: chunk sizes as crosses, the dense head (key ``None``) at
+    ``dense_x``."""
+    pts = [(c, m) for c, m in measured.items() if c is not None]
+    if pts:
+        ax.plot(
+            [c for c, _ in pts],
+            [m for _, m in pts],
+            marker="x",
+            ms=8,
+            ls="none",
+            color="k",
+            label="chunked (measured)",
+        )
+    if None in measured:
+        ax.plot(
+            [dense_x],
+            [measured[None]],
+            marker="+",
+            ms=12,
+            ls="none",
+            color="C3",
+            label="dense (measured)",
+        )
+
+
 def plot_peak_vs_chunk(
     ax: Any,
     n_rows: int,
@@ -148,24 +183,20 @@ def plot_peak_vs_chunk(
 
     ``measured`` maps chunk sizes (``None`` = dense) to measured MiB, drawn as points.
     """
+
+    def mib(chunk_size: int | None) -> float:
+        peak = estimate_peak_bytes(
+            n_rows, hidden_size, vocab_size, chunk_size=chunk_size, labelled_rows=labelled_rows
+        )
+        return peak / MIB
+
     cs = [c for c in chunk_sizes if c <= n_rows] or [n_rows]
-    est = [
-        estimate_peak_bytes(
-            n_rows, hidden_size, vocab_size, chunk_size=c, labelled_rows=labelled_rows
-        )
-        / MIB
-        for c in cs
-    ]
-    dense = estimate_peak_bytes(n_rows, hidden_size, vocab_size, labelled_rows=labelled_rows) / MIB
-    ax.plot(cs, est, marker="o", ms=3, label="chunked (estimate)")
-    ax.axhline(dense, color="C3", ls="--", label="dense (estimate)")
+    ax.plot(cs, [mib(c) for c in cs], marker="o", ms=3, label="chunked (estimate)")
+    ax.axhline(mib(None), color="C3", ls="--", label="dense (estimate)")
     if current is not None:
-        cur = estimate_peak_bytes(
-            n_rows, hidden_size, vocab_size, chunk_size=current, labelled_rows=labelled_rows
-        )
         ax.plot(
             [current],
-            [cur / MIB],
+            [mib(current)],
             marker="*",
             ms=12,
             color="C1",
@@ -173,27 +204,7 @@ def plot_peak_vs_chunk(
             label=f"chunk_size={current}",
         )
     if measured:
-        pts = [(c, m) for c, m in measured.items() if c is not None]
-        if pts:
-            ax.plot(
-                [c for c, _ in pts],
-                [m for _, m in pts],
-                marker="x",
-                ms=8,
-                ls="none",
-                color="k",
-                label="chunked (measured)",
-            )
-        if None in measured:
-            ax.plot(
-                [cs[-1]],
-                [measured[None]],
-                marker="+",
-                ms=12,
-                ls="none",
-                color="C3",
-                label="dense (measured)",
-            )
+        _plot_measured(ax, measured, cs[-1])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("chunk_size (rows)")
@@ -212,15 +223,52 @@ def scale_marker(vocab_size: int, chunk_size: int, peak_mib: float, dense_mib: f
 
 
 def _figure_png(n_rows: int, hidden_size: int, vocab_size: int, chunk_size: int) -> bytes:
-    from matplotlib.figure import Figure  # no pyplot: nothing shown twice, any backend works
+    fig = new_figure(5.2, 3.0)
+    plot_peak_vs_chunk(fig.subplots(), n_rows, hidden_size, vocab_size, current=chunk_size)
+    return figure_png(fig)
 
-    fig = Figure(figsize=(5.2, 3.0), dpi=80)
-    ax = fig.subplots()
-    plot_peak_vs_chunk(ax, n_rows, hidden_size, vocab_size, current=chunk_size)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+
+def _scale_outputs(n_rows: int, hidden_size: int, v: int, c: int) -> tuple[OutputRecord, ...]:
+    """The marker line, then the chart with the three numbers as its text form."""
+    peak = estimate_peak_bytes(n_rows, hidden_size, v, chunk_size=c) / MIB
+    dense = estimate_peak_bytes(n_rows, hidden_size, v) / MIB
+    logits = logits_bytes(1, n_rows, v) / MIB
+    text = "\n".join(
+        [
+            f"{n_rows:,} tokens x V={v:,}: one float32 logits tensor is {logits:,.0f} MiB",
+            f"dense head + loss, forward + backward: ~{dense:,.0f} MiB "
+            "(three (N, V) tensors + gradients)",
+            f"linear_cross_entropy, chunk_size={c:,}: ~{peak:,.0f} MiB "
+            f"({peak / dense:.1%} of dense)",
+        ]
+    )
+    png = _figure_png(n_rows, hidden_size, v, c)
+    return stream(scale_marker(v, c, peak, dense)), png_output(png, text)
+
+
+def _selection_slider(
+    name: str, options: list[tuple[str, int]], value: int
+) -> widgets.SelectionSlider:
+    return widgets.SelectionSlider(
+        options=options,
+        value=value,
+        description=name,
+        continuous_update=False,
+        style={"description_width": "90px"},
+        layout=widgets.Layout(width="520px"),
+    )
+
+
+class ScaleWidget(LessonWidget):
+    """:func:`scale_widget`'s box; ``.vocab`` and ``.chunk`` are its two sliders."""
+
+    @property
+    def vocab(self) -> widgets.SelectionSlider:
+        return self.controls["vocab_size"]
+
+    @property
+    def chunk(self) -> widgets.SelectionSlider:
+        return self.controls["chunk_size"]
 
 
 def scale_widget(
@@ -230,13 +278,13 @@ def scale_widget(
     vocab_size: int = 32000,
     chunk_size: int = 1024,
     vocabularies: dict[str, int] | None = None,
-) -> widgets.VBox:
+) -> ScaleWidget:
     """Two sliders (``vocab_size`` over real vocabularies, ``chunk_size`` over powers of two) and
     the estimated peak memory of the dense head against :func:`lmlessons.linear_cross_entropy`
     for ``n_rows`` tokens (default 8 x 2,048) and hidden size ``hidden_size``.
 
-    The returned ``VBox`` carries ``.vocab``, ``.chunk`` (the sliders), ``.output`` and
-    ``.redraw()``; set ``box.vocab.value = 128256`` in a test to run the callback.
+    The returned :class:`ScaleWidget` carries ``.vocab``, ``.chunk`` (the sliders), ``.output``
+    and ``.redraw()``; set ``box.vocab.value = 128256`` in a test to run the callback.
     """
     n_rows = _pos_int("n_rows", n_rows)
     hidden_size = _pos_int("hidden_size", hidden_size)
@@ -245,57 +293,16 @@ def scale_widget(
         vocabularies[f"{vocab_size:,}"] = _pos_int("vocab_size", vocab_size)
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {list(CHUNK_SIZES)}, got {chunk_size!r}")
-    options = sorted(((label, v) for label, v in vocabularies.items()), key=lambda kv: kv[1])
-    vocab = widgets.SelectionSlider(
-        options=options,
-        value=vocab_size,
-        description="vocab_size",
-        continuous_update=False,
-        style={"description_width": "90px"},
-        layout=widgets.Layout(width="520px"),
-    )
-    chunk = widgets.SelectionSlider(
-        options=[(f"{c:,}", c) for c in CHUNK_SIZES],
-        value=chunk_size,
-        description="chunk_size",
-        continuous_update=False,
-        style={"description_width": "90px"},
-        layout=widgets.Layout(width="520px"),
-    )
-    out = widgets.Output()
+    options = sorted(vocabularies.items(), key=lambda kv: kv[1])
+    controls = {
+        "vocab_size": _selection_slider("vocab_size", options, vocab_size),
+        "chunk_size": _selection_slider(
+            "chunk_size", [(f"{c:,}", c) for c in CHUNK_SIZES], chunk_size
+        ),
+    }
 
-    def redraw(*_: Any) -> None:
-        v, c = vocab.value, chunk.value
-        peak = estimate_peak_bytes(n_rows, hidden_size, v, chunk_size=c) / MIB
-        dense = estimate_peak_bytes(n_rows, hidden_size, v) / MIB
-        logits = logits_bytes(1, n_rows, v) / MIB
-        text = "\n".join(
-            [
-                f"{n_rows:,} tokens x V={v:,}: one float32 logits tensor is {logits:,.0f} MiB",
-                f"dense head + loss, forward + backward: ~{dense:,.0f} MiB (three (N, V) tensors + gradients)",
-                f"linear_cross_entropy, chunk_size={c:,}: ~{peak:,.0f} MiB ({peak / dense:.1%} of dense)",
-            ]
-        )
-        png = base64.b64encode(_figure_png(n_rows, hidden_size, v, c)).decode("ascii")
-        out.outputs = (
-            {
-                "output_type": "stream",
-                "name": "stdout",
-                "text": scale_marker(v, c, peak, dense) + "\n",
-            },
-            {
-                "output_type": "display_data",
-                "data": {"image/png": png, "text/plain": text},
-                "metadata": {},
-            },
-        )
+    def draw() -> tuple[OutputRecord, ...]:
+        v, c = controls["vocab_size"].value, controls["chunk_size"].value
+        return _scale_outputs(n_rows, hidden_size, v, c)
 
-    vocab.observe(redraw, names="value")
-    chunk.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([vocab, chunk, out])
-    box.vocab = vocab  # type: ignore[attr-defined]
-    box.chunk = chunk  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    return ScaleWidget(controls, draw)

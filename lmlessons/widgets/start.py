@@ -19,17 +19,63 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
+from lmlessons._checks import IGNORE_INDEX
+from lmlessons.exercises import Quiz
+from lmlessons.exercises.quizzes import Choice, Question
 from lmlessons.masking import mask_tokens
 from lmlessons.shifting import shift_labels
-from lmlessons.widgets.display import COLORS, token_table_html
+from lmlessons.widgets.base import LessonWidget
+from lmlessons.widgets.display import COLORS, OutputRecord, html_output, stream, token_table_html
 
-__all__ = ["mlm_example", "clm_example", "nsp_example", "objectives_marker", "objectives_widget"]
+__all__ = [
+    "mlm_example",
+    "clm_example",
+    "nsp_example",
+    "objectives_marker",
+    "objectives_widget",
+    "start_quiz",
+]
 
 OBJECTIVES = ("MLM", "CLM", "NSP")
+_MLM_LEGEND = {
+    "special": COLORS["special"],
+    "[MASK]": COLORS["mask"],
+    "random": COLORS["random"],
+    "kept": COLORS["kept"],
+    "target": COLORS["target"],
+    "-100: no loss": COLORS["ignored"],
+}
 
 
 def _special(tokenizer: Any, ids: torch.Tensor) -> torch.Tensor:
     return torch.isin(ids, torch.tensor(sorted(set(tokenizer.all_special_ids))))
+
+
+def _fate_colors(
+    tokenizer: Any,
+    ids: torch.Tensor,
+    masked: torch.Tensor,
+    selected: torch.Tensor,
+    special: torch.Tensor,
+) -> list[str | None]:
+    """Colour of each input position: special, not selected (none), [MASK], kept or random."""
+    colors: list[str | None] = []
+    for t in range(len(ids)):
+        if special[t]:
+            colors.append(COLORS["special"])
+        elif not selected[t]:
+            colors.append(None)
+        elif masked[t] == tokenizer.mask_token_id:
+            colors.append(COLORS["mask"])
+        elif masked[t] == ids[t]:
+            colors.append(COLORS["kept"])
+        else:
+            colors.append(COLORS["random"])
+    return colors
+
+
+def _target_colors(has_target: torch.Tensor) -> list[str | None]:
+    return [COLORS["target"] if h else COLORS["ignored"] for h in has_target.tolist()]
 
 
 def mlm_example(
@@ -47,47 +93,24 @@ def mlm_example(
         generator=torch.Generator().manual_seed(seed),
     )
     masked, labels = masked[0], labels[0]
-    selected = labels != -100
-    input_colors = []
-    for t in range(len(ids)):
-        if special[t]:
-            input_colors.append(COLORS["special"])
-        elif not selected[t]:
-            input_colors.append(None)
-        elif masked[t] == tokenizer.mask_token_id:
-            input_colors.append(COLORS["mask"])
-        elif masked[t] == ids[t]:
-            input_colors.append(COLORS["kept"])
-        else:
-            input_colors.append(COLORS["random"])
+    selected = labels != IGNORE_INDEX
     rows = {
         "original": tokenizer.convert_ids_to_tokens(ids.tolist()),
         "input_ids": tokenizer.convert_ids_to_tokens(masked.tolist()),
         "labels": labels.tolist(),
         "label token": [
-            tokenizer.convert_ids_to_tokens(int(i)) if i != -100 else "" for i in labels.tolist()
+            tokenizer.convert_ids_to_tokens(int(i)) if i != IGNORE_INDEX else ""
+            for i in labels.tolist()
         ],
     }
     colors = {
-        "input_ids": input_colors,
-        "labels": [COLORS["target"] if s else COLORS["ignored"] for s in selected.tolist()],
-        "label token": [COLORS["target"] if s else COLORS["ignored"] for s in selected.tolist()],
+        "input_ids": _fate_colors(tokenizer, ids, masked, selected, special),
+        "labels": _target_colors(selected),
+        "label token": _target_colors(selected),
     }
     n = int(selected.sum())
-    table = token_table_html(
-        rows,
-        colors=colors,
-        caption=f"MLM: guess the selected tokens from both sides ({n} target{'s' if n != 1 else ''})",
-        legend={
-            "special": COLORS["special"],
-            "[MASK]": COLORS["mask"],
-            "random": COLORS["random"],
-            "kept": COLORS["kept"],
-            "target": COLORS["target"],
-            "-100: no loss": COLORS["ignored"],
-        },
-    )
-    return table, n
+    caption = f"MLM: guess the selected tokens from both sides ({n} target{'s' if n != 1 else ''})"
+    return token_table_html(rows, colors=colors, caption=caption, legend=_MLM_LEGEND), n
 
 
 def clm_example(tokenizer: Any, text: str) -> tuple[str, int]:
@@ -100,17 +123,14 @@ def clm_example(tokenizer: Any, text: str) -> tuple[str, int]:
         "input_ids": tokens,
         "labels (passed)": labels.tolist(),
         "target of position t": [
-            tokens[t + 1] if t + 1 < len(tokens) else "-100" for t in range(len(tokens))
+            tokens[t + 1] if t + 1 < len(tokens) else str(IGNORE_INDEX) for t in range(len(tokens))
         ],
     }
-    has = targets != -100
-    colors = {
-        "target of position t": [COLORS["target"] if h else COLORS["ignored"] for h in has.tolist()]
-    }
+    has = targets != IGNORE_INDEX
     n = int(has.sum())
     table = token_table_html(
         rows,
-        colors=colors,
+        colors={"target of position t": _target_colors(has)},
         caption=f"CLM: every position guesses the NEXT token from the left only ({n} targets)",
         legend={"target (token t + 1)": COLORS["target"], "-100: no loss": COLORS["ignored"]},
     )
@@ -128,22 +148,21 @@ def nsp_example(
     enc = tokenizer(sentence_a, sentence_b, truncation=True)
     tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"])
     types = enc["token_type_ids"]
-    rows = {"input_ids": tokens, "token_type_ids": types}
     column_colors = [
         COLORS["special"]
         if t in tokenizer.all_special_tokens
         else (COLORS["segment_a"] if s == 0 else COLORS["segment_b"])
         for t, s in zip(tokens, types)
     ]
-    name = (
-        "IsNext: B follows A"
-        if next_sentence_label == 0
-        else "NotNext: B comes from another document"
-    )
+    if next_sentence_label == 0:
+        name = "IsNext: B follows A"
+    else:
+        name = "NotNext: B comes from another document"
     table = token_table_html(
-        rows,
+        {"input_ids": tokens, "token_type_ids": types},
         column_colors=column_colors,
-        caption=f"NSP: one label for the whole pair, read at [CLS]: next_sentence_label = {next_sentence_label} ({name})",
+        caption="NSP: one label for the whole pair, read at [CLS]: "
+        f"next_sentence_label = {next_sentence_label} ({name})",
         legend={
             "segment A (token_type 0)": COLORS["segment_a"],
             "segment B (token_type 1)": COLORS["segment_b"],
@@ -154,18 +173,14 @@ def nsp_example(
 
 
 def objectives_marker(*, example: int, objective: str, seed: int, tokens: int, targets: int) -> str:
-    return f"[widget] example={example} objective={objective} seed={seed} tokens={tokens} targets={targets}"
+    """The widget's marker line (deterministic: what a browser test waits for)."""
+    return (
+        f"[widget] example={example} objective={objective} seed={seed} tokens={tokens} "
+        f"targets={targets}"
+    )
 
 
-def objectives_widget(
-    tokenizer: Any, examples: Sequence[tuple[str, str, str]], *, mlm_probability: float = 0.15
-) -> widgets.VBox:
-    """Slider ``example`` (first), buttons ``objective`` (MLM / CLM / NSP) and slider ``seed``.
-
-    ``examples``: triples ``(A, B, C)``: B follows A in a document, C comes from another one.
-    NSP shows (A, B) with label 0 for even seeds and (A, C) with label 1 for odd seeds.
-    The returned ``VBox`` carries ``.controls``, ``.output`` and ``.redraw()``.
-    """
+def _check_examples(examples: object) -> Sequence[tuple[str, str, str]]:
     if isinstance(examples, str) or not isinstance(examples, Sequence) or not examples:
         raise ValueError("examples must be a non-empty list of (A, B, C) sentence triples")
     for i, e in enumerate(examples):
@@ -175,115 +190,123 @@ def objectives_widget(
             and all(isinstance(s, str) and s.strip() for s in e)
         ):
             raise TypeError(f"examples[{i}] must be a triple of non-empty sentences (A, B, C)")
+    return examples
+
+
+def _objective_example(
+    tokenizer: Any, triple: Sequence[str], objective: str, seed: int, mlm_probability: float
+) -> tuple[str, int, int]:
+    """(table, number of targets, number of tokens) of one example under ``objective``."""
+    a, b, c = triple
+    if objective == "MLM":
+        table, n = mlm_example(tokenizer, a, mlm_probability=mlm_probability, seed=seed)
+        return table, n, len(tokenizer(a, truncation=True)["input_ids"])
+    if objective == "CLM":
+        table, n = clm_example(tokenizer, a)
+        return table, n, len(tokenizer(a, truncation=True)["input_ids"])
+    label = seed % 2  # NSP: (A, B) IsNext for even seeds, (A, C) NotNext for odd ones
+    second = b if label == 0 else c
+    table, n = nsp_example(tokenizer, a, second, label)
+    return table, n, len(tokenizer(a, second, truncation=True)["input_ids"])
+
+
+def objectives_widget(
+    tokenizer: Any, examples: Sequence[tuple[str, str, str]], *, mlm_probability: float = 0.15
+) -> LessonWidget:
+    """Slider ``example`` (first), buttons ``objective`` (MLM / CLM / NSP) and slider ``seed``.
+
+    ``examples``: triples ``(A, B, C)``: B follows A in a document, C comes from another one.
+    NSP shows (A, B) with label 0 for even seeds and (A, C) with label 1 for odd seeds.
+    The returned :class:`LessonWidget` carries ``.controls``, ``.output`` and ``.redraw()``.
+    """
+    examples = _check_examples(examples)
     style = {"description_width": "80px"}
-    ex_slider = widgets.IntSlider(
-        value=0, min=0, max=len(examples) - 1, step=1, description="example", style=style
-    )
-    objective = widgets.ToggleButtons(
-        options=list(OBJECTIVES), value="MLM", description="objective", style=style
-    )
-    seed = widgets.IntSlider(value=0, min=0, max=20, step=1, description="seed", style=style)
-    out = widgets.Output()
+    controls = {
+        "example": widgets.IntSlider(
+            value=0, min=0, max=len(examples) - 1, step=1, description="example", style=style
+        ),
+        "objective": widgets.ToggleButtons(
+            options=list(OBJECTIVES), value="MLM", description="objective", style=style
+        ),
+        "seed": widgets.IntSlider(value=0, min=0, max=20, step=1, description="seed", style=style),
+    }
 
-    def redraw(*_: Any) -> None:
-        a, b, c = examples[int(ex_slider.value)]
-        s = int(seed.value)
-        if objective.value == "MLM":
-            table, n = mlm_example(tokenizer, a, mlm_probability=mlm_probability, seed=s)
-            n_tokens = len(tokenizer(a, truncation=True)["input_ids"])
-        elif objective.value == "CLM":
-            table, n = clm_example(tokenizer, a)
-            n_tokens = len(tokenizer(a, truncation=True)["input_ids"])
-        else:
-            label = s % 2
-            second = b if label == 0 else c
-            table, n = nsp_example(tokenizer, a, second, label)
-            n_tokens = len(tokenizer(a, second, truncation=True)["input_ids"])
+    def draw() -> tuple[OutputRecord, ...]:
+        example, objective = int(controls["example"].value), controls["objective"].value
+        seed = int(controls["seed"].value)
+        table, n, n_tokens = _objective_example(
+            tokenizer, examples[example], objective, seed, mlm_probability
+        )
         marker = objectives_marker(
-            example=int(ex_slider.value),
-            objective=objective.value,
-            seed=s,
-            tokens=n_tokens,
-            targets=n,
+            example=example, objective=objective, seed=seed, tokens=n_tokens, targets=n
         )
-        out.outputs = (
-            {"output_type": "stream", "name": "stdout", "text": marker + "\n"},
-            {
-                "output_type": "display_data",
-                "data": {"text/html": table, "text/plain": "<table>"},
-                "metadata": {},
-            },
-        )
+        return stream(marker), html_output(table)
 
-    for w in (ex_slider, objective, seed):
-        w.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([ex_slider, objective, seed, out])
-    box.controls = {"example": ex_slider, "objective": objective, "seed": seed}  # type: ignore[attr-defined]
-    box.output = out  # type: ignore[attr-defined]
-    box.redraw = redraw  # type: ignore[attr-defined]
-    return box
+    return LessonWidget(controls, draw)
 
 
-def start_quiz() -> Any:
+#: The two warm-up questions of lesson 00 (lessons 01-07 keep theirs in
+#: :mod:`lmlessons.exercises.quizzes`).
+START_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        "00.1",
+        "In the MLM example, which positions have a label other than -100?",
+        (
+            Choice(
+                "Every position of the sentence.",
+                False,
+                "Then the model would also be scored on tokens it can see unchanged: an easy "
+                "copy task. Only the selected positions are scored.",
+            ),
+            Choice(
+                "The selected positions, whatever they became ([MASK], a random token or "
+                "unchanged).",
+                True,
+                "Right: a selected position keeps its original id as label even when its input "
+                "token was replaced by a random one or kept; every other position is -100.",
+            ),
+            Choice(
+                "Only the positions that show [MASK].",
+                False,
+                "Selected tokens replaced by a random token or kept unchanged are targets too "
+                "(lesson 01).",
+            ),
+            Choice(
+                "[CLS], because it summarises the sentence.",
+                False,
+                "[CLS] and [SEP] are never selected in MLM. [CLS] carries the NSP label instead.",
+            ),
+        ),
+    ),
+    Question(
+        "00.2",
+        "How many labels does one NSP example [CLS] A [SEP] B [SEP] have?",
+        (
+            Choice("One per token.", False, "NSP classifies the pair, not its tokens."),
+            Choice(
+                "Two: one per segment.",
+                False,
+                "token_type_ids tell the model which segment a token is in; "
+                "they are inputs, not labels.",
+            ),
+            Choice(
+                "One for the whole pair: 0 if B follows A, 1 if B comes from another document.",
+                True,
+                "Right: next_sentence_label, predicted from the [CLS] position. 0 = IsNext is "
+                "the convention of BERT and transformers (d2l.ai uses the opposite).",
+            ),
+            Choice(
+                "None: NSP is unsupervised.",
+                False,
+                "The label comes for free from the corpus, but there is "
+                "one, and a cross-entropy loss on it.",
+            ),
+        ),
+    ),
+)
+
+
+def start_quiz() -> Quiz:
     """Two warm-up questions for lesson 00, shown with the course's quiz widget
     (:class:`lmlessons.exercises.Quiz`; lessons 01-07 use ``quiz("NN")``)."""
-    from lmlessons.exercises import Quiz
-    from lmlessons.exercises.quizzes import Choice, Question
-
-    questions = (
-        Question(
-            "00.1",
-            "In the MLM example, which positions have a label other than -100?",
-            (
-                Choice(
-                    "Every position of the sentence.",
-                    False,
-                    "Then the model would also be scored on tokens it can see unchanged: an easy copy task. "
-                    "Only the selected positions are scored.",
-                ),
-                Choice(
-                    "The selected positions, whatever they became ([MASK], a random token or unchanged).",
-                    True,
-                    "Right: a selected position keeps its original id as label even when its input token was "
-                    "replaced by a random one or kept; every other position is -100.",
-                ),
-                Choice(
-                    "Only the positions that show [MASK].",
-                    False,
-                    "Selected tokens replaced by a random token or kept unchanged are targets too (lesson 01).",
-                ),
-                Choice(
-                    "[CLS], because it summarises the sentence.",
-                    False,
-                    "[CLS] and [SEP] are never selected in MLM. [CLS] carries the NSP label instead.",
-                ),
-            ),
-        ),
-        Question(
-            "00.2",
-            "How many labels does one NSP example [CLS] A [SEP] B [SEP] have?",
-            (
-                Choice("One per token.", False, "NSP classifies the pair, not its tokens."),
-                Choice(
-                    "Two: one per segment.",
-                    False,
-                    "token_type_ids tell the model which segment a token is in; "
-                    "they are inputs, not labels.",
-                ),
-                Choice(
-                    "One for the whole pair: 0 if B follows A, 1 if B comes from another document.",
-                    True,
-                    "Right: next_sentence_label, predicted from the [CLS] position. 0 = IsNext is the convention "
-                    "of BERT and transformers (d2l.ai uses the opposite).",
-                ),
-                Choice(
-                    "None: NSP is unsupervised.",
-                    False,
-                    "The label comes for free from the corpus, but there is "
-                    "one, and a cross-entropy loss on it.",
-                ),
-            ),
-        ),
-    )
-    return Quiz(questions, "Quick check: lesson 00")
+    return Quiz(START_QUESTIONS, "Quick check: lesson 00")
