@@ -255,6 +255,15 @@ def _word_inputs(
     return eligible, wids, attn2, squeeze
 
 
+def _word_positions(row_word_ids: list[int]) -> list[list[int]]:
+    """The positions of each word of one row of :func:`word_ids` (-1 off words), word by word."""
+    words: list[list[int]] = [[] for _ in range(max(row_word_ids, default=-1) + 1)]
+    for t, w in enumerate(row_word_ids):
+        if w >= 0:
+            words[w].append(t)
+    return words
+
+
 def select_whole_words(
     special_tokens_mask: torch.Tensor,
     is_continuation: torch.Tensor,
@@ -282,10 +291,7 @@ def select_whole_words(
         n_words = int(wids[row].max()) + 1
         if budget == 0 or n_words <= 0:
             continue
-        positions: list[list[int]] = [[] for _ in range(n_words)]
-        for t, w in enumerate(wids[row].tolist()):
-            if w >= 0:
-                positions[w].append(t)
+        positions = _word_positions(wids[row].tolist())
         taken = 0
         for w in torch.randperm(n_words, generator=generator).tolist():
             if taken >= budget:
@@ -369,11 +375,8 @@ def select_spans(
         if budget == 0:
             continue
         row_w = wids[row].tolist()
-        n_words = max(row_w) + 1
-        words: list[list[int]] = [[] for _ in range(n_words)]
-        for t, w in enumerate(row_w):
-            if w >= 0:
-                words[w].append(t)
+        words = _word_positions(row_w)
+        n_words = len(words)
         taken = 0
         while taken < budget:
             span_len = int(torch.multinomial(pmf, 1, generator=generator)) + 1

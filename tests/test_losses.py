@@ -43,13 +43,18 @@ def test_mlm_loss_counts_only_labelled_positions():
     torch.testing.assert_close(mlm_loss(logits, labels), expected)
 
 
+def _summed_ce(logits, targets):
+    """The cross-entropy summed over the targets that are not -100."""
+    return F.cross_entropy(
+        logits.reshape(-1, V), targets.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+
+
 def test_num_items_in_batch_is_sum_over_count():
     logits = _logits(2, 6, V)
     labels = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(1))
     labels[1, 3:] = -100
-    s = F.cross_entropy(
-        logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum"
-    )
+    s = _summed_ce(logits, labels)
     torch.testing.assert_close(mlm_loss(logits, labels, num_items_in_batch=20), s / 20)
     torch.testing.assert_close(
         mlm_loss(logits, labels, num_items_in_batch=torch.tensor(20)), s / 20
@@ -58,10 +63,7 @@ def test_num_items_in_batch_is_sum_over_count():
     torch.testing.assert_close(
         mlm_loss(logits, labels, num_items_in_batch=torch.tensor(10.0)), s / 10
     )
-    shifted = shift_labels(labels)
-    s2 = F.cross_entropy(
-        logits.reshape(-1, V), shifted.reshape(-1), ignore_index=-100, reduction="sum"
-    )
+    s2 = _summed_ce(logits, shift_labels(labels))
     torch.testing.assert_close(clm_loss(logits, labels, num_items_in_batch=7), s2 / 7)
 
 
@@ -96,131 +98,65 @@ def test_nsp_loss_convention_and_value():
     assert nsp_loss(logits, torch.tensor([1, 0])).item() > 5.0
 
 
+def _valid_args(fn) -> dict:
+    """Arguments ``fn`` accepts, by name: logits (2, 3, V) and labels (2, 3) of zeros."""
+    logits, labels = torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long)
+    if fn is bert_pretraining_loss:
+        return {
+            "mlm_logits": logits,
+            "nsp_logits": torch.randn(2, 2),
+            "mlm_labels": labels,
+            "nsp_labels": torch.tensor([0, 1]),
+        }
+    if fn is nsp_loss:
+        return {"logits": torch.randn(2, 2), "labels": torch.tensor([0, 1])}
+    if fn is shift_labels:
+        return {"labels": labels}
+    return {"logits": logits, "labels": labels}
+
+
 @pytest.mark.parametrize(
-    "call,exc,match",
+    "fn,changed,exc,match",
     [
-        (lambda: mlm_loss([1.0], torch.tensor([1])), TypeError, "logits"),
-        (lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 3)), TypeError, "labels"),
+        (mlm_loss, {"logits": [1.0], "labels": torch.tensor([1])}, TypeError, "logits"),
+        (mlm_loss, {"labels": torch.zeros(2, 3)}, TypeError, "labels"),
         (
-            lambda: mlm_loss(torch.randn(2, 3, V), torch.zeros(2, 4, dtype=torch.long)),
+            mlm_loss,
+            {"labels": torch.zeros(2, 4, dtype=torch.long)},
             ValueError,
             "labels must have shape",
         ),
+        (mlm_loss, {"labels": torch.full((2, 3), V)}, ValueError, "labels must hold ids"),
+        (mlm_loss, {"labels": torch.full((2, 3), -5)}, ValueError, "labels must hold ids"),
+        (mlm_loss, {"num_items_in_batch": 0}, ValueError, "num_items_in_batch"),
+        (clm_loss, {"num_items_in_batch": -1}, ValueError, "num_items_in_batch"),
+        (clm_loss, {"num_items_in_batch": "2"}, TypeError, "num_items_in_batch"),
+        (clm_loss, {"num_items_in_batch": torch.tensor([1, 2])}, TypeError, "num_items_in_batch"),
+        (clm_loss, {"num_items_in_batch": torch.tensor(0.0)}, ValueError, "num_items_in_batch"),
+        (clm_loss, {"logits": torch.zeros(2, 3, V, dtype=torch.long)}, TypeError, "logits"),
+        (nsp_loss, {"logits": torch.randn(2, 3)}, ValueError, "2"),
+        (nsp_loss, {"labels": torch.tensor([0, 2])}, ValueError, "labels"),
+        (nsp_loss, {"labels": torch.tensor([0])}, ValueError, "labels"),
+        (bert_pretraining_loss, {"nsp_logits": torch.randn(2, 3)}, ValueError, "nsp_logits"),
         (
-            lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), V)),
-            ValueError,
-            "labels must hold ids",
-        ),
-        (
-            lambda: mlm_loss(torch.randn(2, 3, V), torch.full((2, 3), -5)),
-            ValueError,
-            "labels must hold ids",
-        ),
-        (
-            lambda: mlm_loss(
-                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=0
-            ),
-            ValueError,
-            "num_items_in_batch",
-        ),
-        (
-            lambda: clm_loss(
-                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch=-1
-            ),
-            ValueError,
-            "num_items_in_batch",
-        ),
-        (
-            lambda: clm_loss(
-                torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long), num_items_in_batch="2"
-            ),
-            TypeError,
-            "num_items_in_batch",
-        ),
-        (
-            lambda: clm_loss(
-                torch.randn(2, 3, V),
-                torch.zeros(2, 3, dtype=torch.long),
-                num_items_in_batch=torch.tensor([1, 2]),
-            ),
-            TypeError,
-            "num_items_in_batch",
-        ),
-        (
-            lambda: clm_loss(
-                torch.randn(2, 3, V),
-                torch.zeros(2, 3, dtype=torch.long),
-                num_items_in_batch=torch.tensor(0.0),
-            ),
-            ValueError,
-            "num_items_in_batch",
-        ),
-        (
-            lambda: clm_loss(
-                torch.zeros(2, 3, V, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)
-            ),
-            TypeError,
-            "logits",
-        ),
-        (lambda: nsp_loss(torch.randn(2, 3), torch.tensor([0, 1])), ValueError, "2"),
-        (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0, 2])), ValueError, "labels"),
-        (lambda: nsp_loss(torch.randn(2, 2), torch.tensor([0])), ValueError, "labels"),
-        (
-            lambda: bert_pretraining_loss(
-                torch.randn(2, 3, V),
-                torch.randn(2, 3),
-                torch.zeros(2, 3, dtype=torch.long),
-                torch.tensor([0, 1]),
-            ),
-            ValueError,
-            "nsp_logits",
-        ),
-        (
-            lambda: bert_pretraining_loss(
-                torch.randn(2, 3, V),
-                torch.randn(3, 2),
-                torch.zeros(2, 3, dtype=torch.long),
-                torch.tensor([0, 1, 0]),
-            ),
+            bert_pretraining_loss,
+            {"nsp_logits": torch.randn(3, 2), "nsp_labels": torch.tensor([0, 1, 0])},
             ValueError,
             "share",
         ),
         (
-            lambda: bert_pretraining_loss(
-                torch.randn(2, 3, V),
-                torch.randn(2, 2),
-                torch.zeros(2, 4, dtype=torch.long),
-                torch.tensor([0, 1]),
-            ),
+            bert_pretraining_loss,
+            {"mlm_labels": torch.zeros(2, 4, dtype=torch.long)},
             ValueError,
             "mlm_labels",
         ),
-        (
-            lambda: bert_pretraining_loss(
-                torch.randn(2, 3, V),
-                torch.randn(2, 2),
-                torch.zeros(2, 3, dtype=torch.long),
-                torch.tensor([0, 1]),
-                mlm_weight=-1,
-            ),
-            ValueError,
-            "mlm_weight",
-        ),
-        (
-            lambda: bert_pretraining_loss(
-                torch.randn(2, 3, V),
-                torch.randn(2, 2),
-                torch.zeros(2, 3, dtype=torch.long),
-                torch.tensor([0, 1]),
-                nsp_weight="1",
-            ),
-            TypeError,
-            "nsp_weight",
-        ),
-        (lambda: shift_labels([1, 2]), TypeError, "labels"),
-        (lambda: shift_labels(torch.tensor(3)), ValueError, "labels"),
+        (bert_pretraining_loss, {"mlm_weight": -1}, ValueError, "mlm_weight"),
+        (bert_pretraining_loss, {"nsp_weight": "1"}, TypeError, "nsp_weight"),
+        (shift_labels, {"labels": [1, 2]}, TypeError, "labels"),
+        (shift_labels, {"labels": torch.tensor(3)}, ValueError, "labels"),
     ],
 )
-def test_bad_input(call, exc, match):
+def test_bad_input(fn, changed, exc, match):
+    """Each case changes the named arguments of a valid call."""
     with pytest.raises(exc, match=match):
-        call()
+        fn(**{**_valid_args(fn), **changed})

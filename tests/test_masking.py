@@ -3,34 +3,23 @@ transformers' DataCollatorForLanguageModeling on the same batch."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from _masking_data import bert_tokenizer, binomial_ok, draw_ids
 from hypothesis import given
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
+from tokenizers import models, pre_tokenizers
+from transformers import DataCollatorForLanguageModeling
 
 from lmlessons import MLMCollator, mask_tokens
 
 VOCAB, MASK, PAD = 50, 3, 0
 
 
-def _binomial_ok(k: int, n: int, p: float, z: float = 5.0) -> bool:
-    sd = math.sqrt(n * p * (1 - p))
-    return abs(k - n * p) <= z * sd + 1
-
-
 @st.composite
 def batches(draw):
-    b = draw(st.integers(1, 4))
-    t = draw(st.integers(1, 24))
-    seed = draw(st.integers(0, 2**31 - 1))
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (b, t), generator=g)
-    lengths = [draw(st.integers(1, t)) for _ in range(b)]
-    special = torch.zeros(b, t, dtype=torch.bool)
+    ids, special, seed, _ = draw_ids(draw, VOCAB, 1, 24)
+    lengths = [draw(st.integers(1, ids.shape[1])) for _ in range(ids.shape[0])]
     for row, n in enumerate(lengths):
         ids[row, n:] = PAD
         special[row, n:] = True
@@ -41,11 +30,9 @@ def batches(draw):
     return ids, special, p, pm, pr, seed
 
 
-@given(batches())
-def test_invariants(batch):
-    ids, special, p, pm, pr, seed = batch
-    before = ids.clone()
-    masked, labels = mask_tokens(
+def _mask(ids, special, p, pm, pr, generator):
+    """mask_tokens with the test vocabulary and the probabilities ``p``, ``pm``, ``pr``."""
+    return mask_tokens(
         ids,
         mask_token_id=MASK,
         vocab_size=VOCAB,
@@ -53,8 +40,15 @@ def test_invariants(batch):
         mlm_probability=p,
         mask_replace_prob=pm,
         random_replace_prob=pr,
-        generator=torch.Generator().manual_seed(seed),
+        generator=generator,
     )
+
+
+@given(batches())
+def test_invariants(batch):
+    ids, special, p, pm, pr, seed = batch
+    before = ids.clone()
+    masked, labels = _mask(ids, special, p, pm, pr, torch.Generator().manual_seed(seed))
     selected = labels != -100
     assert torch.equal(ids, before), "the input must not be modified"
     assert not (selected & special).any(), "special and padding positions are never selected"
@@ -94,50 +88,23 @@ def test_rates_within_binomial_bounds(p, pm, pr):
     ids[ids == MASK] = MASK + 1
     special = torch.zeros_like(ids, dtype=torch.bool)
     special[:, 0] = True
-    masked, labels = mask_tokens(
-        ids,
-        mask_token_id=MASK,
-        vocab_size=VOCAB,
-        special_tokens_mask=special,
-        mlm_probability=p,
-        mask_replace_prob=pm,
-        random_replace_prob=pr,
-        generator=g,
-    )
+    masked, labels = _mask(ids, special, p, pm, pr, g)
     eligible = int((~special).sum())
     selected = labels != -100
     n_sel = int(selected.sum())
-    assert _binomial_ok(n_sel, eligible, p)
+    assert binomial_ok(n_sel, eligible, p)
     n_mask = int((selected & (masked == MASK)).sum())
     changed = selected & (masked != ids) & (masked != MASK)
     # a random draw can hit the original id or [MASK]; both happen with prob ~1/VOCAB each
     n_random_est = int(changed.sum())
-    assert _binomial_ok(n_mask, n_sel, pm + pr / VOCAB)
-    assert _binomial_ok(n_random_est, n_sel, pr * (1 - 2 / VOCAB))
+    assert binomial_ok(n_mask, n_sel, pm + pr / VOCAB)
+    assert binomial_ok(n_random_est, n_sel, pr * (1 - 2 / VOCAB))
 
 
-def _word_tokenizer() -> BertTokenizerFast:
-    vocab = {
-        t: i
-        for i, t in enumerate(
-            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)]
-        )
-    }
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
-    )
-    return BertTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+def _word_tokenizer():
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate(specials + [f"w{i}" for i in range(45)])}
+    return bert_tokenizer(models.WordLevel(vocab, unk_token="[UNK]"), pre_tokenizers.Whitespace())
 
 
 def _texts(n: int, seed: int = 0) -> list[str]:
@@ -164,9 +131,9 @@ def test_same_invariants_and_rates_as_transformers_collator():
         sel = batch["labels"] != -100
         assert not (sel & special).any()
         eligible = int((~special).sum())
-        assert _binomial_ok(int(sel.sum()), eligible, 0.15)
+        assert binomial_ok(int(sel.sum()), eligible, 0.15)
         n_mask = int((sel & (batch["input_ids"] == tok.mask_token_id)).sum())
-        assert _binomial_ok(n_mask, int(sel.sum()), 0.8, z=5)
+        assert binomial_ok(n_mask, int(sel.sum()), 0.8, z=5)
     assert "token_type_ids" in ours
 
 

@@ -5,13 +5,14 @@ Invariants by hypothesis, rates against their distributions, determinism, bad in
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
+from _masking_data import bert_tokenizer, binomial_ok, draw_ids
 from hypothesis import given
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import BertTokenizerFast
+from tokenizers import models, pre_tokenizers
 
 from lmlessons.masking_variants import (
     mask_spans,
@@ -31,19 +32,11 @@ from lmlessons.masking_variants import (
 VOCAB, MASK = 60, 4
 
 
-def _binomial_ok(k: int, n: int, p: float, z: float = 5.0) -> bool:
-    return abs(k - n * p) <= z * math.sqrt(n * p * (1 - p)) + 1
-
-
 @st.composite
 def rows(draw):
     """A padded batch: [CLS] w... [SEP] (w... [SEP]) [PAD]..., with random ## continuations."""
-    b = draw(st.integers(1, 4))
-    t = draw(st.integers(3, 40))
-    seed = draw(st.integers(0, 2**31 - 1))
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (b, t), generator=g)
-    special = torch.zeros(b, t, dtype=torch.bool)
+    ids, special, seed, g = draw_ids(draw, VOCAB, 3, 40)
+    b, t = ids.shape
     attention = torch.ones(b, t, dtype=torch.bool)
     for row in range(b):
         n = draw(st.integers(3, t))
@@ -77,36 +70,12 @@ def test_word_ids_group_continuations_and_skip_specials():
     assert word_ids(cont[0], special[0]).tolist() == [-1, 0, 0, 0, 1, 1, -1, 2, -1]
 
 
-def _wordpiece_tokenizer() -> BertTokenizerFast:
-    pieces = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "the",
-        "dog",
-        "un",
-        "##believ",
-        "##able",
-        "run",
-        "##s",
-        ".",
-    ]
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(pieces)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
-    )
-    return BertTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
+def _wordpiece_tokenizer():
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "un", "##believ"]
+    pieces += ["##able", "run", "##s", "."]
+    vocab = {t: i for i, t in enumerate(pieces)}
+    return bert_tokenizer(
+        models.WordPiece(vocab, unk_token="[UNK]"), pre_tokenizers.BertPreTokenizer()
     )
 
 
@@ -177,16 +146,18 @@ def test_exact_count_is_a_uniform_subset():
     )
     assert (sel.sum(1) == 3).all()  # round(12 * 0.25)
     per_position = sel[:, 1:-1].sum(0)  # each of the 10 positions: Binomial(4000, 3/10)
-    assert all(_binomial_ok(int(k), 4000, 0.3) for k in per_position)
+    assert all(binomial_ok(int(k), 4000, 0.3) for k in per_position)
 
 
 # ------------------------------------------------------------------------- whole words
 
 
-@given(rows())
-def test_whole_word_invariants(batch):
-    ids, special, attention, cont, p, seed = batch
-    sel = select_whole_words(
+def _whole_word_selection(select, batch):
+    """``select`` (select_whole_words or select_spans) on a batch of :func:`rows`, checked: no
+    special or padded position is selected, and every word is selected whole or not at all.
+    Returns the selection and each row's words (lists of positions)."""
+    _, special, attention, cont, p, seed = batch
+    sel = select(
         special,
         cont,
         attention_mask=attention,
@@ -195,16 +166,22 @@ def test_whole_word_invariants(batch):
     )
     assert not (sel & special).any() and not (sel & ~attention).any()
     wids = word_ids(cont, special | ~attention)
-    for row in range(ids.shape[0]):
-        words = _words(wids[row])
-        for w in words:
-            assert len({bool(sel[row, t]) for t in w}) == 1, (
-                "a word is selected whole or not at all"
-            )
+    words = [_words(row) for row in wids]
+    for row, row_words in enumerate(words):
+        for w in row_words:
+            assert len({bool(sel[row, t]) for t in w}) == 1, "a word is selected whole or not"
+    return sel, words
+
+
+@given(rows())
+def test_whole_word_invariants(batch):
+    sel, words = _whole_word_selection(select_whole_words, batch)
+    _, _, attention, _, p, _ = batch
+    for row, row_words in enumerate(words):
         budget = num_to_predict(int(attention[row].sum()), p, 20)
         assert int(sel[row].sum()) <= budget
-        if all(len(w) == 1 for w in words):
-            assert int(sel[row].sum()) == min(budget, len(words))
+        if all(len(w) == 1 for w in row_words):
+            assert int(sel[row].sum()) == min(budget, len(row_words))
 
 
 def test_whole_words_fill_the_count_when_they_fit():
@@ -218,7 +195,7 @@ def test_whole_words_fill_the_count_when_they_fit():
     assert (sel.sum(1) == 4).all()
     starts = sel[:, [1, 3, 5, 7]]
     assert torch.equal(starts, sel[:, [2, 4, 6, 8]])
-    assert all(_binomial_ok(int(k), 200, 0.5) for k in starts.sum(0))  # each word: 2 of 4
+    assert all(binomial_ok(int(k), 200, 0.5) for k in starts.sum(0))  # each word: 2 of 4
 
 
 # ------------------------------------------------------------------------- spans
@@ -233,7 +210,7 @@ def test_span_length_distribution():
     draws = sample_span_lengths(20000, generator=torch.Generator().manual_seed(0))
     assert draws.min() >= 1 and draws.max() <= 10
     counts = torch.bincount(draws, minlength=11)[1:]
-    assert all(_binomial_ok(int(c), 20000, float(q)) for c, q in zip(counts, pmf))
+    assert all(binomial_ok(int(c), 20000, float(q)) for c, q in zip(counts, pmf))
     assert float(draws.float().mean()) == pytest.approx(mean, abs=0.1)
     assert span_length_pmf(1.0, 5).tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="geometric_p"):
@@ -244,23 +221,12 @@ def test_span_length_distribution():
 
 @given(rows())
 def test_span_invariants(batch):
-    ids, special, attention, cont, p, seed = batch
-    sel = select_spans(
-        special,
-        cont,
-        attention_mask=attention,
-        mlm_probability=p,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    assert not (sel & special).any() and not (sel & ~attention).any()
-    wids = word_ids(cont, special | ~attention)
-    for row in range(ids.shape[0]):
-        words = _words(wids[row])
-        for w in words:
-            assert len({bool(sel[row, t]) for t in w}) == 1, "spans hold whole words"
+    sel, words = _whole_word_selection(select_spans, batch)
+    _, special, attention, _, p, _ = batch
+    for row, row_words in enumerate(words):
         n = int((~special[row] & attention[row]).sum())
         budget = math.ceil(p * n - 1e-9)
-        longest = max((len(w) for w in words), default=1)
+        longest = max((len(w) for w in row_words), default=1)
         assert budget <= int(sel[row].sum()) < budget + longest
 
 
@@ -285,31 +251,24 @@ def test_span_replacement_is_per_span():
     sel = torch.zeros_like(ids, dtype=torch.bool)
     sel[:, 3:7] = True
     sel[:, 12:14] = True
-    masked, labels = replace_selected(
+    replace = partial(
+        replace_selected,
         ids,
         sel,
         mask_token_id=MASK,
         vocab_size=VOCAB,
         mask_replace_prob=0.8,
         random_replace_prob=0.0,
-        per_span=True,
         generator=g,
     )
+    masked, labels = replace(per_span=True)
     assert torch.equal(labels[sel], ids[sel]) and (labels[~sel] == -100).all()
     for cols in (slice(3, 7), slice(12, 14)):
         is_mask = masked[:, cols] == MASK
         assert (is_mask.all(1) | (~is_mask).all(1)).all(), "a span is all [MASK] or all kept"
-        assert _binomial_ok(int(is_mask.all(1).sum()), 500, 0.8)
+        assert binomial_ok(int(is_mask.all(1).sum()), 500, 0.8)
     # per token, the same call mixes [MASK] and kept tokens inside a span
-    masked_t, _ = replace_selected(
-        ids,
-        sel,
-        mask_token_id=MASK,
-        vocab_size=VOCAB,
-        mask_replace_prob=0.8,
-        random_replace_prob=0.0,
-        generator=g,
-    )
+    masked_t, _ = replace()
     is_mask = masked_t[:, 3:7] == MASK
     assert not (is_mask.all(1) | (~is_mask).all(1)).all()
 
@@ -325,7 +284,7 @@ def test_span_replacement_rates():
     span = masked[:, 2:5]
     n_mask = int((span == MASK).all(1).sum())
     n_kept = int((span == ids[:, 2:5]).all(1).sum())
-    assert _binomial_ok(n_mask, 3000, 0.8) and _binomial_ok(n_kept, 3000, 0.1 + 0.1 / VOCAB**3)
+    assert binomial_ok(n_mask, 3000, 0.8) and binomial_ok(n_kept, 3000, 0.1 + 0.1 / VOCAB**3)
     assert torch.equal(masked[:, :2], ids[:, :2]) and torch.equal(masked[:, 5:], ids[:, 5:])
 
 
@@ -341,22 +300,18 @@ def test_one_call_versions_keep_the_label_convention(fn):
     cont = torch.rand(64, 20, generator=g) < 0.3
     kw = {} if fn is mask_tokens_exact_count else {"is_continuation": cont}
     before = ids.clone()
-    out1 = fn(
-        ids,
-        mask_token_id=MASK,
-        vocab_size=VOCAB,
-        special_tokens_mask=special,
-        generator=torch.Generator().manual_seed(5),
-        **kw,
-    )
-    out2 = fn(
-        ids,
-        mask_token_id=MASK,
-        vocab_size=VOCAB,
-        special_tokens_mask=special,
-        generator=torch.Generator().manual_seed(5),
-        **kw,
-    )
+
+    def masked_with_seed(seed):
+        return fn(
+            ids,
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+            special_tokens_mask=special,
+            generator=torch.Generator().manual_seed(seed),
+            **kw,
+        )
+
+    out1, out2 = masked_with_seed(5), masked_with_seed(5)
     masked, labels = out1
     assert torch.equal(ids, before), "the input is not modified"
     assert torch.equal(out1[0], out2[0]) and torch.equal(out1[1], out2[1]), "same seed, same result"
@@ -364,15 +319,7 @@ def test_one_call_versions_keep_the_label_convention(fn):
     assert sel.any() and not (sel & special).any()
     assert torch.equal(labels[sel], ids[sel]) and torch.equal(masked[~sel], ids[~sel])
     assert ((masked >= 0) & (masked < VOCAB)).all()
-    out3 = fn(
-        ids,
-        mask_token_id=MASK,
-        vocab_size=VOCAB,
-        special_tokens_mask=special,
-        generator=torch.Generator().manual_seed(6),
-        **kw,
-    )
-    assert not torch.equal(out1[1], out3[1]), "another seed, another selection"
+    assert not torch.equal(out1[1], masked_with_seed(6)[1]), "another seed, another selection"
 
 
 @pytest.mark.parametrize(
@@ -405,25 +352,29 @@ def test_bad_input(fn, kwargs, exc, match):
         fn(ids, **args)
 
 
-def test_bad_span_and_continuation_arguments():
+@pytest.mark.parametrize(
+    "fn,kwargs,exc,match",
+    [
+        (mask_spans, dict(is_continuation=None), TypeError, "is_continuation"),
+        (
+            mask_whole_words,
+            dict(is_continuation=torch.zeros(2, 5, dtype=torch.bool)),
+            ValueError,
+            "is_continuation",
+        ),
+        (mask_spans, dict(geometric_p=0.0), ValueError, "geometric_p"),
+    ],
+)
+def test_bad_span_and_continuation_arguments(fn, kwargs, exc, match):
+    args = dict(
+        is_continuation=torch.zeros(2, 6, dtype=torch.bool), mask_token_id=MASK, vocab_size=VOCAB
+    )
+    with pytest.raises(exc, match=match):
+        fn(torch.randint(5, VOCAB, (2, 6)), **{**args, **kwargs})
+
+
+def test_replace_selected_wants_a_bool_per_span():
     ids = torch.randint(5, VOCAB, (2, 6))
-    with pytest.raises(TypeError, match="is_continuation"):
-        mask_spans(ids, is_continuation=None, mask_token_id=MASK, vocab_size=VOCAB)
-    with pytest.raises(ValueError, match="is_continuation"):
-        mask_whole_words(
-            ids,
-            is_continuation=torch.zeros(2, 5, dtype=torch.bool),
-            mask_token_id=MASK,
-            vocab_size=VOCAB,
-        )
-    with pytest.raises(ValueError, match="geometric_p"):
-        mask_spans(
-            ids,
-            is_continuation=torch.zeros(2, 6, dtype=torch.bool),
-            mask_token_id=MASK,
-            vocab_size=VOCAB,
-            geometric_p=0.0,
-        )
     with pytest.raises(TypeError, match="per_span"):
         replace_selected(
             ids,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _pair_data import CLS, PAD, SEP, make_docs, split_pair
+from _pair_data import IDS, assert_rate, check_bad_input, make_docs, split_rows
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,20 +15,12 @@ from lmlessons import make_nsp_pairs, truncate_seq_pair
 def test_structure_and_sources(max_length):
     docs = make_docs()
     out = make_nsp_pairs(
-        docs,
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        pad_token_id=PAD,
-        max_length=max_length,
-        generator=torch.Generator().manual_seed(0),
+        docs, **IDS, max_length=max_length, generator=torch.Generator().manual_seed(0)
     )
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "next_sentence_label"}
     assert all(v.dtype == torch.long for v in out.values())
     assert out["input_ids"].shape[1] <= max_length
-    for row in range(out["input_ids"].shape[0]):
-        a, b = split_pair(
-            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
-        )
+    for row, (a, b) in enumerate(split_rows(out)):
         assert a and b
         doc_a, doc_b = {t // 1000 for t in a}, {t // 1000 for t in b}
         assert len(doc_a) == 1 and len(doc_b) == 1
@@ -43,22 +35,17 @@ def test_label_rate_matches_nsp_probability():
     for p in (0.5, 0.2):
         out = make_nsp_pairs(
             docs,
-            cls_token_id=CLS,
-            sep_token_id=SEP,
-            pad_token_id=PAD,
+            **IDS,
             max_length=24,
             nsp_probability=p,
             generator=torch.Generator().manual_seed(2),
         )
-        labels = out["next_sentence_label"].float()
-        n = labels.numel()
-        sd = (p * (1 - p) / n) ** 0.5
-        assert abs(labels.mean().item() - p) < 5 * sd
+        assert_rate(out["next_sentence_label"], p)
 
 
 def test_deterministic_with_generator():
     docs = make_docs()
-    kw = dict(cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=32)
+    kw = dict(IDS, max_length=32)
     a = make_nsp_pairs(docs, **kw, generator=torch.Generator().manual_seed(5))
     b = make_nsp_pairs(docs, **kw, generator=torch.Generator().manual_seed(5))
     c = make_nsp_pairs(docs, **kw, generator=torch.Generator().manual_seed(6))
@@ -74,19 +61,14 @@ def test_unused_sentences_are_put_back_after_a_notnext_pair():
     docs = make_docs(30, seed=5, min_sent=2)
     out = make_nsp_pairs(
         docs,
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        pad_token_id=PAD,
+        **IDS,
         max_length=1000,  # longer than any two documents: nothing is truncated
         nsp_probability=1.0,
         short_seq_prob=0.0,
         generator=torch.Generator().manual_seed(0),
     )
     a_tokens = {d: [] for d in range(len(docs))}
-    for row in range(out["input_ids"].shape[0]):
-        a, _ = split_pair(
-            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
-        )
+    for a, _ in split_rows(out):
         a_tokens[a[0] // 1000 - 1] += a
     for d, doc in enumerate(docs):
         assert sorted(a_tokens[d]) == [t for sent in doc[:-1] for t in sent], f"document {d}"
@@ -155,10 +137,4 @@ def test_truncate_seq_pair_trims_front_and_back_alike():
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(
-        documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16
-    )
-    base.update(kwargs)
-    docs = base.pop("documents")
-    with pytest.raises(exc, match=match):
-        make_nsp_pairs(docs, **base)
+    check_bad_input(make_nsp_pairs, kwargs, exc, match)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _pair_data import CLS, PAD, SEP, make_docs, split_pair
+from _pair_data import CLS, IDS, PAD, SEP, assert_rate, check_bad_input, make_docs, split_rows
 
 from lmlessons.course.batches import sop_batches
 from lmlessons.pairs import make_sop_pairs
@@ -14,13 +14,7 @@ MASK = 3
 
 
 def _pairs(docs, **kw):
-    base = dict(
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        pad_token_id=PAD,
-        max_length=24,
-        generator=torch.Generator().manual_seed(0),
-    )
+    base = dict(IDS, max_length=24, generator=torch.Generator().manual_seed(0))
     base.update(kw)
     return make_sop_pairs(docs, **base)
 
@@ -33,10 +27,7 @@ def test_structure_same_document_and_order(max_length):
     assert out["input_ids"].shape[1] <= max_length
     labels = out["sentence_order_label"].tolist()
     assert set(labels) == {0, 1}
-    for row, label in enumerate(labels):
-        a, b = split_pair(
-            out["input_ids"][row], out["token_type_ids"][row], out["attention_mask"][row]
-        )
+    for label, (a, b) in zip(labels, split_rows(out)):
         assert a and b
         assert len({t // 1000 for t in a + b}) == 1, "both segments come from one document"
         assert a == sorted(a) and b == sorted(b), "each segment is text in its order"
@@ -52,24 +43,14 @@ def test_swapped_is_the_same_pair_reversed_without_truncation():
     keep, swap = _pairs(docs, swap_probability=0.0, **kw), _pairs(docs, swap_probability=1.0, **kw)
     assert keep["sentence_order_label"].eq(0).all() and swap["sentence_order_label"].eq(1).all()
     assert keep["input_ids"].shape[0] == swap["input_ids"].shape[0]
-    for row in range(keep["input_ids"].shape[0]):
-        a, b = split_pair(
-            keep["input_ids"][row], keep["token_type_ids"][row], keep["attention_mask"][row]
-        )
-        a2, b2 = split_pair(
-            swap["input_ids"][row], swap["token_type_ids"][row], swap["attention_mask"][row]
-        )
-        assert (a2, b2) == (b, a)
+    assert split_rows(swap) == [(b, a) for a, b in split_rows(keep)]
 
 
 def test_swap_rate_matches_swap_probability():
     docs = make_docs(400, seed=1)
     for p in (0.5, 0.2):
-        labels = _pairs(docs, swap_probability=p, generator=torch.Generator().manual_seed(2))[
-            "sentence_order_label"
-        ]
-        sd = (p * (1 - p) / labels.numel()) ** 0.5
-        assert abs(labels.float().mean().item() - p) < 5 * sd
+        out = _pairs(docs, swap_probability=p, generator=torch.Generator().manual_seed(2))
+        assert_rate(out["sentence_order_label"], p)
 
 
 def test_single_document_is_enough_and_lone_sentences_give_nothing():
@@ -117,13 +98,7 @@ def test_short_seq_prob_gives_shorter_examples():
     ],
 )
 def test_bad_input(kwargs, exc, match):
-    base = dict(
-        documents=make_docs(5), cls_token_id=CLS, sep_token_id=SEP, pad_token_id=PAD, max_length=16
-    )
-    base.update(kwargs)
-    docs = base.pop("documents")
-    with pytest.raises(exc, match=match):
-        make_sop_pairs(docs, **base)
+    check_bad_input(make_sop_pairs, kwargs, exc, match)
 
 
 class _Tok:

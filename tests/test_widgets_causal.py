@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+from _widgets import shown_html, shown_marker, shown_png
 
 matplotlib.use("Agg")
 
@@ -27,24 +28,6 @@ from lmlessons.widgets.causal import (
 )
 
 TOKENS = ["[CLS]", "the", "big", "dog", "runs", "home", "[SEP]"]
-
-
-def _marker(box) -> str:
-    lines = [o["text"] for o in box.output.outputs if o["output_type"] == "stream"]
-    assert len(lines) == 1
-    return lines[0].strip()
-
-
-def _html(box) -> str:
-    return "".join(
-        o["data"]["text/html"] for o in box.output.outputs if "text/html" in o.get("data", {})
-    )
-
-
-def _png(box) -> str:
-    return "".join(
-        o["data"]["image/png"] for o in box.output.outputs if "image/png" in o.get("data", {})
-    )
 
 
 def _bidirectional(n: int) -> torch.Tensor:
@@ -136,22 +119,22 @@ def test_position_widget_slider_moves_the_marker_table_and_heatmap():
         6,
         3,
     )
-    assert _marker(box) == "[widget] position=3 sees=4 predicts=runs sees_answer=False"
-    png_before, html_before = _png(box), _html(box)
+    assert shown_marker(box) == "[widget] position=3 sees=4 predicts=runs sees_answer=False"
+    png_before, html_before = shown_png(box), shown_html(box)
     assert "target of position 3" in html_before
     slider.value = 4  # what one ArrowRight press does in the browser
-    assert _marker(box) == "[widget] position=4 sees=5 predicts=home sees_answer=False"
-    assert "target of position 4" in _html(box) and _html(box) != html_before
-    assert _png(box) and _png(box) != png_before
+    assert shown_marker(box) == "[widget] position=4 sees=5 predicts=home sees_answer=False"
+    assert "target of position 4" in shown_html(box) and shown_html(box) != html_before
+    assert shown_png(box) and shown_png(box) != png_before
     slider.value = 6
-    assert _marker(box) == f"[widget] position=6 sees=7 predicts={IGNORED} sees_answer=False"
+    assert shown_marker(box) == f"[widget] position=6 sees=7 predicts={IGNORED} sees_answer=False"
 
 
 def test_position_widget_with_labels_and_without_heatmap():
     labels = [IGNORED, "the", "big", "dog", "runs", "home", IGNORED]
     box = position_widget(TOKENS, label_tokens=labels, position=5, heatmap=False)
-    assert _marker(box) == f"[widget] position=5 sees=6 predicts={IGNORED} sees_answer=False"
-    assert _png(box) == ""
+    assert shown_marker(box) == f"[widget] position=5 sees=6 predicts={IGNORED} sees_answer=False"
+    assert shown_png(box) == ""
     with pytest.raises(ValueError, match="position"):
         position_widget(TOKENS, position=7)
 
@@ -167,20 +150,23 @@ def test_is_decoder_widget_toggle_and_slider():
     )
     assert box.controls["position"] is box.children[0]
     assert (
-        _marker(box) == "[widget] is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
+        shown_marker(box)
+        == "[widget] is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
     )
     box.controls["position"].value = 4
     assert (
-        _marker(box) == "[widget] is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
+        shown_marker(box)
+        == "[widget] is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
     )
-    png_causal = _png(box)
+    png_causal = shown_png(box)
     box.controls["is_decoder"].value = False
     assert (
-        _marker(box) == "[widget] is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
+        shown_marker(box)
+        == "[widget] is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
     )
-    assert "a leak" in _html(box) and _png(box) != png_causal
+    assert "a leak" in shown_html(box) and shown_png(box) != png_causal
     box.controls["is_decoder"].value = True
-    assert "answer is hidden" in _html(box)
+    assert "answer is hidden" in shown_html(box)
 
 
 def test_is_decoder_widget_counts_measured_zeros():
@@ -189,7 +175,7 @@ def test_is_decoder_widget_counts_measured_zeros():
     p = causal_mask(n).float() / torch.arange(1, n + 1).unsqueeze(1)
     p[2, 5] = 1e-12
     box = is_decoder_widget(TOKENS, {True: p, False: _bidirectional(n)}, position=2)
-    assert "sees=4" in _marker(box)
+    assert "sees=4" in shown_marker(box)
 
 
 def test_is_decoder_widget_validates():

@@ -7,8 +7,8 @@ import re
 
 import pytest
 import torch
+from _widgets import marker_fields, mask_sentence, shown_html, shown_marker
 
-from lmlessons import mask_tokens
 from lmlessons.course.tokenizer import train_tokenizer
 from lmlessons.widgets.masking import (
     binomial_pmf,
@@ -33,41 +33,17 @@ def tokenizer():
     return train_tokenizer(texts, vocab_size=200, min_frequency=1)
 
 
-def _marker(box) -> str:
-    first = box.output.outputs[0]
-    assert first["output_type"] == "stream"
-    (line,) = [t for t in first["text"].splitlines() if t.startswith("[widget] ")]
-    return line
-
-
-def _fields(box) -> dict[str, str]:
-    return dict(kv.split("=", 1) for kv in _marker(box).removeprefix("[widget] ").split())
-
-
-def _html(box) -> str:
-    return box.output.outputs[1]["data"]["text/html"]
-
-
 def _expected(tokenizer, sentence, p, pm, pr, seed):
-    ids = torch.tensor(tokenizer(sentence)["input_ids"])
-    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    masked, labels = mask_tokens(
-        ids[None],
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
-        special_tokens_mask=special[None],
-        mlm_probability=p,
-        mask_replace_prob=pm,
-        random_replace_prob=pr,
-        generator=torch.Generator().manual_seed(seed),
+    ids, special, masked, labels = mask_sentence(
+        tokenizer, sentence, seed, mlm_probability=p, mask_replace_prob=pm, random_replace_prob=pr
     )
-    cats = token_categories(ids, masked[0], labels[0], special, tokenizer.mask_token_id)
+    cats = token_categories(ids, masked, labels, special, tokenizer.mask_token_id)
     return {c: cats.count(c) for c in ("mask", "random", "kept", "special", "plain")}, ids, special
 
 
 def test_initial_marker_matches_mask_tokens(tokenizer):
     box = masking_widget(tokenizer, SENTENCES)
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert (
         f["mlm_probability"],
         f["mask_replace_prob"],
@@ -88,12 +64,12 @@ def test_first_slider_is_mlm_probability_and_one_step_is_0_05(tokenizer):
     box = masking_widget(tokenizer, SENTENCES)
     first = next(c for c in box.children if hasattr(c, "step"))
     assert first.description == "mlm_probability" and first.step == pytest.approx(0.05)
-    before = _marker(box)
+    before = shown_marker(box)
     first.value = first.value + first.step  # what one ArrowRight does in the browser
-    after = _marker(box)
+    after = shown_marker(box)
     assert after != before
     assert "mlm_probability=0.20 " in after
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.20, 0.8, 0.1, 0)
     assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
 
@@ -102,18 +78,18 @@ def test_extreme_probabilities(tokenizer):
     box = masking_widget(tokenizer, SENTENCES)
     c = box.controls
     c["mlm_probability"].value = 0.0
-    assert _fields(box)["selected"] == "0"
+    assert marker_fields(shown_marker(box))["selected"] == "0"
     c["mlm_probability"].value = 1.0
     _, _, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
-    assert int(_fields(box)["selected"]) == int((~special).sum()), (
+    assert int(marker_fields(shown_marker(box))["selected"]) == int((~special).sum()), (
         "p = 1 selects every non-special token"
     )
     c["mask_replace_prob"].value = 0.0
     c["random_replace_prob"].value = 0.0
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert f["mask"] == "0" and f["random"] == "0" and int(f["kept"]) == int((~special).sum())
     c["mask_replace_prob"].value = 1.0
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert int(f["mask"]) == int((~special).sum()) and f["kept"] == "0"
 
 
@@ -125,27 +101,27 @@ def test_random_slider_is_capped_by_mask_slider(tokenizer):
     c["mask_replace_prob"].value = 0.95
     assert c["random_replace_prob"].max == pytest.approx(0.05)
     assert c["random_replace_prob"].value == pytest.approx(0.05)
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert float(f["mask_replace_prob"]) + float(f["random_replace_prob"]) <= 1.0
 
 
 def test_sentence_and_seed_change_the_table(tokenizer):
     box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.5)
-    html0 = _html(box)
+    html0 = shown_html(box)
     box.controls["sentence"].value = 2
-    assert _fields(box)["sentence"] == "2"
-    assert "farmer" in _html(box) and "farmer" not in html0
+    assert marker_fields(shown_marker(box))["sentence"] == "2"
+    assert "farmer" in shown_html(box) and "farmer" not in html0
     markers = set()
     for seed in range(6):
         box.controls["seed"].value = seed
-        assert _fields(box)["seed"] == str(seed)
-        markers.add(_marker(box))
+        assert marker_fields(shown_marker(box))["seed"] == str(seed)
+        markers.add(shown_marker(box))
     assert len(markers) > 1, "different seeds give different draws"
 
 
 def test_table_shows_labels_and_measured_rates(tokenizer):
     box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.4, n_draws=3000)
-    html = _html(box)
+    html = shown_html(box)
     assert "labels" in html and "-100" in html and "[CLS]" in html
     assert "measured over 3,000 draws" in html
     rows = dict(

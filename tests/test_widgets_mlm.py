@@ -7,6 +7,7 @@ import base64
 
 import pytest
 import torch
+from _widgets import shown_marker
 
 from lmlessons.course.models import tiny_bert_mlm
 from lmlessons.course.tokenizer import train_tokenizer
@@ -27,10 +28,6 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     return tiny_bert_mlm(tok, seed=0, hidden_size=32, num_attention_heads=2, intermediate_size=64)
-
-
-def _marker(box) -> str:
-    return box.output.outputs[0]["text"].strip()
 
 
 def test_normalize_mask_text():
@@ -66,7 +63,7 @@ def test_fill_mask_keeps_the_training_mode(tok, model):
 
 def test_typing_a_sentence_redraws(tok, model):
     box = mlm_widget(model, tok, text="the cat slept in the [MASK] .", top_k=3)
-    before = _marker(box)
+    before = shown_marker(box)
     preds = fill_mask(model, tok, "the cat slept in the [MASK] .", top_k=3)
     assert before == mlm_marker("the cat slept in the [MASK] .", preds)
     assert before.startswith("[widget] masks=1 top1=")
@@ -75,7 +72,7 @@ def test_typing_a_sentence_redraws(tok, model):
     assert "[MASK] #1:" in box.output.outputs[1]["data"]["text/plain"]
 
     box.text.value = "a [mask]  sang in the [MASK] tree ."  # what typing + Enter does
-    after = _marker(box)
+    after = shown_marker(box)
     assert after != before
     assert after.startswith("[widget] masks=2 top1=") and after.endswith(
         "text=a [MASK] sang in the [MASK] tree ."
@@ -84,7 +81,7 @@ def test_typing_a_sentence_redraws(tok, model):
     assert after == mlm_marker("a [MASK] sang in the [MASK] tree .", preds2)
 
     box.text.value = "nothing to guess"
-    assert _marker(box) == "[widget] masks=0 top1= text=nothing to guess"
+    assert shown_marker(box) == "[widget] masks=0 top1= text=nothing to guess"
     assert "No [MASK]" in box.output.outputs[1]["text"]
 
 

@@ -6,6 +6,8 @@ import re
 
 import pytest
 import torch
+from _pair_data import CLS, IDS, PAD, SEP, make_docs
+from _widgets import marker_fields, shown_html, shown_marker
 
 from lmlessons import make_nsp_pairs, make_sop_pairs
 from lmlessons.widgets.display import COLORS
@@ -18,8 +20,6 @@ from lmlessons.widgets.nsp import (
     pair_table_html,
     segment_colors,
 )
-
-PAD, CLS, SEP = 0, 1, 2
 
 
 class _Tok:
@@ -36,41 +36,13 @@ class _Tok:
 
 
 def _docs(n_docs=30, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    docs = []
-    for d in range(n_docs):
-        base, k, sents = 1000 * (d + 1), 0, []
-        for _ in range(int(torch.randint(2, 8, (), generator=g))):
-            length = int(torch.randint(2, 9, (), generator=g))
-            sents.append([base + k + i for i in range(length)])
-            k += length
-        docs.append(sents)
-    return docs
-
-
-def _marker(box) -> str:
-    texts = [o["text"] for o in box.output.outputs if o.get("output_type") == "stream"]
-    assert len(texts) == 1
-    return texts[0].strip()
-
-
-def _html(box) -> str:
-    return "".join(
-        o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data"
-    )
-
-
-def _fields(marker: str) -> dict[str, str]:
-    assert marker.startswith("[widget] ")
-    return dict(kv.split("=") for kv in marker[len("[widget] ") :].split())
+    return make_docs(n_docs, seed, min_sent=2, min_len=2)
 
 
 def _pairs(docs, p=0.5, seed=0, max_length=24):
     return make_nsp_pairs(
         docs,
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        pad_token_id=PAD,
+        **IDS,
         max_length=max_length,
         nsp_probability=p,
         short_seq_prob=0.1,
@@ -82,7 +54,7 @@ def test_initial_marker_matches_the_pairs():
     docs = _docs()
     box = nsp_pair_widget(docs, _Tok(), max_length=24, seed=0)
     pairs = _pairs(docs)
-    f = _fields(_marker(box))
+    f = marker_fields(shown_marker(box))
     assert f["nsp_probability"] == "0.50" and f["pair"] == "0"
     assert f["label"] == label_name(int(pairs["next_sentence_label"][0]))
     assert f["notnext_rate"] == f"{pairs['next_sentence_label'].float().mean().item():.2f}"
@@ -93,20 +65,20 @@ def test_moving_nsp_probability_rebuilds_the_pairs():
     docs = _docs()
     box = nsp_pair_widget(docs, _Tok(), max_length=24, seed=0)
     p_slider, pair_slider = box.sliders
-    before = _marker(box)
+    before = shown_marker(box)
     p_slider.value = 0.55  # what one ArrowRight press does (step 0.05)
-    after = _marker(box)
+    after = shown_marker(box)
     assert after != before
     expected = _pairs(docs, p=0.55)
-    f = _fields(after)
+    f = marker_fields(after)
     assert f["nsp_probability"] == "0.55"
     assert f["notnext_rate"] == f"{expected['next_sentence_label'].float().mean().item():.2f}"
     assert f["label"] == label_name(int(expected["next_sentence_label"][pair_slider.value]))
     assert pair_slider.max == expected["input_ids"].shape[0] - 1
     for p, rate in ((0.0, "0.00"), (1.0, "1.00")):
         p_slider.value = p
-        assert _fields(_marker(box))["notnext_rate"] == rate
-        assert ("B comes from another document" in _html(box)) == (p == 1.0)
+        assert marker_fields(shown_marker(box))["notnext_rate"] == rate
+        assert ("B comes from another document" in shown_html(box)) == (p == 1.0)
 
 
 def test_pair_slider_shows_that_pair():
@@ -116,11 +88,11 @@ def test_pair_slider_shows_that_pair():
     _, pair_slider = box.sliders
     for index in (1, 5, pair_slider.max):
         pair_slider.value = index
-        f = _fields(_marker(box))
+        f = marker_fields(shown_marker(box))
         assert f["pair"] == str(index)
         assert f["label"] == label_name(int(pairs["next_sentence_label"][index]))
         a, b = pair_segments(pairs, index)
-        assert _Tok().decode(a) in _html(box) and _Tok().decode(b) in _html(box)
+        assert _Tok().decode(a) in shown_html(box) and _Tok().decode(b) in shown_html(box)
 
 
 def test_pair_index_is_clamped_when_fewer_pairs():
@@ -133,14 +105,14 @@ def test_pair_index_is_clamped_when_fewer_pairs():
     pair_slider.value = pair_slider.max
     p_slider.value = small
     assert pair_slider.value <= sizes[small] - 1
-    assert _fields(_marker(box))["pair"] == str(pair_slider.value)
+    assert marker_fields(shown_marker(box))["pair"] == str(pair_slider.value)
 
 
 def test_topics_are_shown_when_given():
     docs = _docs(12)
     topics = ["sea" if d % 2 else "space" for d in range(12)]
     box = nsp_pair_widget(docs, _Tok(), topics=topics, max_length=24, seed=0, nsp_probability=1.0)
-    html = _html(box)
+    html = shown_html(box)
     assert re.search(r"A from document \d+ \((sea|space)\)", html)
     assert re.search(r"B from document \d+ \((sea|space)\)", html)
 
@@ -181,9 +153,7 @@ def test_pair_table_html_captions():
     )
     sop = make_sop_pairs(
         docs,
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        pad_token_id=PAD,
+        **IDS,
         max_length=24,
         swap_probability=1.0,
         generator=torch.Generator().manual_seed(0),

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from _tiny import VOCAB, bert_config, seeded
+from _widgets import shown_html, shown_marker
 from transformers import BertForPreTraining
 
 from lmlessons import bert_pretraining_loss
@@ -92,9 +93,7 @@ def test_widget_sliders_change_loss_and_share(model_and_batch):
     assert mlm_slider.description == "mlm_weight" and nsp_slider.description == "nsp_weight"
 
     def marker():
-        texts = [o["text"] for o in box.output.outputs if o.get("output_type") == "stream"]
-        assert len(texts) == 1
-        return texts[0].strip()
+        return shown_marker(box)
 
     before = marker()
     assert before == pretraining_marker(1.0, 1.0, weighted_terms(terms, 1.0, 1.0))
@@ -107,9 +106,7 @@ def test_widget_sliders_change_loss_and_share(model_and_batch):
     nsp_slider.value = 0.0
     assert share(marker()) == 1.0
     assert f"loss={1.1 * terms.mlm_loss:.3f} " in marker()
-    html = "".join(
-        o["data"]["text/html"] for o in box.output.outputs if o.get("output_type") == "display_data"
-    )
+    html = shown_html(box)
     assert "masked tokens" in html and "sequences" in html
 
 

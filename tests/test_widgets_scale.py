@@ -8,6 +8,7 @@ import sys
 
 import matplotlib
 import pytest
+from _widgets import shown_marker
 
 matplotlib.use("Agg")
 
@@ -71,24 +72,20 @@ def test_estimate_matches_measured_memory():
     assert measured[0][0] > 2 * measured[2][0] > 0  # dense is far above chunked
 
 
-def _marker(box) -> str:
-    return box.output.outputs[0]["text"].strip()
-
-
 def test_widget_marker_and_callback():
     box = scale_widget(n_rows=16384, hidden_size=2048, vocab_size=32000, chunk_size=1024)
     peak = estimate_peak_bytes(16384, 2048, 32000, chunk_size=1024) / MIB
     dense = estimate_peak_bytes(16384, 2048, 32000) / MIB
-    assert _marker(box) == scale_marker(32000, 1024, peak, dense)
-    assert _marker(box).startswith("[widget] vocab_size=32000 chunk_size=1024 peak_MiB=503 ")
+    assert shown_marker(box) == scale_marker(32000, 1024, peak, dense)
+    assert shown_marker(box).startswith("[widget] vocab_size=32000 chunk_size=1024 peak_MiB=503 ")
     data = box.output.outputs[1]["data"]
     assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "2,000 MiB" in data["text/plain"]  # 16,384 x 32,000 x 4 bytes
 
     box.vocab.value = 128256  # what moving the slider does
-    assert _marker(box).startswith("[widget] vocab_size=128256 chunk_size=1024 ")
+    assert shown_marker(box).startswith("[widget] vocab_size=128256 chunk_size=1024 ")
     box.chunk.value = 64
-    m = _marker(box)
+    m = shown_marker(box)
     assert m == scale_marker(
         128256,
         64,
@@ -98,7 +95,7 @@ def test_widget_marker_and_callback():
     small = float(m.split("peak_MiB=")[1].split()[0])
     box.chunk.value = 8192
     assert (
-        float(_marker(box).split("peak_MiB=")[1].split()[0]) > small
+        float(shown_marker(box).split("peak_MiB=")[1].split()[0]) > small
     )  # bigger chunks need more memory
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
+from _widgets import marker_fields, mask_sentence, shown_html, shown_marker
 
-from lmlessons import mask_tokens
 from lmlessons.course.tokenizer import train_tokenizer
 from lmlessons.widgets.start import clm_example, mlm_example, nsp_example, objectives_widget
 
@@ -20,49 +19,33 @@ def tok():
     return train_tokenizer([s for e in EXAMPLES for s in e] * 2, vocab_size=150, min_frequency=1)
 
 
-def _fields(box) -> dict[str, str]:
-    line = box.output.outputs[0]["text"].strip()
-    assert line.startswith("[widget] ")
-    return dict(kv.split("=", 1) for kv in line.removeprefix("[widget] ").split())
-
-
-def _html(box) -> str:
-    return box.output.outputs[1]["data"]["text/html"]
-
-
 def test_controls_redraw(tok):
     box = objectives_widget(tok, EXAMPLES)
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert (f["example"], f["objective"], f["seed"]) == ("0", "MLM", "0")
-    ids = torch.tensor(tok(EXAMPLES[0][0])["input_ids"])
-    special = torch.isin(ids, torch.tensor(tok.all_special_ids))
-    _, labels = mask_tokens(
-        ids[None],
-        mask_token_id=tok.mask_token_id,
-        vocab_size=len(tok),
-        special_tokens_mask=special[None],
-        generator=torch.Generator().manual_seed(0),
-    )
+    ids, _, _, labels = mask_sentence(tok, EXAMPLES[0][0], 0)
     assert int(f["targets"]) == int((labels != -100).sum()) and int(f["tokens"]) == len(ids)
 
     first = box.children[0]
     assert first.description == "example"
     first.value = 1  # one ArrowRight
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert f["example"] == "1" and int(f["tokens"]) == len(tok(EXAMPLES[1][0])["input_ids"])
 
     box.controls["objective"].value = "CLM"
-    f = _fields(box)
+    f = marker_fields(shown_marker(box))
     assert f["objective"] == "CLM" and int(f["targets"]) == int(f["tokens"]) - 1
-    assert "target of position t" in _html(box)
+    assert "target of position t" in shown_html(box)
 
     box.controls["objective"].value = "NSP"
-    f = _fields(box)
-    assert f["targets"] == "1" and "next_sentence_label = 0" in _html(box)
+    f = marker_fields(shown_marker(box))
+    assert f["targets"] == "1" and "next_sentence_label = 0" in shown_html(box)
     assert int(f["tokens"]) == len(tok(EXAMPLES[1][0], EXAMPLES[1][1])["input_ids"])
     box.controls["seed"].value = 1
-    assert "next_sentence_label = 1" in _html(box)
-    assert int(_fields(box)["tokens"]) == len(tok(EXAMPLES[1][0], EXAMPLES[1][2])["input_ids"])
+    assert "next_sentence_label = 1" in shown_html(box)
+    assert int(marker_fields(shown_marker(box))["tokens"]) == len(
+        tok(EXAMPLES[1][0], EXAMPLES[1][2])["input_ids"]
+    )
 
 
 def test_tables(tok):

@@ -44,6 +44,7 @@ from lmlessons.course.memory import (
     measure_peak_memory,
     measure_peak_memory_many,
     trainable,
+    warm_up,
 )
 from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE
 from lmlessons.masking import mask_tokens
@@ -184,10 +185,7 @@ def bench_masking(cfg: BenchConfig) -> BenchRow:
 def _time_heads(kind: str, candidate: str, cfg: BenchConfig) -> tuple[list, list, float, int]:
     """Interleaved timings of dense and ``candidate``; the largest difference of loss and
     gradients between them (checked on the first repeat); the number of labelled rows."""
-    tiny = BenchConfig.tiny(seed=cfg.seed)  # warm up on a tiny problem (a full-size one costs s)
-    xt = head_inputs(kind, tiny)
-    for v in ("dense", candidate):
-        forward_backward(head_loss(kind, v, xt, tiny.chunk_size), trainable(xt))
+    warm_up(kind, ("dense", candidate), cfg.seed)
     x = head_inputs(kind, cfg)
     params = trainable(x)
     dense_fn = head_loss(kind, "dense", x, cfg.chunk_size)

@@ -543,6 +543,13 @@ class _Labelled:
             has=page.locator(".widget-label", has_text=_label_regex(self.label))
         )
 
+    @staticmethod
+    def _part(widget: Locator, css: str) -> Locator:
+        """The first ``css`` element inside ``widget``, scrolled into view."""
+        part = widget.locator(css).first
+        part.scroll_into_view_if_needed()
+        return part
+
 
 @dataclass(frozen=True)
 class Slider(_Labelled):
@@ -554,8 +561,7 @@ class Slider(_Labelled):
     css: ClassVar[str] = ".widget-slider"
 
     def move(self, widget: Locator) -> None:
-        handle = widget.locator(".noUi-handle").first
-        handle.scroll_into_view_if_needed()
+        handle = self._part(widget, ".noUi-handle")
         handle.focus()
         for _ in range(self.presses):
             handle.press(self.key)
@@ -572,8 +578,7 @@ class TextInput(_Labelled):
     css: ClassVar[str] = ".widget-text"
 
     def move(self, widget: Locator) -> None:
-        box = widget.locator("input").first
-        box.scroll_into_view_if_needed()
+        box = self._part(widget, "input")
         box.fill(self.text)
         box.press("Enter")
 
@@ -589,9 +594,7 @@ class Dropdown(_Labelled):
     css: ClassVar[str] = ".widget-dropdown"
 
     def move(self, widget: Locator) -> None:
-        select = widget.locator("select").first
-        select.scroll_into_view_if_needed()
-        select.select_option(label=self.option)
+        self._part(widget, "select").select_option(label=self.option)
 
     def describe(self) -> str:
         return f"dropdown {self.label!r}: choose {self.option!r}"

@@ -19,6 +19,7 @@ one pass (for evaluation).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -175,13 +176,15 @@ def _shuffled_batches(
     pad_token_id: int,
     epochs: int | None,
     generator: torch.Generator | None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``(input_ids, attention_mask)`` ``(B, T)`` of ``batch_size`` sequences, padded, in a new
-    random order every epoch."""
+    make_batch: Callable[[torch.Tensor, torch.Tensor], Batch],
+) -> Iterator[Batch]:
+    """``make_batch(input_ids, attention_mask)`` of every ``batch_size`` sequences, padded
+    (``(B, T)`` each), in a new random order every epoch."""
     for _ in _epochs(epochs):
         order = torch.randperm(len(sequences), generator=generator).tolist()
         for start in range(0, len(order), batch_size):
-            yield _pad([sequences[i] for i in order[start : start + batch_size]], pad_token_id)
+            rows = [sequences[i] for i in order[start : start + batch_size]]
+            yield make_batch(*_pad(rows, pad_token_id))
 
 
 def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
@@ -214,6 +217,28 @@ def _mask(
         generator=g,
     )
     return {**batch, "input_ids": masked, "labels": labels}
+
+
+def _pair_maker(
+    make_pairs: Callable[..., Batch],
+    token_documents: list[list[list[int]]],
+    tokenizer: Any,
+    max_length: int,
+    generator: torch.Generator | None,
+    **probability: float,
+) -> Callable[[], Batch]:
+    """``make_pairs`` (``make_nsp_pairs`` / ``make_sop_pairs``) on ``token_documents`` with the
+    tokenizer's [CLS], [SEP] and [PAD] ids: new pairs at every call."""
+    return partial(
+        make_pairs,
+        token_documents,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_length=max_length,
+        generator=generator,
+        **probability,
+    )
 
 
 def _masked_pair_batches(
@@ -260,18 +285,16 @@ def mlm_batches(
     sequences = _packed(documents, tokenizer, max_length)
     special_ids = special_token_ids(tokenizer)
 
-    def batches() -> Iterator[Batch]:
-        for input_ids, attention_mask in _shuffled_batches(
-            sequences, batch_size, tokenizer.pad_token_id, epochs, generator
-        ):
-            batch = {
-                "input_ids": input_ids,
-                "token_type_ids": torch.zeros_like(input_ids),
-                "attention_mask": attention_mask,
-            }
-            yield _mask(batch, tokenizer, special_ids, probs, generator)
+    def masked(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Batch:
+        batch = {
+            "input_ids": input_ids,
+            "token_type_ids": torch.zeros_like(input_ids),
+            "attention_mask": attention_mask,
+        }
+        return _mask(batch, tokenizer, special_ids, probs, generator)
 
-    return batches()
+    pad = tokenizer.pad_token_id
+    return _shuffled_batches(sequences, batch_size, pad, epochs, generator, masked)
 
 
 def nsp_batches(
@@ -301,17 +324,14 @@ def nsp_batches(
             "NSP needs at least 2 documents (NotNext segments come from another document)"
         )
 
-    def make_pairs() -> Batch:
-        return make_nsp_pairs(
-            token_docs,
-            cls_token_id=tokenizer.cls_token_id,
-            sep_token_id=tokenizer.sep_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            max_length=max_length,
-            nsp_probability=nsp_probability,
-            generator=generator,
-        )
-
+    make_pairs = _pair_maker(
+        make_nsp_pairs,
+        token_docs,
+        tokenizer,
+        max_length,
+        generator,
+        nsp_probability=nsp_probability,
+    )
     labels = {"next_sentence_label": "next_sentence_label"}
     return _masked_pair_batches(make_pairs, labels, tokenizer, batch_size, probs, epochs, generator)
 
@@ -353,23 +373,20 @@ def sop_batches(
             "token_documents produced no pairs: give documents with at least two sentences"
         )
 
-    def make_pairs() -> Batch:
-        return make_sop_pairs(
-            docs,
-            cls_token_id=tokenizer.cls_token_id,
-            sep_token_id=tokenizer.sep_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            max_length=max_length,
-            swap_probability=swap_probability,
-            generator=generator,
-        )
-
+    make_pairs = _pair_maker(
+        make_sop_pairs, docs, tokenizer, max_length, generator, swap_probability=swap_probability
+    )
     # the BERT pair head reads next_sentence_label: give it the sentence-order label
     labels = {
         "sentence_order_label": "sentence_order_label",
         "next_sentence_label": "sentence_order_label",
     }
     return _masked_pair_batches(make_pairs, labels, tokenizer, batch_size, probs, epochs, generator)
+
+
+def _clm_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Batch:
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # (B, T), a copy
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
 def clm_batches(
@@ -387,12 +404,5 @@ def clm_batches(
     batch_size, max_length, epochs = _check_common(batch_size, max_length, epochs, generator)
     check_tokenizer(tokenizer)
     sequences = _packed(documents, tokenizer, max_length)
-
-    def batches() -> Iterator[Batch]:
-        for input_ids, attention_mask in _shuffled_batches(
-            sequences, batch_size, tokenizer.pad_token_id, epochs, generator
-        ):
-            labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # (B, T), a copy
-            yield {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-    return batches()
+    pad = tokenizer.pad_token_id
+    return _shuffled_batches(sequences, batch_size, pad, epochs, generator, _clm_batch)

@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -53,6 +53,7 @@ __all__ = [
     "head_loss",
     "trainable",
     "forward_backward",
+    "warm_up",
 ]
 
 MIB = 2**20
@@ -194,6 +195,16 @@ def forward_backward(
     return time.perf_counter() - start, loss.detach()
 
 
+def warm_up(kind: str, variants: Sequence[str], seed: int = 0) -> None:
+    """One forward + backward of each variant on the tiny problem (:meth:`BenchConfig.tiny`), so
+    that torch, BLAS and the code paths are warm before a full-size run is timed or measured (a
+    cold full-size one costs seconds)."""
+    tiny = BenchConfig.tiny(seed=seed)
+    xs = head_inputs(kind, tiny)
+    for variant in variants:
+        forward_backward(head_loss(kind, variant, xs, tiny.chunk_size), trainable(xs))
+
+
 # --------------------------------------------------------------------------------------------
 # the measurement, inside the child process
 # --------------------------------------------------------------------------------------------
@@ -226,10 +237,7 @@ def _peak_bytes(fn: Callable[[], torch.Tensor], params: list[torch.Tensor]) -> t
 
 def _peak_above_inputs(kind: str, variant: str, cfg: BenchConfig) -> tuple[int, str]:
     """In this process: bytes of resident memory added at the peak of one forward + backward."""
-    tiny = BenchConfig.tiny(seed=cfg.seed)
-    xs = head_inputs(kind, tiny)  # warm up torch, BLAS and the code path on a tiny problem
-    forward_backward(head_loss(kind, variant, xs, tiny.chunk_size), trainable(xs))
-    del xs
+    warm_up(kind, [variant], cfg.seed)
     x = head_inputs(kind, cfg)
     fn, params = head_loss(kind, variant, x, cfg.chunk_size), trainable(x)
     gc.collect()

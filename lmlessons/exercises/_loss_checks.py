@@ -223,21 +223,24 @@ def reference_loss(
     return fn(leaf, *rest, **kwargs), leaf
 
 
-def check_value(
+def check_value_and_grad(
+    run: Runner,
     call: LossCall,
     args: list[torch.Tensor],
     case: str,
     reference_fn: Callable[..., torch.Tensor],
     diagnose: Callable[[float, float], Mistake],
-) -> tuple[torch.Tensor, list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """The learner's loss on ``args``: ``(loss, leaves, reference)`` if its value is the
-    reference's; else ``diagnose(got, expected)`` names the mistake."""
+    ok: str,
+) -> None:
+    """The learner's loss on ``args`` has the reference's value (reported as ``ok``), then its
+    gradient (:func:`require_grad`); a wrong value raises ``diagnose(got, expected)``."""
     loss, leaves = call(args, case)
     reference = reference_loss(reference_fn, *args)
     got, expected = float(loss.detach()), float(reference[0].detach())
     if not close(got, expected):
         raise diagnose(got, expected)
-    return loss, leaves, reference
+    run.ok(ok)
+    require_grad(run, loss, leaves, reference, case)
 
 
 def check_empty(

@@ -190,3 +190,25 @@ class Runner:
         if extra:
             message += "\n\n" + extra
         return Mistake(code, f"raised {type(exc).__name__}", message)
+
+
+def check_seeds(
+    run: Runner,
+    draw: Callable[[int | None], Any],
+    same: Callable[[Any, Any], bool],
+    *,
+    not_deterministic: tuple[str, str],
+    ignores_generator: str,
+) -> None:
+    """``draw(seed)`` calls the learner's function with ``generator`` seeded ``seed`` (``None``:
+    no generator). Two draws with seed 0 must be ``same`` (else ``not_deterministic``, a title
+    and an explanation), seeds 1 and 2 must not both repeat seed 0 (else the explanation
+    ``ignores_generator``), and ``generator=None`` must work."""
+    first = draw(0)
+    if not same(first, draw(0)):
+        raise Mistake("not_deterministic", *not_deterministic)
+    others = [draw(s) for s in (1, 2)]
+    if all(same(first, other) for other in others):
+        raise Mistake("ignores_generator", "the `generator` argument is ignored", ignores_generator)
+    draw(None)  # generator=None must work too (falls back to the global generator)
+    run.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")

@@ -9,6 +9,8 @@ moves. The checks shared by every loss are in :mod:`lmlessons.exercises._loss_ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
@@ -19,11 +21,10 @@ from lmlessons.exercises._loss_checks import (
     LossCall,
     check_empty,
     check_num_items,
-    check_value,
+    check_value_and_grad,
     first_match,
     per_row_mean,
     perturb_ignored,
-    require_grad,
     shift_targets,
     token_ce,
 )
@@ -33,6 +34,34 @@ __all__ = ["MLM_SIGNATURE", "CLM_SIGNATURE", "REFERENCES", "check_mlm_loss", "ch
 
 MLM_SIGNATURE = "mlm_loss(logits, labels, *, num_items_in_batch=None) -> loss"
 CLM_SIGNATURE = "clm_loss(logits, labels, *, num_items_in_batch=None) -> loss   # labels unshifted"
+
+
+_Diagnose = Callable[[Runner, LossCall, torch.Tensor, torch.Tensor, str, float], Mistake]
+
+
+def _check_value(
+    run: Runner,
+    name: str,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    case: str,
+    diagnose: _Diagnose,
+    ok: str,
+) -> LossCall:
+    """Hidden case 1 of ``name``: the value (``ok`` when right; else ``diagnose(run, call,
+    logits, labels, case, got)`` names the mistake), then the gradient. Returns the call for the
+    later cases."""
+    call = LossCall(run, ["logits", "labels"])
+    check_value_and_grad(
+        run,
+        call,
+        [logits, labels],
+        case,
+        REFERENCES[name],
+        lambda got, _: diagnose(run, call, logits, labels, case, got),
+        ok,
+    )
+    return call
 
 
 # ----------------------------------------------------------------------------------- mlm_loss
@@ -127,16 +156,15 @@ def check_mlm_loss(run: Runner) -> None:
         f"hidden case 1 (logits {tuple(logits.shape)}, labels with {count} targets and -100 at "
         f"the other {B * T - count} positions)"
     )
-    call = LossCall(run, ["logits", "labels"])
-    loss, leaves, reference = check_value(
-        call,
-        [logits, labels],
+    call = _check_value(
+        run,
+        "mlm_loss",
+        logits,
+        labels,
         case,
-        REFERENCES["mlm_loss"],
-        lambda got, _: _diagnose_mlm(run, call, logits, labels, case, got),
+        _diagnose_mlm,
+        "equals the mean cross-entropy over positions whose label is not -100",
     )
-    run.ok("equals the mean cross-entropy over positions whose label is not -100")
-    require_grad(run, loss, leaves, reference, case)
     check_empty(
         run,
         call,
@@ -323,18 +351,15 @@ def check_clm_loss(run: Runner) -> None:
         f"hidden case 1 (logits {tuple(logits.shape)}, unshifted labels = input ids with -100 on "
         f"right padding and on a 3-token prompt; {count} next-token targets)"
     )
-    call = LossCall(run, ["logits", "labels"])
-    loss, leaves, reference = check_value(
-        call,
-        [logits, labels],
+    call = _check_value(
+        run,
+        "clm_loss",
+        logits,
+        labels,
         case,
-        REFERENCES["clm_loss"],
-        lambda got, _: _diagnose_clm(run, call, logits, labels, case, got),
+        _diagnose_clm,
+        "shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) is ignored",
     )
-    run.ok(
-        "shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) is ignored"
-    )
-    require_grad(run, loss, leaves, reference, case)
     _clm_empty_cases(run, call, logits, labels)
     total = float(token_ce(logits, targets).sum())
     check_num_items(run, call, [logits, labels], case, total, count, 13, REFERENCES["clm_loss"])

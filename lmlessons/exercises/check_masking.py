@@ -18,7 +18,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import Vocab, gen, mlm_batch
-from lmlessons.exercises._runner import Mistake, Runner, global_rng_changed
+from lmlessons.exercises._runner import Mistake, Runner, check_seeds, global_rng_changed
 from lmlessons.exercises._stats import pct, within
 
 SIGNATURE = (
@@ -494,26 +494,19 @@ def _case_rates(run: Runner) -> None:
 def _check_generator(run: Runner, case: _Case) -> None:
     """One seed gives one result, different seeds differ, nothing global is drawn from."""
     _check_global_rng(case.used_global, case)
-    m1, l1 = case.run(run, seed=0)
-    m2, l2 = case.run(run, seed=0)
-    if not (torch.equal(m1, m2) and torch.equal(l1, l2)):
-        raise Mistake(
-            "not_deterministic",
+    check_seeds(
+        run,
+        lambda seed: case.run(run, seed=seed),
+        lambda a, b: torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]),
+        not_deterministic=(
             "the same seed gave different results",
             f"On {case.text}, two calls with `generator=torch.Generator().manual_seed(0)` gave "
             "different masks. Every random draw must use `generator` (and nothing else random).",
-        )
-    others = [case.run(run, seed=s) for s in (1, 2)]
-    if all(torch.equal(m1, m) and torch.equal(l1, lab) for m, lab in others):
-        raise Mistake(
-            "ignores_generator",
-            "the `generator` argument is ignored",
-            f"On {case.text}, generators seeded 0, 1 and 2 all gave the same mask. Use the "
-            "`generator` you are given (not one you create inside the function, and not a fixed "
-            "`torch.manual_seed`).",
-        )
-    case.run(run, seed=None)  # generator=None must work too (falls back to the global generator)
-    run.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")
+        ),
+        ignores_generator=f"On {case.text}, generators seeded 0, 1 and 2 all gave the same mask. "
+        "Use the `generator` you are given (not one you create inside the function, and not a "
+        "fixed `torch.manual_seed`).",
+    )
 
 
 def _explain_none(exc: BaseException) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from lmlessons.exercises._cases import Corpus, gen
-from lmlessons.exercises._runner import Mistake, Runner, global_rng_changed
+from lmlessons.exercises._runner import Mistake, Runner, check_seeds, global_rng_changed
 from lmlessons.exercises._stats import pct, within
 
 SIGNATURE = (
@@ -520,25 +520,18 @@ def _check_generator(run: Runner, case: _Case) -> None:
             f"{used}. Pass `generator=generator` to every random call (`torch.rand((), "
             "generator=generator)` for one uniform number), so one seed gives one dataset.",
         )
-    first = case.run(run, seed=0)
-    again = case.run(run, seed=0)
-    if any(not torch.equal(first[k], again[k]) for k in KEYS):
-        raise Mistake(
-            "not_deterministic",
+    check_seeds(
+        run,
+        lambda seed: case.run(run, seed),
+        lambda a, b: all(torch.equal(a[k], b[k]) for k in KEYS),
+        not_deterministic=(
             "the same seed gave different pairs",
             f"On {case.text}, two calls with `generator=torch.Generator().manual_seed(0)` gave "
             "different examples. Every random draw must use `generator`.",
-        )
-    others = [case.run(run, seed=s) for s in (1, 2)]
-    if all(all(torch.equal(first[k], o[k]) for k in KEYS) for o in others):
-        raise Mistake(
-            "ignores_generator",
-            "the `generator` argument is ignored",
-            f"On {case.text}, generators seeded 0, 1 and 2 gave identical examples. Use the "
-            "`generator` you are given.",
-        )
-    case.run(run, seed=None)
-    run.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")
+        ),
+        ignores_generator=f"On {case.text}, generators seeded 0, 1 and 2 gave identical "
+        "examples. Use the `generator` you are given.",
+    )
 
 
 def check_make_nsp_pairs(run: Runner) -> None:

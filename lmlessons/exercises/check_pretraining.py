@@ -20,11 +20,10 @@ from lmlessons.exercises._loss_checks import (
     REFERENCES,
     Candidate,
     LossCall,
-    check_value,
+    check_value_and_grad,
     close,
     explain_empty,
     first_match,
-    require_grad,
     token_ce,
 )
 from lmlessons.exercises._runner import Mistake, Runner
@@ -270,17 +269,15 @@ def check_bert_pretraining_loss(run: Runner) -> None:
     """Hidden case 1 (default weights: value, then gradient), 2 (other weights), 3 (nothing
     masked)."""
     c = _BertCase(run)
-    loss, leaves, reference = check_value(
+    check_value_and_grad(
+        run,
         c.call,
         c.args,
         c.case,
         REFERENCES["bert_pretraining_loss"],
         lambda got, exp: _diagnose_bert(c, got, exp),
-    )
-    run.ok(
         "default weights: MLM mean over masked positions + NSP cross-entropy (0 = IsNext), as "
-        "`BertForPreTraining`"
+        "`BertForPreTraining`",
     )
-    require_grad(run, loss, leaves, reference, c.case)
     _bert_weights_case(run, c)
     _bert_empty_case(run, c)

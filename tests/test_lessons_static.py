@@ -1,0 +1,69 @@
+"""What a reader without a kernel sees in the stored lessons (and their student copies)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tools import reading_time
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+COPIES = sorted((ROOT / "student").glob("*.ipynb"))
+LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
+OUTSIDE = re.compile(
+    r"\.\./shared|seed (code|file)|tutorial (code|file) this course|\bissue \d+\b", re.I
+)
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _markdown(path: Path) -> str:
+    return "\n".join("".join(c["source"]) for c in _cells(path) if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_stderr_in_stored_outputs(path: Path) -> None:
+    for index, cell in enumerate(c for c in _cells(path) if c["cell_type"] == "code"):
+        names = [o.get("name") for o in cell.get("outputs", []) if o["output_type"] == "stream"]
+        assert "stderr" not in names, f"{path.name} code cell {index} stores stderr"
+
+
+@pytest.mark.parametrize("path", LESSONS + COPIES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_relative_link_resolves(path: Path) -> None:
+    for target, _ in LINK.findall(_markdown(path)):
+        if not re.match(r"[a-z]+:", target):
+            assert (path.parent / target).resolve().exists(), f"{path.name} links to {target}"
+
+
+@pytest.mark.parametrize("index", range(len(LESSONS)), ids=lambda i: LESSONS[i].stem)
+def test_each_lesson_ends_with_links_to_its_neighbours_and_the_index(index: int) -> None:
+    last = "".join(_cells(LESSONS[index])[-1]["source"])
+    wanted = ["../README.md#the-lessons"]
+    wanted += [f"({LESSONS[index - 1].name})"] if index > 0 else []
+    wanted += [f"({LESSONS[index + 1].name})"] if index < len(LESSONS) - 1 else []
+    for link in wanted:
+        assert link in last, f"{LESSONS[index].name}'s last cell lacks {link}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_reference_the_reader_cannot_follow(path: Path) -> None:
+    found = OUTSIDE.findall(_markdown(path))
+    assert not found, f"{path.name} refers outside the course: {found}"
+
+
+def test_stated_times_are_measured() -> None:
+    assert reading_time.stale(write=False) == [], "run `python -m tools.reading_time --write`"
+
+
+def test_the_time_estimate_follows_its_formula() -> None:
+    estimate = reading_time.Estimate(
+        words=1300, code_lines=80, exercises=1, quizzes=1, run_seconds=60
+    )
+    assert estimate.minutes == 35  # 10 + 10 + 10 + 3 + 1 = 34 -> nearest 5
+    assert "about 35 minutes" in estimate.statement() and "1,300 words" in estimate.statement()
