@@ -3,7 +3,7 @@
 One JupyterLab server (over a temporary copy of notebooks/) and one Chromium serve all lessons;
 each lesson gets its own page and its kernel is shut down afterwards. Per lesson: open it, run all
 cells, wait for the kernel to go idle, assert no error output and no browser console errors, move
-the main widget and wait for the exact ``[widget] ...`` marker line the new value implies.
+the main widget and wait for the exact hidden state ``key=value ...`` the new value implies.
 
 The per-lesson table lives in ONE place, ``tools/browser_lessons.py`` (``make screenshots``
 reads it too). Skips only when no Chromium can be found (``apt-get install chromium``).
@@ -95,7 +95,9 @@ def _demo_notebook(
         "def show(value):",
         "    with out:",
         "        out.clear_output(wait=True)",
-        "        print(f'[widget] value={value} squared={value * value}')",
+        "        state = f'value={value} squared={value * value}'",
+        '        tag = f\'<div class="lmlessons-state" data-state="{state}" hidden></div>\'',
+        "        display(HTML(tag))",
     ]
     if wired:
         callback.append("slider.observe(lambda change: show(change['new']), names='value')")
@@ -103,7 +105,7 @@ def _demo_notebook(
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Demo"),
         nbformat.v4.new_code_cell(
-            "import ipywidgets as widgets\nfrom IPython.display import display"
+            "import ipywidgets as widgets\nfrom IPython.display import HTML, display"
         ),
         nbformat.v4.new_code_cell("\n".join(callback)),
         nbformat.v4.new_code_cell("1 / 0" if error else "print('after the widget')"),
@@ -130,12 +132,12 @@ def test_harness_detects_broken_lessons(
     _demo_notebook(notebooks / "02_error.ipynb", wired=True, error=True)
     _demo_notebook(notebooks / "03_console.ipynb", wired=True, console_error=True)
     files_before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
-    spec, expected = jb.Slider("demo value", presses=3), "[widget] value=5 squared=25"
+    spec, expected = jb.Slider("demo value", presses=3), "value=5 squared=25"
     with jb.JupyterLab(notebooks) as server:
         result = jb.check_lesson(
             context, server, "00_wired.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
         )
-        assert result.markers_before == ["[widget] value=2 squared=4"]
+        assert result.markers_before == ["value=2 squared=4"]
         assert result.markers_after == [expected]
         with pytest.raises(AssertionError, match="did not appear"):
             jb.check_lesson(
@@ -203,7 +205,7 @@ def test_lesson_in_browser(
         pytest.skip(f"notebooks/{lesson.notebook} is not written yet")
     assert not lesson.is_todo, (
         f"{path.name} exists but its row in tools/browser_lessons.py is still TODO: "
-        "give its main widget and the marker line expected after the move"
+        "give its main widget and the state expected after the move"
     )
     assert lesson.widget is not None and lesson.expected is not None
     result = jb.check_lesson(

@@ -67,3 +67,36 @@ def test_the_time_estimate_follows_its_formula() -> None:
     )
     assert estimate.minutes == 35  # 10 + 10 + 10 + 3 + 1 = 34 -> nearest 5
     assert "about 35 minutes" in estimate.statement() and "1,300 words" in estimate.statement()
+
+
+def _outputs(path: Path) -> list[tuple[int, dict]]:
+    code = [c for c in _cells(path) if c["cell_type"] == "code"]
+    return [(index, out) for index, cell in enumerate(code) for out in cell.get("outputs", [])]
+
+
+def _text(output: dict) -> str:
+    data = output.get("data", {})
+    return (
+        "".join(output.get("text", ""))
+        + "".join(data.get("text/plain", ""))
+        + "".join(data.get("text/html", ""))
+    )
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_stored_widget_view_has_a_picture_beside_it(path: Path) -> None:
+    for index, output in _outputs(path):
+        data = output.get("data", {})
+        if "application/vnd.jupyter.widget-view+json" in data:
+            assert {"text/html", "image/png"} & set(data), (
+                f"{path.name} code cell {index}: widget without a picture"
+            )
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_frozen_progress_bar_and_no_test_plumbing(path: Path) -> None:
+    for index, output in _outputs(path):
+        text = _text(output)
+        assert "0%|" not in text, f"{path.name} code cell {index} stores a progress bar at 0%"
+        assert "[widget]" not in text, f"{path.name} code cell {index} shows a test marker"
+    assert "[widget]" not in json.dumps(_cells(path)), f"{path.name} mentions [widget] markers"

@@ -326,27 +326,36 @@ def test_train_argument_errors(tok, docs) -> None:
 
 
 class _Handle:
-    def __init__(self) -> None:
+    def __init__(self, obj) -> None:
+        self.shown = obj
         self.updates: list = []
+        self.raw: list[bool] = []
 
-    def update(self, obj) -> None:
+    def update(self, obj, raw: bool = False) -> None:
         self.updates.append(obj)
+        self.raw.append(raw)
 
 
-def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> None:
+def _fake_notebook(monkeypatch) -> list[_Handle]:
+    """Pretend to be in a notebook: every ``display(obj, display_id=True)`` returns a handle."""
     import IPython.display
-    import matplotlib.pyplot as plt
 
-    shown: list = []
-    handle = _Handle()
+    handles: list[_Handle] = []
 
     def fake_display(obj, display_id=None):
-        shown.append(obj)
         assert display_id is True
-        return handle
+        handles.append(_Handle(obj))
+        return handles[-1]
 
     monkeypatch.setattr(training_module, "in_notebook", lambda: True)
     monkeypatch.setattr(IPython.display, "display", fake_display)
+    return handles
+
+
+def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    handles = _fake_notebook(monkeypatch)
     figures_before = plt.get_fignums()
     model = tiny_bert_pretraining(tok, **SMALL_BERT)
     train(
@@ -356,11 +365,60 @@ def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> Non
         live=True,
         plot_every=0.0,
     )
-    assert len(shown) == 1  # one display ...
-    assert len(handle.updates) == 5  # ... redrawn after each of the 4 steps and once at the end
-    png = handle.updates[-1].data
+    bar, plot = handles  # two displays: the progress bar, then the figure ...
+    assert len(plot.updates) == 5  # ... redrawn after each of the 4 steps and once at the end
+    png = plot.updates[-1].data
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert plt.get_fignums() == figures_before  # no pyplot figure left to pop up
+    assert len(bar.updates) == 1  # the bar is replaced once, at the end
+
+
+def test_live_bar_ends_as_a_summary_line(tok, docs, monkeypatch) -> None:
+    """In a notebook the tqdm widget moves while training, then its display is replaced by one
+    line of HTML and text with the final state (what a stored notebook shows without a kernel);
+    the numbers are those of a run without any display."""
+    import ipywidgets
+
+    handles = _fake_notebook(monkeypatch)
+    batches = clm_batches(docs, tok, batch_size=4, max_length=16, generator=g())
+    h = train(tiny_gpt2(tok, **SMALL_GPT2), batches, max_steps=3, live=True, title="tiny")
+    bar = handles[0]
+    assert isinstance(bar.shown, ipywidgets.HBox)  # the live tqdm widget ...
+    (summary,) = bar.updates  # ... replaced at the end by a plain summary
+    assert bar.raw == [True] and set(summary) == {"text/html", "text/plain"}
+    text = summary["text/plain"]
+    assert text == f"tiny: 3/3 steps \u00b7 {h.wall_time[-1]:.1f} s \u00b7 loss {h.loss[-1]:.3f}"
+    assert "lmlessons-progress" in summary["text/html"] and "3/3 steps" in summary["text/html"]
+    assert "\u2714" in summary["text/html"]  # finished: a check mark
+    assert bar.shown.children[1].value == 3  # the widget bar itself ended full
+
+    quiet = train(
+        tiny_gpt2(tok, **SMALL_GPT2),
+        clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()),
+        max_steps=3,
+        live=False,
+    )
+    assert quiet.loss == h.loss  # the display changes no number
+
+
+def test_progress_summary_lines() -> None:
+    from lmlessons.course.training import _Budget, progress_summary
+
+    h = History(objective="clm", vocab_size=10, step=[1, 2], loss=[2.5, 2.25])
+    h.wall_time = [0.4, 9.84]
+    steps = _Budget(max_steps=5, max_seconds=None, grad_accum_steps=1, total=5, by_time=False)
+    assert (
+        progress_summary(h, steps, "m")
+        == "m: 2/5 steps \u00b7 9.8 s \u00b7 loss 2.250 \u00b7 interrupted"
+    )
+    h.stopped_by = "batches"
+    assert progress_summary(h, steps, "m").endswith("loss 2.250 \u00b7 batches ran out")
+    h.stopped_by = "max_seconds"
+    timed = _Budget(max_steps=None, max_seconds=10, grad_accum_steps=1, total=10, by_time=True)
+    assert (
+        progress_summary(h, timed, "m")
+        == "m: 2 steps in 10 s budget \u00b7 9.8 s \u00b7 loss 2.250"
+    )
 
 
 def test_not_in_a_notebook_no_plot(tok, docs, capsys) -> None:

@@ -99,7 +99,7 @@ def test_position_view_bidirectional_sees_its_answer():
         view["sees"] == len(TOKENS) and view["sees_answer"] is True and view["predicts"] == "runs"
     )
     assert position_marker(view, is_decoder=False) == (
-        "[widget] is_decoder=False position=3 sees=7 predicts=runs sees_answer=True"
+        "is_decoder=False position=3 sees=7 predicts=runs sees_answer=True"
     )
     with pytest.raises(ValueError, match="position"):
         position_view(causal_mask(len(TOKENS)), TOKENS, len(TOKENS))
@@ -119,21 +119,21 @@ def test_position_widget_slider_moves_the_marker_table_and_heatmap():
         6,
         3,
     )
-    assert shown_marker(box) == "[widget] position=3 sees=4 predicts=runs sees_answer=False"
+    assert shown_marker(box) == "position=3 sees=4 predicts=runs sees_answer=False"
     png_before, html_before = shown_png(box), shown_html(box)
     assert "target of position 3" in html_before
     slider.value = 4  # what one ArrowRight press does in the browser
-    assert shown_marker(box) == "[widget] position=4 sees=5 predicts=home sees_answer=False"
+    assert shown_marker(box) == "position=4 sees=5 predicts=home sees_answer=False"
     assert "target of position 4" in shown_html(box) and shown_html(box) != html_before
     assert shown_png(box) and shown_png(box) != png_before
     slider.value = 6
-    assert shown_marker(box) == f"[widget] position=6 sees=7 predicts={IGNORED} sees_answer=False"
+    assert shown_marker(box) == f"position=6 sees=7 predicts={IGNORED} sees_answer=False"
 
 
 def test_position_widget_with_labels_and_without_heatmap():
     labels = [IGNORED, "the", "big", "dog", "runs", "home", IGNORED]
     box = position_widget(TOKENS, label_tokens=labels, position=5, heatmap=False)
-    assert shown_marker(box) == f"[widget] position=5 sees=6 predicts={IGNORED} sees_answer=False"
+    assert shown_marker(box) == f"position=5 sees=6 predicts={IGNORED} sees_answer=False"
     assert shown_png(box) == ""
     with pytest.raises(ValueError, match="position"):
         position_widget(TOKENS, position=7)
@@ -149,21 +149,12 @@ def test_is_decoder_widget_toggle_and_slider():
         isinstance(box.children[0], widgets.IntSlider) and box.children[0].description == "position"
     )
     assert box.controls["position"] is box.children[0]
-    assert (
-        shown_marker(box)
-        == "[widget] is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
-    )
+    assert shown_marker(box) == "is_decoder=True position=3 sees=4 predicts=runs sees_answer=False"
     box.controls["position"].value = 4
-    assert (
-        shown_marker(box)
-        == "[widget] is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
-    )
+    assert shown_marker(box) == "is_decoder=True position=4 sees=5 predicts=home sees_answer=False"
     png_causal = shown_png(box)
     box.controls["is_decoder"].value = False
-    assert (
-        shown_marker(box)
-        == "[widget] is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
-    )
+    assert shown_marker(box) == "is_decoder=False position=4 sees=7 predicts=home sees_answer=True"
     assert "a leak" in shown_html(box) and shown_png(box) != png_causal
     box.controls["is_decoder"].value = True
     assert "answer is hidden" in shown_html(box)

@@ -66,7 +66,7 @@ def test_typing_a_sentence_redraws(tok, model):
     before = shown_marker(box)
     preds = fill_mask(model, tok, "the cat slept in the [MASK] .", top_k=3)
     assert before == mlm_marker("the cat slept in the [MASK] .", preds)
-    assert before.startswith("[widget] masks=1 top1=")
+    assert before.startswith("masks=1 top1=")
     png = box.output.outputs[1]["data"]["image/png"]
     assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
     assert "[MASK] #1:" in box.output.outputs[1]["data"]["text/plain"]
@@ -74,14 +74,14 @@ def test_typing_a_sentence_redraws(tok, model):
     box.text.value = "a [mask]  sang in the [MASK] tree ."  # what typing + Enter does
     after = shown_marker(box)
     assert after != before
-    assert after.startswith("[widget] masks=2 top1=") and after.endswith(
+    assert after.startswith("masks=2 top1=") and after.endswith(
         "text=a [MASK] sang in the [MASK] tree ."
     )
     preds2 = fill_mask(model, tok, "a [MASK] sang in the [MASK] tree .", top_k=3)
     assert after == mlm_marker("a [MASK] sang in the [MASK] tree .", preds2)
 
     box.text.value = "nothing to guess"
-    assert shown_marker(box) == "[widget] masks=0 top1= text=nothing to guess"
+    assert shown_marker(box) == "masks=0 top1= text=nothing to guess"
     assert "No [MASK]" in box.output.outputs[1]["text"]
 
 

@@ -168,7 +168,7 @@ def test_pair_table_html_captions():
 def test_marker_and_bad_input():
     assert (
         nsp_marker(0.5, 3, 1, 0.4812)
-        == "[widget] nsp_probability=0.50 pair=3 label=NotNext notnext_rate=0.48"
+        == "nsp_probability=0.50 pair=3 label=NotNext notnext_rate=0.48"
     )
     with pytest.raises(ValueError, match="label"):
         label_name(2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import ipywidgets
 import pytest
 import torch
 from _tiny import VOCAB, bert_config, seeded
@@ -103,11 +104,43 @@ def test_widget_sliders_change_loss_and_share(model_and_batch):
     assert after == pretraining_marker(1.1, 1.0, weighted_terms(terms, 1.1, 1.0))
     share = lambda m: float(m.rsplit("mlm_grad_share=", 1)[1])  # noqa: E731
     assert share(after) >= share(before)
-    nsp_slider.value = 0.0
-    assert share(marker()) == 1.0
-    assert f"loss={1.1 * terms.mlm_loss:.3f} " in marker()
+    nsp_slider.value = 0.1  # the log slider's lowest weight
+    assert share(marker()) > share(after)
+    assert f"loss={1.1 * terms.mlm_loss + 0.1 * terms.nsp_loss:.3f} " in marker()
+    mlm_slider.value = 0.0
+    assert share(marker()) == 0.0
     html = shown_html(box)
     assert "masked tokens" in html and "sequences" in html
+
+
+def test_nsp_weight_slider_is_logarithmic_up_to_1000(model_and_batch):
+    """Balancing the two gradient norms needs an nsp_weight of hundreds: the log slider gets
+    there (0.1 to 1000), and the share bars then show both labels."""
+    model, batch, _ = model_and_batch
+    terms = term_gradients(model, batch)
+    box = loss_weights_widget(terms)
+    _, nsp_slider = box.sliders
+    assert isinstance(nsp_slider, ipywidgets.FloatLogSlider)
+    assert (nsp_slider.base, nsp_slider.min, nsp_slider.max) == (10, -1, 3)
+    balance = math.sqrt(terms.mlm_sq / terms.nsp_sq)  # |a g_mlm| = |b g_nsp| at a = 1
+    assert 0.1 < balance < 1000, balance
+    nsp_slider.value = balance
+    assert float(shown_marker(box).rsplit("mlm_grad_share=", 1)[1]) == pytest.approx(0.5, abs=1e-3)
+    nsp_slider.value = 1000.0
+    assert "nsp_weight=1000.00" in shown_marker(box)
+    with pytest.raises(ValueError, match="nsp_weight"):
+        loss_weights_widget(terms, nsp_weight=0.0)
+
+
+def test_short_bar_labels_go_beside_the_bar():
+    from lmlessons.widgets.pretraining import _bar
+
+    long_short = _bar([("MLM", 99.0, "#f00"), ("NSP", 1.0, "#00f")], "share")
+    assert "&nbsp;MLM 99%</div>" in long_short  # a long segment keeps its label inside
+    assert '<div title="NSP 1%" ' in long_short and "&nbsp;NSP" not in long_short
+    assert "</span>NSP 1%</span>" in long_short  # ... a short one gets it beside the bar
+    even = _bar([("MLM", 1.0, "#f00"), ("NSP", 1.0, "#00f")], "share")
+    assert "&nbsp;MLM 50%" in even and "&nbsp;NSP 50%" in even and "<span" not in even
 
 
 def test_bad_input(model_and_batch):

@@ -77,13 +77,13 @@ def test_widget_marker_and_callback():
     peak = estimate_peak_bytes(16384, 2048, 32000, chunk_size=1024) / MIB
     dense = estimate_peak_bytes(16384, 2048, 32000) / MIB
     assert shown_marker(box) == scale_marker(32000, 1024, peak, dense)
-    assert shown_marker(box).startswith("[widget] vocab_size=32000 chunk_size=1024 peak_MiB=503 ")
+    assert shown_marker(box).startswith("vocab_size=32000 chunk_size=1024 peak_MiB=503 ")
     data = box.output.outputs[1]["data"]
     assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "2,000 MiB" in data["text/plain"]  # 16,384 x 32,000 x 4 bytes
 
     box.vocab.value = 128256  # what moving the slider does
-    assert shown_marker(box).startswith("[widget] vocab_size=128256 chunk_size=1024 ")
+    assert shown_marker(box).startswith("vocab_size=128256 chunk_size=1024 ")
     box.chunk.value = 64
     m = shown_marker(box)
     assert m == scale_marker(

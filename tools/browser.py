@@ -10,8 +10,9 @@ Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``tools.sc
 - :func:`launch_chromium` starts Debian's Chromium through the ``playwright`` package
   (``executable_path``; ``playwright install`` is never needed).
 - :func:`open_notebook`, :func:`run_all_cells`, :func:`move_widget`, :func:`wait_for_marker` drive
-  one lesson in one page. Lesson widgets write a text marker line ``[widget] key=value ...`` into
-  their output; the test waits for the exact line the new widget value implies.
+  one lesson in one page. Lesson widgets put their state ``key=value ...`` into their output as a
+  hidden element ``<div class="lmlessons-state" data-state="key=value ..." hidden>`` (nothing a
+  learner sees); the test waits for the exact state the new widget value implies.
 
 The per-lesson table (which widget to move and what it must print) is
 ``tools/browser_lessons.py``.
@@ -67,7 +68,8 @@ CHROMIUM_ARGS = [
 #: Where to look for a Chromium binary, in order (``LMLESSONS_CHROMIUM`` overrides).
 CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "chromium", "chromium-browser"]
 
-MARKER_PREFIX = "[widget] "
+#: The class of the hidden element whose ``data-state`` holds a widget's state (the marker).
+STATE_CLASS = "lmlessons-state"
 
 
 def find_chromium() -> str | None:
@@ -425,15 +427,13 @@ _JS_DOM_ERRORS = """() => {
   return found;
 }"""
 
-_JS_MARKERS = """(prefix) => {
-  const lines = [];
-  for (const el of document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')) {
-    for (const line of (el.textContent || '').split('\\n')) {
-      const t = line.trim();
-      if (t.startsWith(prefix)) lines.push(t);
-    }
+_JS_MARKERS = """(cls) => {
+  const states = [];
+  for (const el of document.querySelectorAll(`.jp-Notebook .jp-OutputArea-output .${cls}`)) {
+    const state = el.getAttribute('data-state');
+    if (state !== null) states.push(state.trim());
   }
-  return lines;
+  return states;
 }"""
 
 
@@ -507,18 +507,18 @@ def error_outputs(page: Page) -> list[str]:
 
 
 def markers(page: Page) -> list[str]:
-    """Every ``[widget] ...`` line currently shown in the notebook's outputs."""
-    return list(page.evaluate(_JS_MARKERS, MARKER_PREFIX))
+    """Every widget state (``data-state`` of a hidden ``.lmlessons-state``) in the outputs."""
+    return list(page.evaluate(_JS_MARKERS, STATE_CLASS))
 
 
 def wait_for_marker(page: Page, expected: str, *, timeout: float = 30.0) -> None:
-    """Wait until the exact line ``expected`` is shown in an output (whole-line match)."""
-    if not expected.startswith(MARKER_PREFIX):
-        raise ValueError(f"expected must start with {MARKER_PREFIX!r}, got {expected!r}")
+    """Wait until a widget's state is exactly ``expected`` (``key=value ...``)."""
+    if not expected.strip() or expected.startswith("[widget]"):
+        raise ValueError(f"expected must be a state 'key=value ...', got {expected!r}")
     js = "(args) => (" + _JS_MARKERS + ")(args[0]).includes(args[1])"
     try:
         page.wait_for_function(
-            js, arg=[MARKER_PREFIX, expected.strip()], timeout=timeout * 1000, polling=100
+            js, arg=[STATE_CLASS, expected.strip()], timeout=timeout * 1000, polling=100
         )
     except Exception as exc:
         raise AssertionError(

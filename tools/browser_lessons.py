@@ -1,9 +1,11 @@
 """THE table of lesson widgets for the browser test and ``make screenshots`` (edit only here).
 
 One row per lesson: which notebook, which widget is its main widget, how to move it, and the
-exact marker line its callback must print after the move. Convention for lesson authors: the main
-widget's callback writes one line ``[widget] key=value key=value ...`` (deterministic: no timings,
-no addresses) into an Output widget shown in the same cell as the widget.
+exact state its callback must show after the move. Convention for lesson authors: the main
+widget's callback puts one hidden state ``key=value key=value ...`` (deterministic: no timings,
+no addresses) into an Output widget shown in the same cell as the widget, as
+``lmlessons.widgets.display.state_output(state)``: ``<div class="lmlessons-state"
+data-state="key=value ..." hidden></div>``, which the browser test reads and a learner never sees.
 
 How to fill a row (see ``tools/browser.py`` for the widget kinds):
 
@@ -11,8 +13,8 @@ How to fill a row (see ``tools/browser.py`` for the widget kinds):
   its handle is focused and ``key`` pressed N times (one ``step`` each; "ArrowLeft" goes down).
 - ``TextInput(label, text)``: the Text box labelled ``label`` is filled with ``text`` + Enter.
 - ``Dropdown(label, option)``: the Dropdown labelled ``label`` is set to the option ``option``.
-- ``expected``: the whole marker line after the move, e.g.
-  ``"[widget] mlm_probability=0.30 seed=0"``. It must differ from every marker shown before the
+- ``expected``: the whole state after the move, e.g.
+  ``"mlm_probability=0.30 seed=0"``. It must differ from every state shown before the
   move (the test checks), so the test can fail.
 
 A row whose notebook does not exist yet is skipped; a notebook that exists but whose row is
@@ -61,24 +63,24 @@ TODO = None  # a row not filled in yet
 
 # fmt: off
 LESSONS: list[Lesson] = [
-    #      notebook                   main widget and how to move it   marker line after the move
+    #      notebook                   main widget and how to move it   state after the move
     Lesson("00_start_here.ipynb",     Slider("example", presses=1),    # example 0 -> 1
-           "[widget] example=1 objective=MLM seed=0 tokens=17 targets=3"),
+           "example=1 objective=MLM seed=0 tokens=17 targets=3"),
     Lesson("01_mlm_masking.ipynb",    Slider("mlm_probability", presses=1),  # 0.15 -> 0.20
-           "[widget] mlm_probability=0.20 mask_replace_prob=0.80 random_replace_prob=0.10 seed=0 "
+           "mlm_probability=0.20 mask_replace_prob=0.80 random_replace_prob=0.10 seed=0 "
            "sentence=0 selected=4 mask=3 random=1 kept=0"),
     Lesson("02_mlm_loss.ipynb",       TextInput("sentence", "it rained all [mask] day ."),
-           "[widget] masks=1 top1=the text=it rained all [MASK] day ."),
+           "masks=1 top1=the text=it rained all [MASK] day ."),
     Lesson("03_clm_label_shift.ipynb", Slider("position", presses=1),  # position 3 -> 4
-           "[widget] position=4 sees=5 predicts=ball sees_answer=False"),
+           "position=4 sees=5 predicts=ball sees_answer=False"),
     Lesson("04_bert_as_decoder.ipynb", Slider("position", presses=1),  # position 3 -> 4
-           "[widget] is_decoder=True position=4 sees=5 predicts=ball sees_answer=False"),
+           "is_decoder=True position=4 sees=5 predicts=ball sees_answer=False"),
     Lesson("05_nsp_pairs.ipynb",      Slider("nsp_probability", presses=1),  # 0.50 -> 0.55
-           "[widget] nsp_probability=0.55 pair=0 label=NotNext notnext_rate=0.56"),
+           "nsp_probability=0.55 pair=0 label=NotNext notnext_rate=0.56"),
     Lesson("06_combined_loss.ipynb",  Slider("mlm_weight", presses=1),  # 1.00 -> 1.10
-           "[widget] mlm_weight=1.10 nsp_weight=1.00 loss=9.354 mlm_grad_share=0.999"),
-    # the page's first vocab_size slider: 128,256 -> 256,000
+           "mlm_weight=1.10 nsp_weight=1.00 loss=9.354 mlm_grad_share=0.999"),
+    # the page's first vocab_size slider: Llama 2's 32,000 -> GPT-2's 50,257 (chunk_size 1024)
     Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),
-           "[widget] vocab_size=256000 chunk_size=256 peak_MiB=2378 dense_MiB=50128"),
+           "vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
 ]
 # fmt: on

@@ -227,25 +227,72 @@ def _moving_mean(values: list[float], window: int) -> list[float]:
     return out
 
 
+def progress_summary(history: History, budget: _Budget, title: str) -> str:
+    """The one line that replaces the progress bar when :func:`train` ends, e.g.
+    ``GPT2LMHeadModel: 120/120 steps · 9.8 s · loss 5.390`` (a stored notebook shows this)."""
+    h = history
+    seconds = h.wall_time[-1] if h.wall_time else budget.elapsed()
+    if budget.by_time:
+        done = f"{h.num_steps} steps in {budget.total:g} s budget"
+    else:
+        done = f"{h.num_steps}/{budget.total:.0f} steps"
+    parts = [f"{title}: {done}", f"{seconds:.1f} s"]
+    if h.loss:
+        parts.append(f"loss {h.loss[-1]:.3f}")
+    if not h.stopped_by:
+        parts.append("interrupted")
+    elif h.stopped_by == "batches":
+        parts.append("batches ran out")
+    return " \u00b7 ".join(parts)
+
+
+def _summary_bundle(text: str, finished: bool) -> dict[str, str]:
+    """``text`` as HTML (a check mark when training finished) and as plain text."""
+    import html
+
+    mark, color = ("\u2714", "#1a9641") if finished else ("\u25a0", "#d7191c")
+    markup = (
+        '<div class="lmlessons-progress" style="font-family:monospace;font-size:12px">'
+        f'<span style="color:{color}">{mark}</span> {html.escape(text)}</div>'
+    )
+    return {"text/html": markup, "text/plain": text}
+
+
 class _Progress:
     """What ``live=True`` shows while :func:`train` runs: a tqdm bar (steps, or seconds for a pure
-    time budget) and, in a notebook, the :class:`_LivePlot`, redrawn every ``plot_every`` s."""
+    time budget) and, in a notebook, the :class:`_LivePlot`, redrawn every ``plot_every`` s.
+
+    In a notebook the bar is a tqdm widget shown through a display handle; when training ends the
+    handle is updated to :func:`progress_summary` as HTML and text, so a stored notebook (read
+    without a kernel) shows the final state instead of a frozen ``0%`` widget."""
 
     def __init__(
         self, history: History, budget: _Budget, live: bool, plot_every: float, title: str
     ) -> None:
-        from tqdm.auto import tqdm
-
         self.history, self.budget, self.live, self.plot_every = history, budget, live, plot_every
-        self.bar = tqdm(
-            total=budget.total,
-            disable=not live,
-            unit="s" if budget.by_time else "step",
-            desc=title,
-            bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
-        )
+        self.title, self.handle = title, None
+        self.bar = self._bar(live and in_notebook())
         self.plot = _LivePlot(history, title) if live and in_notebook() else None
         self.last_plot = time.perf_counter()
+
+    def _bar(self, notebook: bool) -> Any:
+        options: dict[str, Any] = dict(
+            total=self.budget.total,
+            disable=not self.live,
+            unit="s" if self.budget.by_time else "step",
+            desc=self.title,
+            bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
+        )
+        if not notebook:
+            from tqdm.auto import tqdm
+
+            return tqdm(**options)
+        from IPython.display import display
+        from tqdm.notebook import tqdm as tqdm_notebook
+
+        bar = tqdm_notebook(display=False, **options)
+        self.handle = display(bar.container, display_id=True)
+        return bar
 
     def update(self) -> None:
         h = self.history
@@ -262,6 +309,10 @@ class _Progress:
             if self.budget.by_time and self.history.stopped_by:
                 self.bar.n = self.bar.total
             self.bar.close()
+        if self.handle is not None:  # the widget bar -> one line that reads without a kernel
+            text = progress_summary(self.history, self.budget, self.title)
+            self.handle.update(_summary_bundle(text, bool(self.history.stopped_by)), raw=True)
+            self.bar.container.close()
         if self.plot is not None:
             self.plot.update()
 

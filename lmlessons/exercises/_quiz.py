@@ -156,9 +156,34 @@ class Quiz:
 
     __repr__ = __str__
 
+    def static_html(self) -> str:
+        """What the quiz shows now, as static HTML (deterministic): the questions, the choices
+        (the chosen one marked) and any feedback. A viewer without a kernel shows this."""
+        _ = self.widget
+        parts = [f'<div class="lmlessons-quiz-static"><b>{html.escape(self.title)}</b>']
+        for qi, q in enumerate(self.questions):
+            number = f"{qi + 1}. " if len(self.questions) > 1 else ""
+            chosen = self._radios[qi].value
+            items = "".join(
+                f"<li>{'&#9673;' if i == chosen else '&#9675;'} "
+                f"{LETTERS[i]}. {html.escape(c.text)}</li>"
+                for i, c in enumerate(q.choices)
+            )
+            parts.append(
+                f"<p style='margin:8px 0 2px 0'>{number}{_prompt_html(q.prompt)}</p>"
+                f"<ul style='list-style:none;padding-left:8px;margin:2px 0'>{items}</ul>"
+                f"{self._feedback[qi].value}"
+            )
+        parts.append(
+            '<p style="color:#555;font-size:90%">Run the notebook to answer in the widget, or '
+            'use <code>.answer("B", question=1)</code>.</p></div>'
+        )
+        return "".join(parts)
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude))
         data["text/plain"] = str(self)  # deterministic, unlike a widget's repr
+        data["text/html"] = self.static_html()  # the picture for viewers without a kernel
         return data
 
 

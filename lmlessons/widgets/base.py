@@ -4,16 +4,22 @@
 carries typed handles for tests and lessons: ``controls`` (the control widgets by name),
 ``output`` (the ``ipywidgets.Output``) and :meth:`~LessonWidget.redraw`. Setting a control's
 ``value`` runs the same callback as moving it in the browser.
+
+Its display bundle adds, beside ipywidgets' own ``application/vnd.jupyter.widget-view+json``
+(which JupyterLab renders live), a ``text/html`` picture of what it shows right now: the controls'
+values as text and the output's current HTML / PNG. A viewer without a kernel (GitHub, nbviewer)
+shows that picture instead of ``LessonWidget(children=...``.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
 
-from lmlessons.widgets.display import OutputRecord
+from lmlessons.widgets.display import OutputRecord, outputs_html, shown_state
 
 #: What a widget draws: the records that replace its output, in one assignment.
 Draw = Callable[[], Sequence[OutputRecord]]
@@ -32,6 +38,32 @@ def float_slider(
         readout_format=".2f",
         **options,
     )
+
+
+def control_text(control: widgets.Widget) -> str:
+    """What a control shows as its value: a selection's label, a number in its readout format
+    (``.2f`` as the slider reads it out), else ``str(value)``."""
+    label = getattr(control, "label", None)
+    if isinstance(label, str):
+        return label
+    value = getattr(control, "value", "")
+    readout = getattr(control, "readout_format", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and readout:
+        try:
+            return format(value, readout)
+        except ValueError:
+            pass
+    return str(value)
+
+
+def _controls_html(controls: Mapping[str, widgets.Widget]) -> str:
+    items = "".join(
+        '<span style="margin-right:14px"><span style="color:#555">'
+        f"{html.escape(str(getattr(c, 'description', '') or name))}</span> "
+        f"<b>{html.escape(control_text(c))}</b></span>"
+        for name, c in controls.items()
+    )
+    return f'<div style="font-family:monospace;font-size:12px;margin:2px 0 4px 0">{items}</div>'
 
 
 class LessonWidget(widgets.VBox):
@@ -61,3 +93,30 @@ class LessonWidget(widgets.VBox):
     def redraw(self, change: object = None) -> None:
         """Draw again from the controls' current values (``change`` is the observer's event)."""
         self.output.outputs = tuple(self._draw())
+
+    @property
+    def state(self) -> str:
+        """The widget's current state ``key=value ...`` (deterministic; what the browser test
+        waits for). Empty when its output carries none."""
+        return shown_state(self.output.outputs) or ""
+
+    def static_html(self) -> str:
+        """What the widget shows now, as static HTML: the controls' values, then the output."""
+        return (
+            f'<div class="lmlessons-static">{_controls_html(self.controls)}'
+            f"{outputs_html(self.output.outputs)}</div>"
+        )
+
+    def static_text(self) -> str:
+        """The controls' values as text (the bundle's ``text/plain``)."""
+        return "  ".join(
+            f"{getattr(c, 'description', '') or name}={control_text(c)}"
+            for name, c in self.controls.items()
+        )
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """ipywidgets' bundle (the live view) plus the static picture for kernel-free viewers."""
+        data = super()._repr_mimebundle_(**kwargs)
+        if data is None:  # a closed widget: ipywidgets shows nothing
+            return None
+        return {**data, "text/html": self.static_html(), "text/plain": self.static_text()}

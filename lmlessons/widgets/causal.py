@@ -9,8 +9,8 @@
 * :func:`is_decoder_widget` (lesson 04): the same ``position`` slider (the first control) and an
   ``is_decoder`` toggle that switches between two measured attention patterns.
 
-Both widgets write one marker line per redraw, e.g.
-``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``, so a browser test
+Both widgets write one hidden state (``state_output``) per redraw, e.g.
+``is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``, so a browser test
 can check that moving the slider re-ran the callback. Both are a
 :class:`~lmlessons.widgets.base.LessonWidget`: the output is replaced in one assignment, so they
 work the same in a kernel and in plain pytest.
@@ -35,7 +35,7 @@ from lmlessons.widgets.display import (
     html_output,
     new_figure,
     png_output,
-    stream,
+    state_output,
     token_table_html,
 )
 
@@ -187,12 +187,12 @@ def position_view(
 
 
 def position_marker(view: Mapping[str, Any], *, is_decoder: bool | None = None) -> str:
-    """The marker line, e.g.
-    ``[widget] is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``
+    """The hidden state, e.g.
+    ``is_decoder=True position=3 sees=4 predicts=dog sees_answer=False``
     (lesson 03 leaves out ``is_decoder``). Deterministic: no times, no addresses."""
-    head = "[widget]" if is_decoder is None else f"[widget] is_decoder={bool(is_decoder)}"
+    head = "" if is_decoder is None else f"is_decoder={bool(is_decoder)} "
     return (
-        f"{head} position={view['position']} sees={view['sees']} predicts={view['predicts']} "
+        f"{head}position={view['position']} sees={view['sees']} predicts={view['predicts']} "
         f"sees_answer={view['sees_answer']}"
     )
 
@@ -263,7 +263,7 @@ def _heatmap_png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: 
 
 
 def _outputs(marker: str, table: str, png: bytes | None) -> tuple[OutputRecord, ...]:
-    outs = [stream(marker), html_output(table)]
+    outs = [state_output(marker), html_output(table)]
     if png is not None:
         outs.append(png_output(png, "<heatmap>"))
     return tuple(outs)

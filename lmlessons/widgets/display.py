@@ -8,6 +8,10 @@
 * :func:`stream`, :func:`html_output` and :func:`png_output` build the records of an
   ``ipywidgets.Output`` (the nbformat output dicts a notebook stores), so a widget replaces its
   whole output in one assignment and works the same in a kernel and in plain pytest.
+* :func:`state_output` is the widget's state (``key=value ...``, deterministic) as an element a
+  learner never sees: ``<div class="lmlessons-state" data-state="..." hidden>``. Tests read it
+  with :func:`shown_state`, the browser test waits for its ``data-state``.
+* :func:`outputs_html` renders output records as static HTML (a widget's kernel-free picture).
 """
 
 from __future__ import annotations
@@ -172,7 +176,7 @@ def figure_png(fig: Figure, *, crop: bool = False) -> bytes:
 
 
 def stream(text: str) -> OutputRecord:
-    """A line printed to stdout (a widget's marker line, which a browser test waits for)."""
+    """A line printed to stdout."""
     return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
 
@@ -192,3 +196,57 @@ def png_output(png: bytes, plain: str) -> OutputRecord:
         "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": plain},
         "metadata": {},
     }
+
+
+#: The class of the hidden element that carries a widget's state (see :func:`state_output`).
+STATE_CLASS = "lmlessons-state"
+
+
+def state_output(state: str) -> OutputRecord:
+    """The widget's state ``key=value ...`` as a hidden element (nothing a learner sees): the
+    browser test waits for its ``data-state``, tests read it with :func:`shown_state`."""
+    markup = (
+        f'<div class="{STATE_CLASS}" data-state="{html.escape(state, quote=True)}" hidden></div>'
+    )
+    return {
+        "output_type": "display_data",
+        "data": {"text/html": markup, "text/plain": ""},
+        "metadata": {"lmlessons_state": state},
+    }
+
+
+def is_state(record: OutputRecord) -> bool:
+    """True for a record made by :func:`state_output`."""
+    return "lmlessons_state" in record.get("metadata", {})
+
+
+def shown_state(outputs: Sequence[OutputRecord]) -> str | None:
+    """The state of the (last) :func:`state_output` record in ``outputs``; None when none."""
+    states = [o["metadata"]["lmlessons_state"] for o in outputs if is_state(o)]
+    return states[-1] if states else None
+
+
+def _text(value: object) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def record_html(record: OutputRecord) -> str:
+    """One output record as static HTML: its HTML, else its PNG, else its text (escaped)."""
+    if is_state(record):
+        return ""
+    if record.get("output_type") == "stream":
+        return f'<pre style="margin:2px 0">{html.escape(_text(record["text"]))}</pre>'
+    data = record.get("data", {})
+    if "text/html" in data:
+        return _text(data["text/html"])
+    if "image/png" in data:
+        alt = html.escape(_text(data.get("text/plain", "")), quote=True)
+        return f'<img src="data:image/png;base64,{_text(data["image/png"])}" alt="{alt}">'
+    if "text/plain" in data:
+        return f'<pre style="margin:2px 0">{html.escape(_text(data["text/plain"]))}</pre>'
+    return ""
+
+
+def outputs_html(outputs: Sequence[OutputRecord]) -> str:
+    """Output records (e.g. an ``ipywidgets.Output``'s ``outputs``) as one static HTML block."""
+    return "".join(record_html(o) for o in outputs)

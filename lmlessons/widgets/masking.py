@@ -3,7 +3,7 @@
 :func:`masking_widget` masks one tokenized sentence with :func:`lmlessons.mask_tokens` and draws
 it as a coloured token table (special / [MASK] / random / kept) with the ``labels`` row beneath,
 plus the rates measured over many draws next to the requested ones. Every redraw writes one
-marker line ``[widget] mlm_probability=0.15 ... selected=N mask=a random=b kept=c`` so a browser
+hidden state ``mlm_probability=0.15 ... selected=N mask=a random=b kept=c`` so a browser
 test can check that moving a slider really re-ran the masking.
 
 The widget is a :class:`~lmlessons.widgets.base.LessonWidget`: its output is replaced in one
@@ -27,7 +27,7 @@ from lmlessons.widgets.display import (
     COLORS,
     OutputRecord,
     html_output,
-    stream,
+    state_output,
     token_table_html,
 )
 
@@ -182,11 +182,11 @@ def masking_marker(
     sentence: int,
     categories: Sequence[str],
 ) -> str:
-    """The widget's marker line for a browser test (deterministic: no times, no addresses)."""
+    """The widget's state (hidden) for a browser test (deterministic: no times, no addresses)."""
     n = {c: sum(1 for x in categories if x == c) for c in ("mask", "random", "kept")}
     selected = n["mask"] + n["random"] + n["kept"]
     return (
-        f"[widget] mlm_probability={mlm_probability:.2f} mask_replace_prob={mask_replace_prob:.2f} "
+        f"mlm_probability={mlm_probability:.2f} mask_replace_prob={mask_replace_prob:.2f} "
         f"random_replace_prob={random_replace_prob:.2f} seed={seed} sentence={sentence} "
         f"selected={selected} mask={n['mask']} random={n['random']} kept={n['kept']}"
     )
@@ -300,7 +300,7 @@ def _masking_outputs(
     caption = f"sentence {sentence}, seed {seed}: one draw"
     table = masking_table_html(tokenizer, ids, masked[0], labels[0], special, caption=caption)
     marker = masking_marker(**probs, seed=seed, sentence=sentence, categories=cats)
-    return stream(marker), html_output(table + _rates_html(measured, requested, n_draws))
+    return state_output(marker), html_output(table + _rates_html(measured, requested, n_draws))
 
 
 def masking_widget(

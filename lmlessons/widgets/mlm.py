@@ -3,7 +3,7 @@
 :func:`fill_mask` returns the top-k tokens and probabilities at every [MASK] of a sentence (what
 transformers' ``fill-mask`` pipeline does, without the pipeline). :func:`mlm_widget` is a Text box:
 type a sentence with [MASK], press Enter, and see the predictions as bars; its callback writes a
-marker line ``[widget] masks=1 top1=ball text=the dog chased the [MASK] .`` for a browser test.
+hidden state ``masks=1 top1=ball text=the dog chased the [MASK] .`` for a browser test.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from lmlessons.widgets.display import (
     figure_png,
     new_figure,
     png_output,
+    state_output,
     stream,
 )
 
@@ -104,9 +105,9 @@ def plot_top_k(ax: Any, predictions: Sequence[tuple[str, float]], *, title: str 
 
 
 def mlm_marker(text: str, predictions: Sequence[Sequence[tuple[str, float]]]) -> str:
-    """The widget's marker line: number of masks, the top-1 token at each, and the text."""
+    """The widget's state (hidden): number of masks, the top-1 token at each, and the text."""
     top1 = ",".join(p[0][0] for p in predictions if p)
-    return f"[widget] masks={len(predictions)} top1={top1} text={text}"
+    return f"masks={len(predictions)} top1={top1} text={text}"
 
 
 def _figure_png(predictions: Sequence[Sequence[tuple[str, float]]], max_plots: int = 3) -> bytes:
@@ -121,7 +122,7 @@ def _figure_png(predictions: Sequence[Sequence[tuple[str, float]]], max_plots: i
 def _mlm_outputs(model: Any, tokenizer: Any, text: str, top_k: int) -> tuple[OutputRecord, ...]:
     typed = normalize_mask_text(text, tokenizer.mask_token)
     preds = fill_mask(model, tokenizer, typed, top_k=top_k)
-    marker = stream(mlm_marker(typed, preds))
+    marker = state_output(mlm_marker(typed, preds))
     if not preds:
         return marker, stream(
             f"No {tokenizer.mask_token} in the sentence: write one where a word should be guessed."

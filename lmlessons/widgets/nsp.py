@@ -5,8 +5,8 @@ from tokenized documents and shows one of them as a token table: segment A and s
 their own colours, the special tokens in grey, with ``token_type_ids`` and ``attention_mask``
 beneath, the ``next_sentence_label`` and the decoded text. Its first slider is
 ``nsp_probability`` (the pairs are rebuilt with the same seed when it moves), the second picks
-the pair. Every redraw writes one marker line, e.g.
-``[widget] nsp_probability=0.50 pair=0 label=IsNext notnext_rate=0.48``, so a browser test can
+the pair. Every redraw writes one hidden state, e.g.
+``nsp_probability=0.50 pair=0 label=IsNext notnext_rate=0.48``, so a browser test can
 check that moving the slider really rebuilt the pairs.
 
 The widget is a :class:`~lmlessons.widgets.base.LessonWidget`: its output is replaced in one
@@ -30,7 +30,7 @@ from lmlessons.widgets.display import (
     COLORS,
     OutputRecord,
     html_output,
-    stream,
+    state_output,
     token_table_html,
 )
 
@@ -181,7 +181,7 @@ def pair_table_html(
 def nsp_marker(nsp_probability: float, pair: int, label: int, notnext_rate: float) -> str:
     """The widget's deterministic state line (what a browser test waits for)."""
     return (
-        f"[widget] nsp_probability={nsp_probability:.2f} pair={pair} label={label_name(label)} "
+        f"nsp_probability={nsp_probability:.2f} pair={pair} label={label_name(label)} "
         f"notnext_rate={notnext_rate:.2f}"
     )
 
@@ -229,7 +229,7 @@ def _browser_outputs(
     nsp_probability: float,
     source: Callable[[Sequence[int]], str],
 ) -> tuple[OutputRecord, ...]:
-    """The pair's table, its text and sources, the label summary, then the marker line."""
+    """The pair's table, its text and sources, the label summary, then the hidden state."""
     labels = pairs["next_sentence_label"]
     label = int(labels[row])
     a, b = pair_segments(pairs, row)
@@ -244,7 +244,7 @@ def _browser_outputs(
         + _summary_html(labels, label, nsp_probability)
     )
     marker = nsp_marker(nsp_probability, row, label, labels.float().mean().item())
-    return html_output(body, plain=marker), stream(marker)
+    return html_output(body, plain=marker), state_output(marker)
 
 
 def _check_browser_args(
@@ -300,7 +300,7 @@ def nsp_pair_widget(
     Controls: ``nsp_probability`` (first slider; the pairs are rebuilt from ``seed``) and
     ``pair`` (which example to show). The output shows the token table, the label, the decoded
     segments (with the document and, given ``topics`` (one per document), the topic each came
-    from), the share of NotNext pairs, and the marker line. ``.sliders`` holds both sliders.
+    from), the share of NotNext pairs, and the hidden state. ``.sliders`` holds both sliders.
     """
     nsp_probability = check_probability("nsp_probability", nsp_probability)
     seed = check_int("seed", seed)

@@ -9,7 +9,7 @@ instant: ``|g|^2 = a^2 |g_mlm|^2 + 2ab <g_mlm, g_nsp> + b^2 |g_nsp|^2``.
 :func:`loss_weights_widget` shows the weighted loss, each term's share of it, each term's share
 of the gradient norm on the shared encoder (``model.base_model``: embeddings, layers, pooler;
 the part both heads pull on) and the cosine between the two gradients. Every redraw writes one
-marker line, e.g. ``[widget] mlm_weight=1.00 nsp_weight=1.00 loss=8.567 mlm_grad_share=0.998``.
+hidden state, e.g. ``mlm_weight=1.00 nsp_weight=1.00 loss=8.567 mlm_grad_share=0.998``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.losses import mlm_loss, nsp_loss
 from lmlessons.widgets.base import LessonWidget, float_slider
-from lmlessons.widgets.display import OutputRecord, html_output, stream
+from lmlessons.widgets.display import OutputRecord, html_output, state_output
 
 __all__ = [
     "TermGradients",
@@ -156,26 +156,42 @@ def weighted_terms(terms: TermGradients, mlm_weight: float, nsp_weight: float) -
 def pretraining_marker(mlm_weight: float, nsp_weight: float, result: Mapping[str, float]) -> str:
     """The widget's deterministic state line (what a browser test waits for)."""
     return (
-        f"[widget] mlm_weight={mlm_weight:.2f} nsp_weight={nsp_weight:.2f} "
+        f"mlm_weight={mlm_weight:.2f} nsp_weight={nsp_weight:.2f} "
         f"loss={result['loss']:.3f} mlm_grad_share={result['mlm_grad_share']:.3f}"
     )
 
 
+#: Below this share (in %) a bar is too short for its label: the label goes beside the bar.
+_SHORT_PCT = 15.0
+
+
 def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
+    """A 100% bar split by ``parts`` ``(name, value, colour)``; each segment is labelled
+    ``name pct%`` inside it, or, when it is shorter than ``_SHORT_PCT``, beside the bar with a
+    swatch of its colour (so no label is clipped)."""
     total = sum(v for _, v, _ in parts)
-    cells = []
+    cells, outside = [], []
     for name, value, color in parts:
         pct = 100.0 * value / total if total > 0 else 0.0
+        label = f"{name} {pct:.0f}%"
+        inside = pct >= _SHORT_PCT
         cells.append(
-            f'<div title="{name}" style="width:{pct:.1f}%;background:{color};height:18px;'
+            f'<div title="{label}" style="width:{pct:.1f}%;background:{color};height:18px;'
             "line-height:18px;vertical-align:top;display:inline-block;font-size:11px;"
             'overflow:hidden;white-space:nowrap">'
-            f"&nbsp;{name} {pct:.0f}%</div>"
+            f"{'&nbsp;' + label if inside else ''}</div>"
         )
+        if not inside:
+            outside.append(
+                '<span style="font-size:11px;margin-left:6px;white-space:nowrap">'
+                f'<span style="background:{color};border:1px solid #bbb;display:inline-block;'
+                f'width:10px;height:10px;margin-right:3px"></span>{label}</span>'
+            )
     return (
         f'<div style="margin:4px 0"><div style="font-size:12px">{title}</div>'
-        '<div style="width:420px;border:1px solid #bbb;line-height:0">'
-        f"{''.join(cells)}</div></div>"
+        '<div style="display:flex;align-items:center">'
+        '<div style="width:420px;flex:none;border:1px solid #bbb;line-height:0">'
+        f"{''.join(cells)}</div>{''.join(outside)}</div></div>"
     )
 
 
@@ -203,25 +219,52 @@ def _weights_body(terms: TermGradients, a: float, b: float, r: Mapping[str, floa
     return text + loss_bar + grad_bar
 
 
+#: The nsp_weight slider's range: 0.1 to ``max_nsp_weight`` on a log scale (balancing the two
+#: gradient norms on the course's model takes an nsp_weight of several hundred).
+MIN_NSP_WEIGHT = 0.1
+
+
 def _weight_slider(name: str, value: float, max_weight: float) -> widgets.FloatSlider:
     style = {"description_width": "initial"}
     return float_slider(name, value, max_weight, step=0.1, continuous_update=False, style=style)
 
 
+def _log_weight_slider(name: str, value: float, max_weight: float) -> widgets.FloatLogSlider:
+    """A slider from ``MIN_NSP_WEIGHT`` to ``max_weight`` on a log10 scale (20 steps a decade)."""
+    return widgets.FloatLogSlider(
+        value=value,
+        base=10,
+        min=math.log10(MIN_NSP_WEIGHT),
+        max=math.log10(max_weight),
+        step=0.05,
+        description=name,
+        readout_format=".3g",
+        continuous_update=False,
+        style={"description_width": "initial"},
+    )
+
+
 def _weights_outputs(terms: TermGradients, a: float, b: float) -> tuple[OutputRecord, ...]:
     r = weighted_terms(terms, a, b)
     marker = pretraining_marker(a, b, r)
-    return html_output(_weights_body(terms, a, b, r), plain=marker), stream(marker)
+    return html_output(_weights_body(terms, a, b, r), plain=marker), state_output(marker)
 
 
 class LossWeightsWidget(LessonWidget):
     """:func:`loss_weights_widget`'s box; ``.sliders`` is ``(mlm_weight, nsp_weight)`` and
     ``.terms`` the :class:`TermGradients` it shows."""
 
-    def __init__(self, terms: TermGradients, mlm_weight: float, nsp_weight: float, top: float):
+    def __init__(
+        self,
+        terms: TermGradients,
+        mlm_weight: float,
+        nsp_weight: float,
+        top: float,
+        nsp_top: float = 1000.0,
+    ):
         sliders = {
             "mlm_weight": _weight_slider("mlm_weight", mlm_weight, top),
-            "nsp_weight": _weight_slider("nsp_weight", nsp_weight, top),
+            "nsp_weight": _log_weight_slider("nsp_weight", nsp_weight, nsp_top),
         }
 
         def draw() -> tuple[OutputRecord, ...]:
@@ -232,7 +275,7 @@ class LossWeightsWidget(LessonWidget):
         self.terms = terms
 
     @property
-    def sliders(self) -> tuple[widgets.FloatSlider, widgets.FloatSlider]:
+    def sliders(self) -> tuple[widgets.FloatSlider, widgets.FloatLogSlider]:
         return self.controls["mlm_weight"], self.controls["nsp_weight"]
 
 
@@ -242,10 +285,12 @@ def loss_weights_widget(
     mlm_weight: float = 1.0,
     nsp_weight: float = 1.0,
     max_weight: float = 10.0,
+    max_nsp_weight: float = 1000.0,
 ) -> LossWeightsWidget:
-    """Sliders for ``mlm_weight`` (the first) and ``nsp_weight``, showing the weighted loss and
-    each term's share of the loss and of the encoder's gradient norm, for the batch of
-    ``terms`` (from :func:`term_gradients`)."""
+    """Sliders for ``mlm_weight`` (the first; 0 to ``max_weight``) and ``nsp_weight`` (0.1 to
+    ``max_nsp_weight`` on a log scale), showing the weighted loss and each term's share of the
+    loss and of the encoder's gradient norm, for the batch of ``terms`` (from
+    :func:`term_gradients`)."""
     if not isinstance(terms, TermGradients):
         raise TypeError(
             f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}"
@@ -253,6 +298,12 @@ def loss_weights_widget(
     mlm_weight = _check_weight("mlm_weight", mlm_weight)
     nsp_weight = _check_weight("nsp_weight", nsp_weight)
     max_weight = _check_weight("max_weight", max_weight)
-    if not max_weight >= max(mlm_weight, nsp_weight, 0.1):
-        raise ValueError(f"max_weight must be >= both weights, got {max_weight}")
-    return LossWeightsWidget(terms, mlm_weight, nsp_weight, max_weight)
+    max_nsp_weight = _check_weight("max_nsp_weight", max_nsp_weight)
+    if not max_weight >= max(mlm_weight, 0.1):
+        raise ValueError(f"max_weight must be >= mlm_weight and 0.1, got {max_weight}")
+    if not MIN_NSP_WEIGHT <= nsp_weight <= max_nsp_weight or max_nsp_weight <= MIN_NSP_WEIGHT:
+        raise ValueError(
+            f"nsp_weight must be in [{MIN_NSP_WEIGHT}, max_nsp_weight={max_nsp_weight}] "
+            f"(a log-scale slider), got {nsp_weight}"
+        )
+    return LossWeightsWidget(terms, mlm_weight, nsp_weight, max_weight, max_nsp_weight)

@@ -10,7 +10,7 @@
 
 Both add the gradients of the hidden states, the weight and the bias. ``scale_widget`` turns the
 model into a widget (vocabulary size and chunk size); its output starts with the deterministic
-marker line ``[widget] vocab_size=32000 chunk_size=1024 peak_MiB=... dense_MiB=...`` that a
+hidden state ``vocab_size=32000 chunk_size=1024 peak_MiB=... dense_MiB=...`` that a
 browser test can wait for.
 """
 
@@ -28,7 +28,7 @@ from lmlessons.widgets.display import (
     figure_png,
     new_figure,
     png_output,
-    stream,
+    state_output,
 )
 
 __all__ = [
@@ -215,9 +215,9 @@ def plot_peak_vs_chunk(
 
 
 def scale_marker(vocab_size: int, chunk_size: int, peak_mib: float, dense_mib: float) -> str:
-    """The widget's deterministic marker line."""
+    """The widget's deterministic state (hidden)."""
     return (
-        f"[widget] vocab_size={vocab_size} chunk_size={chunk_size} "
+        f"vocab_size={vocab_size} chunk_size={chunk_size} "
         f"peak_MiB={peak_mib:.0f} dense_MiB={dense_mib:.0f}"
     )
 
@@ -229,7 +229,7 @@ def _figure_png(n_rows: int, hidden_size: int, vocab_size: int, chunk_size: int)
 
 
 def _scale_outputs(n_rows: int, hidden_size: int, v: int, c: int) -> tuple[OutputRecord, ...]:
-    """The marker line, then the chart with the three numbers as its text form."""
+    """The hidden state, then the chart with the three numbers as its text form."""
     peak = estimate_peak_bytes(n_rows, hidden_size, v, chunk_size=c) / MIB
     dense = estimate_peak_bytes(n_rows, hidden_size, v) / MIB
     logits = logits_bytes(1, n_rows, v) / MIB
@@ -243,7 +243,7 @@ def _scale_outputs(n_rows: int, hidden_size: int, v: int, c: int) -> tuple[Outpu
         ]
     )
     png = _figure_png(n_rows, hidden_size, v, c)
-    return stream(scale_marker(v, c, peak, dense)), png_output(png, text)
+    return state_output(scale_marker(v, c, peak, dense)), png_output(png, text)
 
 
 def _selection_slider(

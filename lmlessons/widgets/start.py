@@ -7,8 +7,8 @@
 * NSP: ``[CLS] A [SEP] B [SEP]`` with ``token_type_ids`` 0 for A and 1 for B and one label per
   pair: 0 = B follows A (IsNext), 1 = B comes from another document (NotNext).
 
-:func:`objectives_widget` switches between them; its marker line reads
-``[widget] example=0 objective=MLM seed=0 tokens=15 targets=2``.
+:func:`objectives_widget` switches between them; its hidden state reads
+``example=0 objective=MLM seed=0 tokens=15 targets=2``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from lmlessons.exercises.quizzes import Choice, Question
 from lmlessons.masking import mask_tokens
 from lmlessons.shifting import shift_labels
 from lmlessons.widgets.base import LessonWidget
-from lmlessons.widgets.display import COLORS, OutputRecord, html_output, stream, token_table_html
+from lmlessons.widgets.display import (
+    COLORS,
+    OutputRecord,
+    html_output,
+    state_output,
+    token_table_html,
+)
 
 __all__ = [
     "mlm_example",
@@ -173,11 +179,8 @@ def nsp_example(
 
 
 def objectives_marker(*, example: int, objective: str, seed: int, tokens: int, targets: int) -> str:
-    """The widget's marker line (deterministic: what a browser test waits for)."""
-    return (
-        f"[widget] example={example} objective={objective} seed={seed} tokens={tokens} "
-        f"targets={targets}"
-    )
+    """The widget's state (hidden) (deterministic: what a browser test waits for)."""
+    return f"example={example} objective={objective} seed={seed} tokens={tokens} targets={targets}"
 
 
 def _check_examples(examples: object) -> Sequence[tuple[str, str, str]]:
@@ -240,7 +243,7 @@ def objectives_widget(
         marker = objectives_marker(
             example=example, objective=objective, seed=seed, tokens=n_tokens, targets=n
         )
-        return stream(marker), html_output(table)
+        return state_output(marker), html_output(table)
 
     return LessonWidget(controls, draw)
 
