@@ -7,29 +7,23 @@ import re
 from pathlib import Path
 
 import pytest
+from _lessons import COPIES, LESSONS, cells, code_cells
 
 from tools import reading_time
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-COPIES = sorted((ROOT / "student").glob("*.ipynb"))
 LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
 OUTSIDE = re.compile(
     r"\.\./shared|seed (code|file)|tutorial (code|file) this course|\bissue \d+\b", re.I
 )
 
 
-def _cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
 def _markdown(path: Path) -> str:
-    return "\n".join("".join(c["source"]) for c in _cells(path) if c["cell_type"] == "markdown")
+    return "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_no_stderr_in_stored_outputs(path: Path) -> None:
-    for index, cell in enumerate(c for c in _cells(path) if c["cell_type"] == "code"):
+    for index, cell in enumerate(code_cells(path)):
         names = [o.get("name") for o in cell.get("outputs", []) if o["output_type"] == "stream"]
         assert "stderr" not in names, f"{path.name} code cell {index} stores stderr"
 
@@ -43,7 +37,7 @@ def test_every_relative_link_resolves(path: Path) -> None:
 
 @pytest.mark.parametrize("index", range(len(LESSONS)), ids=lambda i: LESSONS[i].stem)
 def test_each_lesson_ends_with_links_to_its_neighbours_and_the_index(index: int) -> None:
-    last = "".join(_cells(LESSONS[index])[-1]["source"])
+    last = "".join(cells(LESSONS[index])[-1]["source"])
     wanted = ["../README.md#the-lessons"]
     wanted += [f"({LESSONS[index - 1].name})"] if index > 0 else []
     wanted += [f"({LESSONS[index + 1].name})"] if index < len(LESSONS) - 1 else []
@@ -70,8 +64,8 @@ def test_the_time_estimate_follows_its_formula() -> None:
 
 
 def _outputs(path: Path) -> list[tuple[int, dict]]:
-    code = [c for c in _cells(path) if c["cell_type"] == "code"]
-    return [(index, out) for index, cell in enumerate(code) for out in cell.get("outputs", [])]
+    code = enumerate(code_cells(path))
+    return [(index, out) for index, cell in code for out in cell.get("outputs", [])]
 
 
 def _text(output: dict) -> str:
@@ -99,4 +93,4 @@ def test_no_frozen_progress_bar_and_no_test_plumbing(path: Path) -> None:
         text = _text(output)
         assert "0%|" not in text, f"{path.name} code cell {index} stores a progress bar at 0%"
         assert "[widget]" not in text, f"{path.name} code cell {index} shows a test marker"
-    assert "[widget]" not in json.dumps(_cells(path)), f"{path.name} mentions [widget] markers"
+    assert "[widget]" not in json.dumps(cells(path)), f"{path.name} mentions [widget] markers"

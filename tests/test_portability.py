@@ -8,7 +8,6 @@ kernels (``make test-portable``). These tests check that set-up and the policy's
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -16,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from _lessons import LESSONS, ROOT, code_cells
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CPU_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 IGNORE_TAG = "nbval-ignore-output"
 MAX_IGNORED_SHARE = 0.25
@@ -35,12 +33,7 @@ def _makefile_variable(name: str) -> dict[str, str]:
 
 
 def _code_cells() -> list[tuple[str, int, dict]]:
-    cells = []
-    for path in LESSONS:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
-        cells += [(path.name, index, cell) for index, cell in enumerate(code)]
-    return cells
+    return [(path.name, i, cell) for path in LESSONS for i, cell in enumerate(code_cells(path))]
 
 
 def _ignored(cell: dict) -> bool:

@@ -26,9 +26,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
-TIMES_FILE = ROOT / "docs" / "lesson_times.json"
+from tools.reading_time import NOTEBOOKS, ROOT, TIMES_FILE
+
 TIMEOUT_S = 600  # one cell; a lesson must finish in 60 s on 2 cores, so this only stops a hang
 
 
