@@ -15,6 +15,7 @@ from lmlessons.course.checkpoints import (
     CHECKPOINT_DIR,
     CHECKPOINT_NAMES,
     EVAL_MAX_LENGTH,
+    WARM_START_CURVES_FILE,
     save_checkpoint,
 )
 from tools.pretrain import RECIPES
@@ -42,6 +43,7 @@ def test_shipped_files_are_small_and_pickle_free() -> None:
         for n in CHECKPOINT_NAMES
         for ext in (".safetensors", ".config.json", ".metrics.json")
     )
+    expected = sorted([*expected, WARM_START_CURVES_FILE])  # lesson 02's recorded probes
     assert files == expected  # no .bin / .pt / .pkl next to them
     total = sum(p.stat().st_size for p in CHECKPOINT_DIR.iterdir())
     assert total <= 10_000_000, f"{total / 1e6:.2f} MB"

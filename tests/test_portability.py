@@ -130,3 +130,67 @@ def test_strict_outputs_print_no_digit_at_float_noise() -> None:
 def test_the_precision_rule_catches_noise_digits() -> None:
     assert TOO_PRECISE.findall("loss 7.883035 and 0.26429") == ["7.883035", "0.26429"]
     assert not TOO_PRECISE.findall("loss 7.8830, 6.65e-02, 1.00005e-01, id 1234567, v0.12345.6")
+
+
+# --------------------------------------------------------------------------------------------
+# Widget pictures: strict nbval re-renders each one from the same code and state and compares it
+# --------------------------------------------------------------------------------------------
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+EMBEDDED_PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
+
+
+def test_every_widget_picture_is_compared_when_the_lesson_runs() -> None:
+    """A widget cell is strict: nbval executes it (the widget is rebuilt from the same code, so
+    in the same state) and compares its stored ``text/html`` picture and ``text/plain`` with the
+    new ones. Only the embedded PNG bytes are sanitized (tests/sanitize.cfg)."""
+    for name, index, cell in _code_cells():
+        kinds = {key for output in cell.get("outputs", []) for key in output.get("data", {})}
+        if WIDGET_VIEW in kinds:
+            assert "text/html" in kinds, f"{name} code cell {index}: a widget without a picture"
+            assert not _ignored(cell), (
+                f"{name} code cell {index}: a widget picture must be compared, not ignored"
+            )
+
+
+def test_the_sanitizer_blanks_only_the_png_bytes() -> None:
+    config = (ROOT / "tests" / "sanitize.cfg").read_text(encoding="utf-8")
+    assert EMBEDDED_PNG.pattern in config
+    page = '<b>p 0.15</b><img src="data:image/png;base64,iVBORw0KGgo+/=" alt="top: ball 0.494">'
+    assert EMBEDDED_PNG.sub("data:image/png;base64,PNG", page) == (
+        '<b>p 0.15</b><img src="data:image/png;base64,PNG" alt="top: ball 0.494">'
+    )
+
+
+def test_nbval_fails_a_widget_cell_whose_picture_changed(tmp_path: Path) -> None:
+    """The mechanism itself: a stored picture that the re-executed cell does not reproduce fails
+    strict nbval (text/html is compared, the live widget view is not)."""
+    import nbformat
+
+    source = (
+        "import ipywidgets as w\n"
+        "class Box(w.VBox):\n"
+        "    def _repr_mimebundle_(self, **kw):\n"
+        "        return {**super()._repr_mimebundle_(**kw), 'text/html': '<b>p=0.15</b>',"
+        " 'text/plain': 'p=0.15'}\n"
+        "Box([w.IntSlider()])"
+    )
+    for stored, expected in (("<b>p=0.15</b>", 0), ("<b>p=0.20</b>", 1)):
+        cell = nbformat.v4.new_code_cell(source, execution_count=1)
+        cell.outputs = [
+            nbformat.v4.new_output(
+                "execute_result",
+                {WIDGET_VIEW: {"model_id": "x"}, "text/html": stored, "text/plain": "p=0.15"},
+                execution_count=1,
+            )
+        ]
+        path = tmp_path / f"widget_{expected}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", str(path), "--nbval", "-q", "-p", "no:cacheprovider"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == expected, result.stdout[-2000:]

@@ -33,6 +33,7 @@ __all__ = [
     "checkpoint_metrics",
     "save_checkpoint",
     "heldout_metrics",
+    "warm_start_curves",
 ]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
@@ -63,6 +64,7 @@ CHECKPOINT_NAMES = tuple(_ARCHITECTURES)
 EVAL_SEED = 1234  # the generator seed of the held-out metrics (masking and NSP pairs)
 # Held-out sequences are as long as the training ones (see tools.pretrain.RECIPES).
 EVAL_MAX_LENGTH = {"bert": 64, "bert-causal": 128, "gpt2": 128}
+WARM_START_CURVES_FILE = "bert.warm_start_curves.json"  # made by python -m tools.warm_start
 EVAL_EPOCHS = 4  # passes over the validation documents (each with new masks / pairs)
 
 
@@ -136,6 +138,21 @@ def checkpoint_metrics(name: str, *, directory: str | Path | None = None) -> dic
     _, _, path = _paths(name, directory)
     if not path.is_file():
         raise FileNotFoundError(f"no metrics for checkpoint {name!r} at {str(path)!r}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def warm_start_curves(*, directory: str | Path | None = None) -> dict[str, Any]:
+    """The recorded probes of the ``bert`` recipe with and without its causal warm start.
+
+    ``runs`` holds two dicts (``"scratch"``, ``"warm"``), each with ``steps`` (optimizer steps,
+    warm start included) and one ``probes`` dict per step: held-out ``mlm_loss``,
+    ``mlm_accuracy``, ``mlm_top5_accuracy``, ``nsp_accuracy``, ``attention_uniformity`` (1.0 =
+    uniform attention) and ``guesses`` for ``probe_sentences``.
+    """
+    folder = CHECKPOINT_DIR if directory is None else Path(directory)
+    path = folder / WARM_START_CURVES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no warm-start curves at {str(path)!r}")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

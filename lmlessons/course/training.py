@@ -129,6 +129,8 @@ class History:
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 3), dpi=80)
         _draw_losses(ax, self, x=x, reference=reference)
+        if self.objective == "pretraining":
+            _draw_nsp_accuracy(ax, ax.twinx(), self, x=x)
         return ax
 
 
@@ -153,7 +155,33 @@ def _draw_losses(ax: Any, h: History, *, x: str = "step", reference: bool = True
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    _legend_outside(ax)
+
+
+def _legend_outside(ax: Any, *more: Any) -> None:
+    """One legend for ``ax`` and its twin axes ``more``, to the right of the plot (never over a
+    curve)."""
+    handles, labels = ax.get_legend_handles_labels()
+    for other in more:
+        h, lab = other.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    ax.legend(
+        handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02 + 0.1 * bool(more), 1.0)
+    )
+
+
+def _draw_nsp_accuracy(ax: Any, ax2: Any, h: History, *, x: str = "step") -> None:
+    """The NSP accuracy (20-step moving mean) on ``ax2``, the twin axis of the loss plot ``ax``."""
+    ax2.plot(
+        getattr(h, x),
+        _moving_mean(h.nsp_accuracy, 20),
+        color="C3",
+        lw=1.5,
+        label="NSP accuracy (20-step mean)",
+    )
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("NSP accuracy")
+    _legend_outside(ax, ax2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,16 +222,7 @@ class _LivePlot:
             _draw_losses(self.ax, h)
             if self.ax2 is not None:
                 self.ax2.clear()
-                self.ax2.plot(
-                    h.step,
-                    _moving_mean(h.nsp_accuracy, 20),
-                    color="C3",
-                    lw=1.5,
-                    label="NSP accuracy",
-                )
-                self.ax2.set_ylim(0, 1)
-                self.ax2.set_ylabel("NSP accuracy")
-                self.ax2.legend(fontsize=8, loc="lower left")
+                _draw_nsp_accuracy(self.ax, self.ax2, h)
             last = f"step {h.step[-1]}, {h.wall_time[-1]:.0f} s, loss {h.final('loss', 10):.3f}"
             self.ax.set_title(f"{self.title}: {last}", fontsize=10)
         else:
