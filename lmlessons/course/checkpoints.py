@@ -10,6 +10,9 @@ Loading never unpickles anything: the config is JSON, the model class comes from
 (not from the file), and the weights are read with ``safetensors`` (plain tensors, no code).
 Each ``<name>.metrics.json`` records held-out metrics computed by :func:`heldout_metrics` on the
 validation split with a fixed generator, so a test can recompute and compare them.
+``bert.warm_start_curves.json`` (:func:`warm_start_curves`, made by ``python -m tools.warm_start``)
+records why the ``bert`` recipe starts with a causal warm start: held-out probes of the recipe with
+and without it.
 """
 
 from __future__ import annotations
