@@ -904,6 +904,485 @@ nsp_in_place = _variant(in_place_truncate=True)
 nsp_valid_per_boundary = _variant()
 
 
+# ----------------------------------------------------------------------------- select_whole_words
+
+
+def _words(special_tokens_mask, is_continuation, attention_mask, row, *, use_attention=True):
+    """The eligible positions of ``row`` grouped into words (a "##" piece joins the word before)."""
+    ok = ~special_tokens_mask[row].bool()
+    if use_attention and attention_mask is not None:
+        ok &= attention_mask[row].bool()
+    ok, cont = ok.tolist(), is_continuation[row].tolist()
+    words = []
+    for t in range(len(ok)):
+        if ok[t] and cont[t] and t > 0 and ok[t - 1]:
+            words[-1].append(t)
+        elif ok[t]:
+            words.append([t])
+    return words
+
+
+def _count(length, p, cap, *, rounding=round):
+    if p == 0:
+        return 0
+    n = max(1, rounding(length * p))
+    return n if cap is None else min(cap, n)
+
+
+def _wwm(
+    special_tokens_mask,
+    is_continuation,
+    attention_mask,
+    p,
+    cap,
+    generator,
+    *,
+    order="random",
+    length_from="attention",
+    rounding=round,
+    on_misfit="skip",
+    count_words=False,
+    use_attention=True,
+):
+    """Google's whole-word selection with switchable defects."""
+    B, T = special_tokens_mask.shape
+    selected = torch.zeros((B, T), dtype=torch.bool)
+    for row in range(B):
+        words = _words(
+            special_tokens_mask, is_continuation, attention_mask, row, use_attention=use_attention
+        )
+        real = T if attention_mask is None else int(attention_mask[row].sum())
+        count = _count(T if length_from == "padded" else real, p, cap, rounding=rounding)
+        if order == "random":
+            visit = torch.randperm(len(words), generator=generator).tolist()
+        else:
+            visit = list(range(len(words)))
+        taken = 0
+        for w in visit:
+            size = 1 if count_words else len(words[w])
+            if taken + size > count:
+                if on_misfit == "stop":
+                    break
+                continue
+            selected[row, words[w]] = True
+            taken += size
+    return selected
+
+
+def wwm_draft_as_written(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """A first draft: each eligible piece on its own with probability p, from the global
+    generator, without a count."""
+    eligible = ~special_tokens_mask.bool()
+    return (torch.rand(special_tokens_mask.shape) < mlm_probability) & eligible
+
+
+def wwm_pieces_exact_count(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """Google's exact count, but over pieces (``select_exact_count``): words get split."""
+    from lmlessons.masking_variants import select_exact_count
+
+    return select_exact_count(
+        special_tokens_mask,
+        attention_mask=attention_mask,
+        mlm_probability=mlm_probability,
+        max_predictions_per_seq=max_predictions_per_seq,
+        generator=generator,
+    )
+
+
+def _wwm_variant(**defects):
+    def select(
+        special_tokens_mask,
+        is_continuation,
+        *,
+        attention_mask=None,
+        mlm_probability=0.15,
+        max_predictions_per_seq=20,
+        generator=None,
+    ):
+        return _wwm(
+            special_tokens_mask,
+            is_continuation,
+            attention_mask,
+            mlm_probability,
+            max_predictions_per_seq,
+            generator,
+            **defects,
+        )
+
+    return select
+
+
+wwm_counts_words = _wwm_variant(count_words=True)
+wwm_padded_length = _wwm_variant(length_from="padded")
+wwm_int_count = _wwm_variant(rounding=int)
+wwm_stops_early = _wwm_variant(on_misfit="stop")
+wwm_left_to_right = _wwm_variant(order="in_order")
+wwm_selects_padding = _wwm_variant(use_attention=False)
+wwm_valid_generic = _wwm_variant()
+
+
+def wwm_selects_specials(
+    special_tokens_mask, is_continuation, *, attention_mask=None, generator=None, **kwargs
+):
+    """Builds words over every real position: [CLS] and [SEP] become one-token words."""
+    return wwm_valid_generic(
+        torch.zeros_like(special_tokens_mask),
+        is_continuation,
+        attention_mask=attention_mask,
+        generator=generator,
+        **kwargs,
+    )
+
+
+def wwm_ignores_cap(special_tokens_mask, is_continuation, *, max_predictions_per_seq=20, **kw):
+    return wwm_valid_generic(
+        special_tokens_mask, is_continuation, max_predictions_per_seq=None, **kw
+    )
+
+
+def wwm_bernoulli_words(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """Each whole word with probability ``mlm_probability``: words stay whole, the count varies."""
+    selected = torch.zeros(special_tokens_mask.shape, dtype=torch.bool)
+    for row in range(selected.shape[0]):
+        words = _words(special_tokens_mask, is_continuation, attention_mask, row)
+        draws = torch.rand(len(words), generator=generator) < mlm_probability
+        for word, chosen in zip(words, draws.tolist()):
+            selected[row, word] = chosen
+    return selected
+
+
+def wwm_by_piece(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """Shuffles the *pieces* and takes the word of each piece if it fits: long words win."""
+    B, T = special_tokens_mask.shape
+    selected = torch.zeros((B, T), dtype=torch.bool)
+    for row in range(B):
+        words = _words(special_tokens_mask, is_continuation, attention_mask, row)
+        owner = {t: i for i, w in enumerate(words) for t in w}
+        real = T if attention_mask is None else int(attention_mask[row].sum())
+        count, taken, done = _count(real, mlm_probability, max_predictions_per_seq), 0, set()
+        pieces = sorted(owner)
+        for k in torch.randperm(len(pieces), generator=generator).tolist():
+            w = owner[pieces[k]]
+            if w not in done and taken + len(words[w]) <= count:
+                selected[row, words[w]] = True
+                taken += len(words[w])
+            done.add(w)
+    return selected
+
+
+def wwm_none_crashes(special_tokens_mask, is_continuation, *, attention_mask=None, **kwargs):
+    """Reads the row lengths from ``attention_mask`` even when it is None."""
+    lengths = attention_mask.sum(dim=1)  # fails on None
+    assert lengths.numel() == special_tokens_mask.shape[0]
+    return wwm_valid_generic(
+        special_tokens_mask, is_continuation, attention_mask=attention_mask, **kwargs
+    )
+
+
+def wwm_global_rng(special_tokens_mask, is_continuation, *, generator=None, **kwargs):
+    return wwm_valid_generic(special_tokens_mask, is_continuation, generator=None, **kwargs)
+
+
+def wwm_valid_random_keys(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """Correct, another random procedure: one uniform key per word, visited by sorted key."""
+    B, T = special_tokens_mask.shape
+    selected = torch.zeros((B, T), dtype=torch.bool)
+    for row in range(B):
+        words = _words(special_tokens_mask, is_continuation, attention_mask, row)
+        real = T if attention_mask is None else int(attention_mask[row].sum())
+        count = _count(real, mlm_probability, max_predictions_per_seq)
+        keys = torch.rand(len(words), generator=generator)
+        taken = 0
+        for w in keys.argsort(descending=True).tolist():
+            if taken + len(words[w]) <= count:
+                selected[row, words[w]] = True
+                taken += len(words[w])
+    return selected.long()  # 0/1 integers are accepted too
+
+
+# ----------------------------------------------------------------------------- truncate_seq_pair
+
+
+def truncate_draft_as_written(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Google's original: trims the caller's lists in place, returns None, Python's random."""
+    import random
+
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if random.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+
+
+def _truncate(tokens_a, tokens_b, max_num_tokens, generator, *, side="longer", front=None):
+    a, b = list(tokens_a), list(tokens_b)
+    turn = 0
+    while len(a) + len(b) > max_num_tokens:
+        if side == "longer":
+            cut = a if len(a) > len(b) else b
+        elif side == "shorter":
+            cut = a if (len(a) < len(b) and a) or not b else b
+        else:  # both, in turn
+            cut = a if (turn % 2 == 0 and a) or not b else b
+            turn += 1
+        at_front = (
+            front() if front is not None else float(torch.rand((), generator=generator)) < 0.5
+        )
+        if at_front:
+            del cut[0]
+        else:
+            cut.pop()
+    return a, b
+
+
+def truncate_always_end(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, generator, front=lambda: False)
+
+
+def truncate_always_front(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, generator, front=lambda: True)
+
+
+def truncate_shorter_side(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, generator, side="shorter")
+
+
+def truncate_both_sides(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, generator, side="both")
+
+
+def truncate_off_by_one(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Trims while ``len(a) + len(b) >= max_num_tokens``: one token too many."""
+    return _truncate(tokens_a, tokens_b, max_num_tokens - 1, generator)
+
+
+def truncate_in_place(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Trims the caller's lists and returns them."""
+    a, b = _truncate(tokens_a, tokens_b, max_num_tokens, generator)
+    tokens_a[:], tokens_b[:] = a, b
+    return tokens_a, tokens_b
+
+
+def truncate_global_rng(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, None)
+
+
+def truncate_own_generator(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    return _truncate(tokens_a, tokens_b, max_num_tokens, torch.Generator().manual_seed(0))
+
+
+def truncate_one_end_per_call(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    at_front = float(torch.rand((), generator=generator)) < 0.5
+    return _truncate(tokens_a, tokens_b, max_num_tokens, generator, front=lambda: at_front)
+
+
+def truncate_valid_slicing(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Correct, another way: count the removals per side and end, then slice once."""
+    la, lb = len(tokens_a), len(tokens_b)
+    cut = {"a": [0, 0], "b": [0, 0]}  # [front, back]
+    while la + lb > max_num_tokens:
+        side = "a" if la > lb else "b"
+        cut[side][0 if torch.rand(1, generator=generator).item() < 0.5 else 1] += 1
+        la, lb = (la - 1, lb) if side == "a" else (la, lb - 1)
+    (fa, ba), (fb, bb) = cut["a"], cut["b"]
+    return tokens_a[fa : len(tokens_a) - ba], tokens_b[fb : len(tokens_b) - bb]
+
+
+# ----------------------------------------------------------------------------- rank_loss
+
+
+def _shifted(logits, labels):
+    return logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+
+
+def rank_draft_as_written(logits, labels, *, all_reduce, world_size):
+    """A first draft: the plain mean over this rank's targets (no all_reduce, no world_size)."""
+    flat_logits, flat_labels = _shifted(logits, labels)
+    return F.cross_entropy(flat_logits, flat_labels)
+
+
+def rank_local_count(logits, labels, *, all_reduce, world_size):
+    """Multiplies by world_size but divides by the rank's own count."""
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    return world_size * total / (flat_labels != IGNORE).sum().clamp(min=1)
+
+
+def rank_missing_world_size(logits, labels, *, all_reduce, world_size):
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    return total / all_reduce((flat_labels != IGNORE).sum()).clamp(min=1)
+
+
+def rank_counts_before_shift(logits, labels, *, all_reduce, world_size):
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    return world_size * total / all_reduce((labels != IGNORE).sum()).clamp(min=1)
+
+
+def rank_counts_padding(logits, labels, *, all_reduce, world_size):
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    return world_size * total / all_reduce(torch.tensor(flat_labels.numel()))
+
+
+def rank_not_shifted(logits, labels, *, all_reduce, world_size):
+    V = logits.shape[-1]
+    total = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), reduction="sum")
+    return world_size * total / all_reduce((labels != IGNORE).sum()).clamp(min=1)
+
+
+def rank_all_reduces_the_loss(logits, labels, *, all_reduce, world_size):
+    """All-reduces sum and count: every rank returns the full-batch loss, without gradient."""
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = all_reduce(F.cross_entropy(flat_logits, flat_labels, reduction="sum"))
+    return total / all_reduce((flat_labels != IGNORE).sum()).clamp(min=1)
+
+
+def rank_skips_empty_rank(logits, labels, *, all_reduce, world_size):
+    """Skips the all_reduce on a rank without targets: the other ranks wait for it."""
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    count = (flat_labels != IGNORE).sum()
+    if count == 0:
+        return total * 0.0
+    return world_size * total / all_reduce(count)
+
+
+def rank_python_count(logits, labels, *, all_reduce, world_size):
+    flat_logits, flat_labels = _shifted(logits, labels)
+    total = F.cross_entropy(flat_logits, flat_labels, reduction="sum")
+    return world_size * total / all_reduce(int((flat_labels != IGNORE).sum()))
+
+
+def rank_valid_float_count(logits, labels, *, all_reduce, world_size):
+    """Correct, with shift_labels (-100 padded) and the count all-reduced as a float."""
+    targets = shift_labels(labels)
+    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    count = all_reduce((targets != IGNORE).sum().float())
+    return per_token.sum() * world_size / torch.clamp(count, min=1.0)
+
+
+# ----------------------------------------------------------------------- chunked_cross_entropy
+
+
+def _chunks(n, size):
+    return [(s, min(s + size, n)) for s in range(0, n, size)]
+
+
+def chunked_draft_as_written(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """A first draft: the full logits and the plain mean."""
+    return F.cross_entropy(hidden @ weight.T, labels)
+
+
+def chunked_mean_of_means(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    means = []
+    for s, e in _chunks(hidden.shape[0], chunk_size):
+        if bool((labels[s:e] != IGNORE).any()):
+            means.append(F.cross_entropy(hidden[s:e] @ weight.T, labels[s:e]))
+    return torch.stack(means).mean()
+
+
+def chunked_drops_last(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = hidden.new_zeros(())
+    for start in range(0, hidden.shape[0] - chunk_size + 1, chunk_size):
+        chunk = slice(start, start + chunk_size)
+        total = total + F.cross_entropy(hidden[chunk] @ weight.T, labels[chunk], reduction="sum")
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / (labels != IGNORE).sum().clamp(min=1)
+
+
+def _chunked_sum(hidden, weight, labels, chunk_size, *, detach_weight=False):
+    w = weight.detach() if detach_weight else weight
+    total = hidden.new_zeros(())
+    for s, e in _chunks(hidden.shape[0], chunk_size):
+        total = total + F.cross_entropy(hidden[s:e] @ w.T, labels[s:e], reduction="sum")
+    return total
+
+
+def chunked_counts_ignored(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    return _chunked_sum(hidden, weight, labels, chunk_size) / labels.numel()
+
+
+def chunked_nan_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Chunk mean times chunk count: NaN * 0 for a chunk whose labels are all -100."""
+    total = hidden.new_zeros(())
+    for s, e in _chunks(hidden.shape[0], chunk_size):
+        n = (labels[s:e] != IGNORE).sum()
+        total = total + F.cross_entropy(hidden[s:e] @ weight.T, labels[s:e]) * n
+    return total / (labels != IGNORE).sum().clamp(min=1)
+
+
+def chunked_fixed_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """A hard-coded chunk of 16 rows, whatever ``chunk_size`` says."""
+    return _chunked_sum(hidden, weight, labels, 16) / (labels != IGNORE).sum().clamp(min=1)
+
+
+def chunked_detached_weight(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = _chunked_sum(hidden, weight, labels, chunk_size, detach_weight=True)
+    return total / (labels != IGNORE).sum().clamp(min=1)
+
+
+def chunked_ignores_num_items(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    return _chunked_sum(hidden, weight, labels, chunk_size) / (labels != IGNORE).sum().clamp(min=1)
+
+
+def chunked_valid_checkpointed(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Correct, and it keeps no chunk logits for backward: each chunk is recomputed there."""
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_sum(h, w, y):
+        return F.cross_entropy(h @ w.T, y, reduction="sum")
+
+    total = hidden.new_zeros(())
+    for s, e in _chunks(hidden.shape[0], chunk_size):
+        total = total + checkpoint(chunk_sum, hidden[s:e], weight, labels[s:e], use_reentrant=False)
+    divisor = num_items_in_batch if num_items_in_batch is not None else (labels != IGNORE).sum()
+    return total / torch.as_tensor(divisor).clamp(min=1)
+
+
 # ----------------------------------------------------------------------------- stubs
 
 
@@ -997,6 +1476,55 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nsp_in_place": "modifies_input",
         "nsp_int32": "wrong_dtype",
     },
+    "select_whole_words": {
+        "wwm_draft_as_written": "splits_words",
+        "wwm_pieces_exact_count": "splits_words",
+        "wwm_selects_specials": "selects_special_tokens",
+        "wwm_selects_padding": "selects_padding",
+        "wwm_bernoulli_words": "count_not_exact",
+        "wwm_int_count": "wrong_count_formula",
+        "wwm_padded_length": "count_from_padded_length",
+        "wwm_counts_words": "counts_words",
+        "wwm_stops_early": "stops_at_first_long_word",
+        "wwm_ignores_cap": "ignores_max_predictions",
+        "wwm_left_to_right": "not_random_order",
+        "wwm_by_piece": "weights_words_by_length",
+        "wwm_global_rng": "uses_global_rng",
+        "wwm_none_crashes": "attention_mask_none",
+    },
+    "truncate_seq_pair": {
+        "truncate_draft_as_written": "modifies_input",
+        "truncate_in_place": "modifies_input",
+        "truncate_shorter_side": "trims_shorter_side",
+        "truncate_both_sides": "trims_both_sides",
+        "truncate_off_by_one": "off_by_one",
+        "truncate_global_rng": "uses_global_rng",
+        "truncate_own_generator": "ignores_generator",
+        "truncate_always_end": "always_trims_end",
+        "truncate_always_front": "always_trims_front",
+        "truncate_one_end_per_call": "one_end_per_call",
+    },
+    "rank_loss": {
+        "rank_draft_as_written": "divides_by_local_count",
+        "rank_local_count": "divides_by_local_count",
+        "rank_missing_world_size": "missing_world_size",
+        "rank_counts_before_shift": "counts_before_shift",
+        "rank_counts_padding": "counts_padding",
+        "rank_not_shifted": "not_shifted",
+        "rank_all_reduces_the_loss": "detached",
+        "rank_skips_empty_rank": "mismatched_all_reduce",
+        "rank_python_count": "all_reduce_needs_tensor",
+    },
+    "chunked_cross_entropy": {
+        "chunked_draft_as_written": "builds_full_logits",
+        "chunked_mean_of_means": "averages_chunk_means",
+        "chunked_drops_last": "drops_last_chunk",
+        "chunked_counts_ignored": "counts_ignored_tokens",
+        "chunked_nan_chunk": "nan_on_ignored_chunk",
+        "chunked_fixed_chunk": "chunk_too_large",
+        "chunked_detached_weight": "wrong_weight_gradient",
+        "chunked_ignores_num_items": "ignores_num_items_in_batch",
+    },
 }
 
 # Correct implementations that differ from the package's: the checkers must accept them.
@@ -1004,6 +1532,10 @@ VALID: dict[str, list[str]] = {
     "mlm_loss": ["mlm_manual_valid"],
     "clm_loss": ["clm_valid_with_shift_labels"],
     "make_nsp_pairs": ["nsp_valid_per_boundary"],
+    "select_whole_words": ["wwm_valid_generic", "wwm_valid_random_keys"],
+    "truncate_seq_pair": ["truncate_valid_slicing"],
+    "rank_loss": ["rank_valid_float_count"],
+    "chunked_cross_entropy": ["chunked_valid_checkpointed"],
 }
 
 

@@ -2,7 +2,8 @@
 
 The checkers compare a learner's loss with the course's own losses; here those references, and
 the checkers themselves, are held against transformers: ``DataCollatorForLanguageModeling``,
-``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``.
+``ForMaskedLMLoss``, ``ForCausalLMLoss`` (also as the Trainer uses it across ranks, with
+``num_items_in_batch``) and ``BertForPreTraining``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import html
 import math
 import random
 import re
+import threading
 import time
 
 import naive_variants as nv
@@ -25,8 +27,12 @@ from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 
 import lmlessons
 from lmlessons.exercises import EXERCISES, CheckResult, check, hint, quiz, solution, solutions
+from lmlessons.exercises.check_chunked import LargestTensor
 from lmlessons.exercises.check_losses import REFERENCES
+from lmlessons.exercises.check_ranks import Group, MismatchedAllReduce
+from lmlessons.exercises.check_wwm import make_batch
 from lmlessons.exercises.quizzes import QUIZZES
+from lmlessons.masking_variants import select_whole_words
 
 # seconds per check: lmlessons/exercises/README.md promises that every check takes well under one
 TIME_LIMIT = 1.0
@@ -121,14 +127,30 @@ def hf_bert_pretraining_loss(
     return mlm_weight * mlm + nsp_weight * nsp
 
 
+def hf_rank_loss(logits, labels, *, all_reduce, world_size):
+    """transformers' Trainer with ``average_tokens_across_devices``: ``num_items_in_batch`` is
+    the target count summed over ranks, ``ForCausalLMLoss`` divides the rank's sum by it, and
+    ``compute_loss`` multiplies by the number of processes."""
+    num_items = all_reduce((labels[:, 1:] != -100).sum())
+    if not bool(num_items):  # no target on any rank: 0, as the course's losses
+        return _zero(logits)
+    return ForCausalLMLoss(logits, labels, logits.shape[-1], num_items) * world_size
+
+
 # Correct implementations that are not the checkers' references: transformers' own code, and the
-# package's make_nsp_pairs (the pairs checker parses the examples; it has no reference to copy).
+# package's functions where the checker tests properties and has no reference to copy
+# (make_nsp_pairs, select_whole_words, truncate_seq_pair) or bounds the memory
+# (linear_cross_entropy computes the gradients chunk by chunk in its forward pass).
 INDEPENDENT = {
     "mask_tokens": hf_mask_tokens,
     "mlm_loss": hf_mlm_loss,
     "clm_loss": hf_clm_loss,
     "make_nsp_pairs": lmlessons.make_nsp_pairs,
     "bert_pretraining_loss": hf_bert_pretraining_loss,
+    "select_whole_words": select_whole_words,
+    "truncate_seq_pair": lmlessons.truncate_seq_pair,
+    "rank_loss": hf_rank_loss,
+    "chunked_cross_entropy": lmlessons.linear_cross_entropy,
 }
 
 
@@ -177,6 +199,9 @@ def test_correct_functions_pass(name, source):
 
 @pytest.mark.parametrize("name,variant", [(ex, v) for ex, vs in nv.VALID.items() for v in vs])
 def test_other_correct_implementations_pass(name, variant):
+    # once outside the timer: a variant may import a library on first use (torch.utils.checkpoint
+    # imports torch._dynamo, 1.5 s), which is the learner's code, not the check
+    check(name, nv.get(variant))
     result = timed_check(name, nv.get(variant))
     assert result.passed, str(result)
 
@@ -232,6 +257,37 @@ PHRASES = {
     "wrong_segment_ids": "segment",
     "ignores_max_length": "max_length",
     "ignores_nsp_probability": "nsp_probability",
+    "splits_words": "every piece",
+    "selects_special_tokens": "special_tokens_mask",
+    "selects_padding": "attention_mask",
+    "count_not_exact": "exact count",
+    "wrong_count_formula": "round",
+    "count_from_padded_length": "attention_mask",
+    "counts_words": "pieces",
+    "stops_at_first_long_word": "skipped",
+    "ignores_max_predictions": "max_predictions_per_seq",
+    "not_random_order": "randperm",
+    "weights_words_by_length": "1/7",
+    "trims_shorter_side": "longer",
+    "trims_both_sides": "longer",
+    "off_by_one": "max_num_tokens",
+    "always_trims_end": "front or back",
+    "always_trims_front": "front or back",
+    "one_end_per_call": "per token",
+    "divides_by_local_count": "all_reduce(count)",
+    "missing_world_size": "world_size",
+    "counts_before_shift": "after",
+    "counts_padding": "padding",
+    "mismatched_all_reduce": "same number of times",
+    "all_reduce_needs_tensor": "tensor",
+    "builds_full_logits": "chunk",
+    "averages_chunk_means": "mean of means",
+    "drops_last_chunk": "partial chunk",
+    "counts_ignored_tokens": "denominator",
+    "nan_on_ignored_chunk": "NaN",
+    "chunk_too_large": "chunk_size",
+    "wrong_weight_gradient": "weight",
+    "attention_mask_none": "attention_mask=None",
 }
 
 NAIVE = [(ex, v, code) for ex, table in nv.EXPECTED.items() for v, code in table.items()]
@@ -256,7 +312,9 @@ def test_every_exercise_has_a_first_draft_and_every_variant_is_checked():
     """Each exercise has naive first drafts (several defects at once), all rejected, and every
     function of naive_variants is a registered fixture (none is left untested)."""
     for name in EXERCISES:
-        prefix = {"mask_tokens": "mask", "make_nsp_pairs": "nsp"}.get(name, name.split("_")[0])
+        prefix = {"mask_tokens": "mask", "make_nsp_pairs": "nsp", "select_whole_words": "wwm"}.get(
+            name, name.split("_")[0]
+        )
         drafts = [v for v in nv.EXPECTED[name] if v.startswith(f"{prefix}_draft")]
         assert drafts, name
         for v in drafts:
@@ -413,6 +471,150 @@ def test_mask_tokens_solution_draws_like_transformers():
         assert all(torch.equal(a, b) for a, b in zip(ours, hf))
 
 
+def test_new_solutions_match_the_package_and_transformers():
+    """The four later solutions give the package's results (truncate_seq_pair and
+    select_whole_words draw the same random numbers in the same order), the Trainer's rank loss,
+    and the full cross-entropy."""
+    for seed, (la, lb, m) in enumerate([(20, 9, 24), (16, 14, 21), (3, 30, 12)]):
+        a, b = list(range(la)), list(range(100, 100 + lb))
+        mine = solutions.truncate_seq_pair(a, b, m, generator=torch.Generator().manual_seed(seed))
+        ours = lmlessons.truncate_seq_pair(a, b, m, generator=torch.Generator().manual_seed(seed))
+        assert mine == ours
+    batch = make_batch([(((1, 3, 2), (2, 1)), 3), (((2, 2, 1, 1, 4),), 0)] * 3)
+    for kwargs in ({}, {"attention_mask": batch.attn, "mlm_probability": 0.4}):
+        args = (batch.special, batch.cont)
+        mine = solutions.select_whole_words(
+            *args, **kwargs, generator=torch.Generator().manual_seed(3)
+        )
+        ours = select_whole_words(*args, **kwargs, generator=torch.Generator().manual_seed(3))
+        assert torch.equal(mine, ours)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 6, 11, generator=g)
+    labels = torch.randint(11, (3, 6), generator=g)
+    labels[0, 3:] = -100
+
+    def others(t):  # all_reduce on a rank whose 2 partners hold 7 targets between them
+        return t + 7
+
+    expected = (
+        3
+        * F.cross_entropy(
+            logits[:, :-1].reshape(-1, 11), labels[:, 1:].reshape(-1), reduction="sum"
+        )
+        / (int((labels[:, 1:] != -100).sum()) + 7)
+    )
+    for fn in (solutions.rank_loss, hf_rank_loss):
+        assert torch.allclose(fn(logits, labels, all_reduce=others, world_size=3), expected)
+    hidden, weight = torch.randn(18, 5, generator=g), torch.randn(11, 5, generator=g)
+    flat = torch.randint(11, (18,), generator=g)
+    flat[4:9] = -100
+    full = F.cross_entropy(hidden @ weight.T, flat)
+    for chunk in (1, 4, 18, 50):
+        got = solutions.chunked_cross_entropy(hidden, weight, flat, chunk_size=chunk)
+        assert torch.allclose(got, full, atol=1e-6)
+    n = int((flat != -100).sum())
+    assert torch.allclose(
+        solutions.chunked_cross_entropy(hidden, weight, flat, chunk_size=4, num_items_in_batch=40),
+        full * n / 40,
+    )
+
+
+def test_whole_word_probabilities_the_checker_states():
+    """The select_whole_words checker's numbers: twelve 2-piece words with a count of 6 are each
+    selected 1/4 of the time; a 3-piece word among six 1-piece words with a count of 3, 1/7 of the
+    time, and 3/9 when a random piece picks the word."""
+    n = 3000
+    equal = make_batch([(((2,) * 6, (2,) * 6), 0)] * n)
+    sel = select_whole_words(
+        equal.special, equal.cont, mlm_probability=0.23, generator=torch.Generator().manual_seed(0)
+    )
+    shares = [float(sel[:, w[0]].float().mean()) for w in equal.words[0]]
+    assert all(abs(x - 1 / 4) < 0.03 for x in shares), shares
+    mixed = make_batch([(((3, 1, 1, 1), (1, 1, 1)), 0)] * n)
+    long_word = mixed.words[0][0][0]
+    for fn, p in ((select_whole_words, 1 / 7), (nv.wwm_by_piece, 3 / 9)):
+        sel = fn(
+            mixed.special,
+            mixed.cont,
+            mlm_probability=0.27,
+            generator=torch.Generator().manual_seed(1),
+        )
+        assert int(sel[0].sum()) == 3
+        assert float(sel[:, long_word].float().mean()) == pytest.approx(p, abs=0.03)
+
+
+def test_all_reduce_group_sums_and_never_hangs():
+    group = Group(3)
+    out = [None] * 3
+    tensors = [torch.tensor(r + 1) for r in range(3)]
+
+    def rank(r):
+        out[r] = group.all_reduce(r, tensors[r])
+        group.finish(r)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert [int(x) for x in out] == [6, 6, 6] and [int(t) for t in tensors] == [6, 6, 6]
+    # a partner that never arrives: the wait ends at the timeout, not never
+    lonely = Group(2, timeout=0.2)
+    start = time.perf_counter()
+    with pytest.raises(MismatchedAllReduce, match="calls per rank"):
+        lonely.all_reduce(0, torch.tensor(1))
+    assert time.perf_counter() - start < 1.0
+    # a partner that already returned: the wait ends at once
+    finished = Group(2)
+    finished.finish(1)
+    start = time.perf_counter()
+    with pytest.raises(MismatchedAllReduce):
+        finished.all_reduce(0, torch.tensor(1))
+    assert time.perf_counter() - start < 0.5
+
+
+def test_rank_check_reports_extra_all_reduce_calls():
+    def extra_call_on_rank_one(logits, labels, *, all_reduce, world_size):
+        count = all_reduce((labels[:, 1:] != -100).sum())
+        if int((labels[:, 1:] != -100).sum()) < 10:  # only a rank with few targets checks again
+            count = all_reduce(count) / world_size
+        return solutions.rank_loss(
+            logits, labels, all_reduce=lambda t: count, world_size=world_size
+        )
+
+    result = timed_check("rank_loss", extra_call_on_rank_one)
+    assert result.mistake == "mismatched_all_reduce", str(result)
+    assert "calls per rank: [2, 1]" in result.message
+
+
+def test_largest_tensor_sees_the_logits_however_they_are_built():
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(40, 4, generator=g), torch.randn(50, 4, generator=g)
+
+    def preallocated():
+        logits = torch.empty(40, 50)
+        for s in range(0, 40, 8):
+            logits[s : s + 8] = hidden[s : s + 8] @ weight.T
+        return logits[:8]
+
+    builds = {
+        "matmul": lambda: hidden @ weight.T,
+        "F.linear": lambda: F.linear(hidden, weight),
+        "einsum": lambda: torch.einsum("nh,vh->nv", hidden, weight),
+        "preallocated, a chunk returned": preallocated,
+    }
+    for name, build in builds.items():
+        with LargestTensor() as sizes:
+            build()
+        assert sizes.numel >= 40 * 50, name
+    labels = torch.randint(50, (40,), generator=g)
+    with LargestTensor() as sizes:
+        lmlessons.linear_cross_entropy(
+            hidden.requires_grad_(), weight.requires_grad_(), labels, chunk_size=8
+        )
+    assert sizes.numel <= 8 * 50
+
+
 # --------------------------------------------------------------------------- quizzes
 
 
@@ -474,7 +676,7 @@ def test_quiz_display_and_errors():
     with pytest.raises(ValueError):
         q.answer("E")
     with pytest.raises(ValueError):
-        q.answer(0, question=3)
+        q.answer(0, question=len(q.questions) + 1)
 
 
 def _pct(x: float) -> str:

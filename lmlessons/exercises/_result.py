@@ -154,7 +154,8 @@ class Hint:
             if self.level < self.levels
             else ""
         )
-        return f"Hint {self.level}/{self.levels} for {self.exercise}:\n\n{self.text.strip()}{more}"
+        text = self.text.strip("\n").rstrip()  # keep the indent of a first line of code
+        return f"Hint {self.level}/{self.levels} for {self.exercise}:\n\n{text}{more}"
 
     __repr__ = __str__
 

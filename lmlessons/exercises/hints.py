@@ -167,4 +167,115 @@ HINTS: dict[str, tuple[str, str, str]] = {
             "    return mlm_weight * mlm + nsp_weight * nsp"
         ),
     ),
+    "select_whole_words": (
+        (
+            "Work in three steps for each row: (1) group the positions into *words*, (2) compute "
+            "the row's\n"
+            "count of pieces to predict, (3) visit the words in random order and take a word "
+            "whole if it\n"
+            "still fits in the count. Special tokens and padding belong to no word."
+        ),
+        (
+            "- Eligible positions: `~special_tokens_mask.bool()`, and `attention_mask.bool()` "
+            "when it is given.\n"
+            "- A word starts at an eligible position that is not a `##` piece "
+            "(`is_continuation`); a `##`\n"
+            "piece joins the word of the eligible position just before it.\n"
+            "- The count is in pieces: `min(max_predictions_per_seq, max(1, round(length * "
+            "mlm_probability)))`,\n"
+            "where `length = attention_mask[row].sum()` counts [CLS] and [SEP] (0 when "
+            "`mlm_probability` is 0).\n"
+            "- The random order: `torch.randperm(len(words), generator=generator)`."
+        ),
+        (
+            "    taken = 0\n"
+            "    for w in torch.randperm(len(words), generator=generator).tolist():\n"
+            "        if taken + len(words[w]) <= count:     # a word that does not fit is "
+            "skipped,\n"
+            "            selected[row, words[w]] = True     # and the next ones are still "
+            "tried\n"
+            "            taken += len(words[w])"
+        ),
+    ),
+    "truncate_seq_pair": (
+        (
+            "Remove one token at a time until the pair fits. Which side loses it? The one that "
+            "is longer\n"
+            "*at that moment*. Which end? Front or back at random, drawn anew for every token. "
+            "Do not\n"
+            "change the caller's lists."
+        ),
+        (
+            "- Work on copies: `a, b = list(tokens_a), list(tokens_b)`.\n"
+            "- Loop `while len(a) + len(b) > max_num_tokens:` and pick `longer = a if len(a) > "
+            "len(b) else b`.\n"
+            "- One draw per removed token: `torch.rand((), generator=generator) < 0.5` -> "
+            "`del longer[0]`,\n"
+            "otherwise `longer.pop()`. Return `a, b`."
+        ),
+        (
+            "    a, b = list(tokens_a), list(tokens_b)\n"
+            "    while len(a) + len(b) > max_num_tokens:\n"
+            "        longer = a if len(a) > len(b) else b\n"
+            "        if torch.rand((), generator=generator) < 0.5:\n"
+            "            del longer[0]\n"
+            "        else:\n"
+            "            longer.pop()\n"
+            "    return a, b"
+        ),
+    ),
+    "rank_loss": (
+        (
+            "DDP averages the ranks' gradients. Ask: what must each rank return so that the "
+            "*average* of\n"
+            "the ranks' losses is the loss of the whole batch, the mean over every target "
+            "token of every\n"
+            "rank? The numerator is local; the denominator is not."
+        ),
+        (
+            "- Shift as in `clm_loss` (`logits[:, :-1]` against `labels[:, 1:]`) and take the "
+            "*sum* of the\n"
+            'per-token losses (`reduction="sum"`).\n'
+            "- The count of targets after the shift is a tensor: `(labels[:, 1:] != "
+            "-100).sum()`; `all_reduce`\n"
+            "of it gives the count on all ranks. Every rank calls it, even one with 0 targets.\n"
+            "- Divide by that global count, then multiply by `world_size` to undo DDP's average."
+        ),
+        (
+            "    total = F.cross_entropy(logits[:, :-1].reshape(-1, V), "
+            'labels[:, 1:].reshape(-1), reduction="sum")\n'
+            "    count = all_reduce((labels[:, 1:] != -100).sum())   # targets on all ranks\n"
+            "    return world_size * total / count.clamp(min=1)"
+        ),
+    ),
+    "chunked_cross_entropy": (
+        (
+            "The full logits are `hidden @ weight.T`, (N, V). Never build them: loop over the "
+            "rows,\n"
+            "`chunk_size` at a time, and compute each chunk's logits and loss inside the loop. "
+            "Think about\n"
+            "how the chunks' losses combine into one mean."
+        ),
+        (
+            "- `for start in range(0, N, chunk_size):` and slice `[start:start + chunk_size]` "
+            "(the last chunk\n"
+            "may be shorter).\n"
+            '- Per chunk: `F.cross_entropy(chunk_logits, chunk_labels, reduction="sum")`: a '
+            "*sum*, which is 0\n"
+            "for a chunk whose labels are all -100 (a mean would be NaN there).\n"
+            "- After the loop, divide once: by `num_items_in_batch` if given, else by "
+            "`(labels != -100).sum()`\n"
+            "(at least 1)."
+        ),
+        (
+            "    total = hidden.new_zeros(())\n"
+            "    for start in range(0, hidden.shape[0], chunk_size):\n"
+            "        logits = hidden[start:start + chunk_size] @ weight.T          # (C, V)\n"
+            "        total = total + F.cross_entropy(logits, labels[start:start + chunk_size], "
+            'reduction="sum")\n'
+            "    if num_items_in_batch is not None:\n"
+            "        return total / num_items_in_batch\n"
+            "    return total / (labels != -100).sum().clamp(min=1)"
+        ),
+    ),
 }

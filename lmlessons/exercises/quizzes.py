@@ -92,6 +92,95 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "(`special_tokens_mask`); keeping concerns ordinary tokens that were selected.",
             ),
         ),
+        _q(
+            "01.3",
+            "Spot the bug: a hand-written masker selects positions with "
+            "`torch.rand(input_ids.shape) < 0.15` on a right-padded batch, and builds labels from "
+            "that selection. What goes wrong?",
+            (
+                "Nothing: padding has `attention_mask` 0, so the loss skips it.",
+                False,
+                "The attention mask only changes what the model attends to; the loss reads the "
+                "labels alone, and a selected [PAD] gets a real label.",
+            ),
+            (
+                "[CLS], [SEP] and [PAD] get selected too: the model is scored on predicting "
+                "padding, and the number of such targets depends on the batch's padding.",
+                True,
+                "In the lesson a third of the naive selections were special tokens, most of them "
+                "[PAD]. Pass `special_tokens_mask` so these positions are never selected.",
+            ),
+            (
+                "Every row gets exactly 15% of its tokens selected.",
+                False,
+                "A per-position coin flip gives a binomial count per row, not an exact share; "
+                "that is not the bug here.",
+            ),
+            (
+                "It raises an error when it meets a [PAD] token.",
+                False,
+                "Nothing checks the ids: the bug is silent, which is what makes it dangerous.",
+            ),
+        ),
+        _q(
+            "01.4",
+            "A sentence has 15 eligible tokens, masked with per-token (Bernoulli) selection at "
+            "mlm_probability=0.15. In what share of the draws does it get no target at all?",
+            (
+                "Never: 15% of 15 tokens rounds to 2 targets.",
+                False,
+                "Rounding to a fixed count is Google's exact-count recipe. Per-token selection "
+                "flips one coin per token, so the count varies from draw to draw.",
+            ),
+            (
+                "About 8.7% of the draws.",
+                True,
+                "Every one of the 15 coins must come up 'not selected': 0.85^15 = 0.087. The "
+                "lesson measured it over 5,000 draws; lesson 02 shows the NaN such a batch causes.",
+            ),
+            (
+                "About 15% of the draws.",
+                False,
+                "15% is the chance that one given token is selected, not the chance that none is.",
+            ),
+            (
+                "Practically never: 0.15^15.",
+                False,
+                "0.15^15 is the chance that *every* token is selected; no target needs every "
+                "token to stay unselected, which is far more likely.",
+            ),
+        ),
+        _q(
+            "01.5",
+            "On a transformers release whose collator tested `if self.seed and self.generator is "
+            "None:`, you create `DataCollatorForLanguageModeling(tokenizer, seed=0)`. What do you "
+            "get?",
+            (
+                "Masks drawn from the global generator: `seed=0` is silently ignored, because 0 "
+                "is falsy.",
+                True,
+                "The run is then reproducible only through `torch.manual_seed`, and only if "
+                "nothing else draws random numbers in between. The installed version tests "
+                "`is not None`.",
+            ),
+            (
+                "An error: 0 is not a valid seed.",
+                False,
+                "0 is a valid seed; the old test simply treated it as 'no seed'.",
+            ),
+            (
+                "The same masks for every batch (static masking).",
+                False,
+                "A seeded generator still draws new masks for every batch; the seed only makes "
+                "the sequence of masks replayable.",
+            ),
+            (
+                "The same masks as with `seed=1`.",
+                False,
+                "Different seeds give different sequences of masks; the trap is that 0 was not "
+                "used at all.",
+            ),
+        ),
     ),
     "02": (
         _q(
@@ -141,6 +230,92 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "The mean over all positions",
                 False,
                 "-100 positions are never counted, whatever the reduction.",
+            ),
+        ),
+        _q(
+            "02.3",
+            "A 'model' that only copies its input token (score 20 for it, 0 for every other id) "
+            "is scored on masked held-out sentences. What do you expect?",
+            (
+                "Scored on every real position: most tokens right and a low loss. Scored on the "
+                "selected positions: right only where the selected token was kept.",
+                True,
+                "Unselected positions show their own answer. On the selected ones the input is "
+                "[MASK] (80%), a random id (10%) or the kept token (10%), so copying earns "
+                "credit only for the kept ones.",
+            ),
+            (
+                "Bad either way: the copy model knows nothing about language.",
+                False,
+                "It knows nothing, yet scored on every position it looks excellent: that is why "
+                "the unselected positions must be -100.",
+            ),
+            (
+                "Good either way: it reproduces the text.",
+                False,
+                "At a [MASK] position there is nothing to copy; its score there is as bad as a "
+                "wrong guess can be.",
+            ),
+            (
+                "Better on the selected positions than on all of them.",
+                False,
+                "The selected positions are the hard ones: most of them hide their token.",
+            ),
+        ),
+        _q(
+            "02.4",
+            "Spot the bug: a loss written as `(weights * nll).sum() / weights.sum()` with "
+            "`weights = (labels != -100).float()` meets a batch with no target, then "
+            "`optimizer.step()` runs. What happens?",
+            (
+                "The loss is NaN but its gradient is zero, so the weights survive the step.",
+                False,
+                "That is `F.cross_entropy` with `ignore_index`, which gives ignored positions no "
+                "gradient at all. Here the gradient goes through 1 / sum(weights) = 1 / 0.",
+            ),
+            (
+                "The gradient is NaN too, and one step turns every weight tensor into NaN.",
+                True,
+                "0 x infinity = NaN reaches every parameter. Google's run_pretraining.py adds "
+                "1e-5 to the denominator; `lmlessons.mlm_loss` divides by max(count, 1).",
+            ),
+            (
+                "The loss is 0 and nothing changes.",
+                False,
+                "0 needs a guarded denominator such as max(count, 1); this one divides by 0.",
+            ),
+            (
+                "PyTorch raises a ZeroDivisionError.",
+                False,
+                "Tensor division by 0 never raises: it returns inf or NaN silently.",
+            ),
+        ),
+        _q(
+            "02.5",
+            "A trained MLM is scored over its held-out targets, split by what each target showed "
+            "in the input. Which targets does it get right most often?",
+            (
+                "Those that became [MASK].",
+                False,
+                "A [MASK] hides the answer; the model must infer it from the context alone.",
+            ),
+            (
+                "Those replaced by a random token.",
+                False,
+                "These are the hardest: the input actively misleads, and the model must "
+                "distrust it.",
+            ),
+            (
+                "Those kept unchanged.",
+                True,
+                "The answer is in the input and the model learns to trust it often (84.5% in the "
+                "lesson, against 23.2% for [MASK] and 17.6% for random).",
+            ),
+            (
+                "All three about equally: a target is a target.",
+                False,
+                "The loss treats them alike, but what the input shows makes them very different "
+                "in difficulty.",
             ),
         ),
     ),
@@ -203,6 +378,59 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "damage is silent.",
             ),
         ),
+        _q(
+            "03.3",
+            "Two right-padded sequences of 8 and 12 real tokens (padded to 12), labels = "
+            "input_ids with -100 on padding. How many positions does the causal loss score "
+            "after its shift?",
+            (
+                "20, one per real token",
+                False,
+                "The last real token of each row has no next token to predict, so each row "
+                "loses one target.",
+            ),
+            (
+                "18",
+                True,
+                "Sum of the lengths minus one per row: 8 + 12 - 2. This is the count to pass as "
+                "`num_items_in_batch` (lesson 07).",
+            ),
+            (
+                "22, every position but the last of each row",
+                False,
+                "That counts the padding as targets, which is what -100 on padding prevents.",
+            ),
+            ("24", False, "That counts every position, padding and the last one included."),
+        ),
+        _q(
+            "03.4",
+            "The course's GPT-2 checkpoint reads 'The dog chased the ball'. In its first layer, "
+            "how much attention does the query at position 3 put on the key at position 4?",
+            (
+                "Exactly 0.",
+                True,
+                "The causal mask sets the scores of future keys to minus infinity before the "
+                "softmax, so their probability is exactly 0, whatever the weights learned.",
+            ),
+            (
+                "A little, about 1/T: the softmax spreads some weight everywhere.",
+                False,
+                "Every visible key gets some weight, but a masked key is not visible: its "
+                "probability is 0, not small.",
+            ),
+            (
+                "Whatever training taught it; a trained model learns not to look ahead.",
+                False,
+                "It is not learned: the mask is applied at every step, before and after "
+                "training (lesson 04 shows what happens without it).",
+            ),
+            (
+                "Most of it: position 4 is the token it must predict.",
+                False,
+                "That would make the task trivial; it is exactly the leak the causal mask "
+                "exists to prevent.",
+            ),
+        ),
     ),
     "04": (
         _q(
@@ -256,6 +484,91 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "Nothing is masked; the loss is still the shifted next-token loss.",
             ),
             ("The loss is NaN.", False, "The loss is finite; the failure is silent."),
+        ),
+        _q(
+            "04.3",
+            "In `BertLMHeadModel(is_decoder=True)` you replace the token at position 5 and run the "
+            "model again. Which positions' logits change?",
+            (
+                "Positions 5 and after; positions 0-4 stay exactly the same.",
+                True,
+                "A causal position t sees tokens <= t, so nothing before 5 can see the change, "
+                "and every position from 5 on can. The lesson's probe measured exactly 0 before "
+                "the replaced token.",
+            ),
+            (
+                "Every position, a little.",
+                False,
+                "That is the bidirectional twin (`is_decoder=False`): every earlier position "
+                "moved there.",
+            ),
+            (
+                "Only position 5.",
+                False,
+                "Positions after 5 attend to position 5, so their logits move too.",
+            ),
+            (
+                "Only position 4, the one that predicts token 5.",
+                False,
+                "Position 4 sees tokens 0-4 only; predicting token 5 does not let it read it.",
+            ),
+        ),
+        _q(
+            "04.4",
+            "The leaky model (`is_decoder=False`, trained on next-token labels) ends with a "
+            "training loss near 0.1. What is its loss when each prediction sees only the prefix "
+            "before it, as at generation?",
+            (
+                "Also near 0.1: it learned the training data.",
+                False,
+                "Its low loss came from reading token t + 1; from the prefix alone that answer "
+                "is gone.",
+            ),
+            (
+                "Worse than uniform guessing (above ln V).",
+                True,
+                "It never had to predict anything it could not see, so from the prefix alone it "
+                "is worse than uniform guessing (ln V = 7.82), and it generates garbage.",
+            ),
+            (
+                "About the causal model's loss.",
+                False,
+                "The causal model learned to predict from the prefix; the leaky one learned to "
+                "copy, a skill generation cannot use.",
+            ),
+            (
+                "NaN, because the future tokens are missing.",
+                False,
+                "The prefix loss is an ordinary finite cross-entropy; it is just very high.",
+            ),
+        ),
+        _q(
+            "04.5",
+            "A warm-started `EncoderDecoderModel` (BERT encoder and decoder) gets `labels`. What "
+            "does it do with them?",
+            (
+                "Passes them to the decoder `BertLMHeadModel`, whose loss shifts them.",
+                False,
+                "That was the behaviour before v4.12; together with shifted decoder inputs it "
+                "would shift twice (the wrong loss the lesson printed).",
+            ),
+            (
+                "Builds `decoder_input_ids = shift_tokens_right(labels, ...)` and computes one "
+                "cross-entropy of the decoder's logits against the unshifted labels.",
+                True,
+                "The shift happens once, on the inputs: decoder position t reads target token "
+                "t - 1 and is scored on target token t.",
+            ),
+            (
+                "Uses them as the encoder's input.",
+                False,
+                "The encoder reads `input_ids` (the source); the labels are the target text.",
+            ),
+            (
+                "Shifts them one place to the left before the loss.",
+                False,
+                "The labels are not shifted at all; the decoder's inputs are shifted right.",
+            ),
         ),
     ),
     "05": (
@@ -313,6 +626,90 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "objective (SOP).",
             ),
         ),
+        _q(
+            "05.3",
+            "A classifier sees one number per pair: the average log-frequency of B's tokens. "
+            "Fitted and tested on held-out pairs, what accuracy does it reach with random-token "
+            "negatives, and with negatives from another document?",
+            (
+                "About 100% with random tokens, about 50% with another document.",
+                True,
+                "Uniformly random ids are mostly rare tokens, far from any real sentence; real "
+                "text from another document has the same word frequencies as a true B. The "
+                "lesson measured 1.0000 and 0.5098.",
+            ),
+            (
+                "About 50% with both: one number cannot classify pairs.",
+                False,
+                "For the naive negatives one number is enough; that is the whole problem with "
+                "them.",
+            ),
+            (
+                "About 100% with both.",
+                False,
+                "Real negatives are real text: their word frequencies look like those of a "
+                "true next sentence.",
+            ),
+            (
+                "About 50% with random tokens, about 100% with another document.",
+                False,
+                "It is the other way round: random ids are the easy ones to spot.",
+            ),
+        ),
+        _q(
+            "05.4",
+            "An order-blind model (cosine similarity of A's and B's bags of words) is tested on "
+            "pairs from one document whose segments are swapped. How often does it call them "
+            "NotNext, compared with the true continuations?",
+            (
+                "About as often.",
+                True,
+                "A swapped pair holds exactly the same words as the pair in order, so a "
+                "bag-of-words model gives both the same answer. That shortcut is why ALBERT's "
+                "SOP takes its negatives from the same document.",
+            ),
+            (
+                "Far more often: swapped text reads wrongly.",
+                False,
+                "It reads wrongly to you, who follow the order; this model never sees the order.",
+            ),
+            (
+                "Never.",
+                False,
+                "It calls many true continuations NotNext too (about 46% in the lesson), and "
+                "the swapped pairs about as often.",
+            ),
+            (
+                "Always, because B comes first.",
+                False,
+                "The model cannot tell which segment comes first: it compares two bags of words.",
+            ),
+        ),
+        _q(
+            "05.5",
+            "`[CLS] A [SEP] B [SEP] [PAD] [PAD]`: at which positions are `token_type_ids` 1?",
+            (
+                "B's tokens only.",
+                False,
+                "The final [SEP] belongs to segment B too.",
+            ),
+            (
+                "B's tokens, the final [SEP] and the padding.",
+                False,
+                "Padding gets token type 0 (and attention mask 0).",
+            ),
+            (
+                "B's tokens and the final [SEP]; [CLS], A, the first [SEP] and the padding are 0.",
+                True,
+                "As the tokenizer's template `[CLS] $A [SEP] $B [SEP]` lays it out; the lesson "
+                "checks this row by row.",
+            ),
+            (
+                "Every position after [CLS].",
+                False,
+                "Segment A and its [SEP] are 0: the ids tell the two segments apart.",
+            ),
+        ),
     ),
     "06": (
         _q(
@@ -354,6 +751,83 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             ),
             ("MLM + NSP, with NSP labels taken as 0.", False, "No labels are invented."),
             ("An error is raised.", False, "No error: the loss is simply missing."),
+        ),
+        _q(
+            "06.3",
+            "A pretraining batch has 8 pairs and 76 masked tokens. In `BertForPreTraining`'s "
+            "loss, how much does one masked token weigh, and one pair's NSP answer?",
+            (
+                "1/76 and 1/8.",
+                True,
+                "The MLM term is a mean over masked tokens, the NSP term a mean over sequences: "
+                "one sequence's NSP answer weighs almost ten times one masked token.",
+            ),
+            ("1/8 each.", False, "The MLM term is not a mean over sequences."),
+            (
+                "1/84 each: the loss is a mean over all 84 terms.",
+                False,
+                "The two means are computed separately and then added, not pooled.",
+            ),
+            (
+                "1/512 and 1/8: the MLM term is a mean over every position.",
+                False,
+                "Positions labelled -100 are not counted in the MLM mean.",
+            ),
+        ),
+        _q(
+            "06.4",
+            "You set `mlm_weight = nsp_weight = 10` and train with Adam. Compared with the "
+            "weights (1, 1), the updates are:",
+            (
+                "ten times larger.",
+                False,
+                "That would be plain SGD. Adam divides each update by a running estimate of the "
+                "gradient's size, which grew ten times as well.",
+            ),
+            (
+                "almost the same.",
+                True,
+                "Only Adam's small `eps` notices the scale (the lesson measured a difference of "
+                "1.6% of the update). Only the ratio of the weights sets the balance.",
+            ),
+            (
+                "tilted towards NSP.",
+                False,
+                "The ratio is still 1: both terms were scaled alike.",
+            ),
+            (
+                "the same, and so is the logged loss.",
+                False,
+                "The logged loss is ten times larger; only the updates barely change.",
+            ),
+        ),
+        _q(
+            "06.5",
+            "A batch of 8 pairs is split into micro-batches of 3 and 5 for gradient accumulation. "
+            "How must each micro-batch's loss be normalised to give the full-batch loss?",
+            (
+                "Average the two micro-batch losses: both come from the same batch.",
+                False,
+                "Their MLM means are over different token counts and their NSP means over 3 and "
+                "5 sequences: averaging them is off (8.5563 against 8.5670 in the lesson).",
+            ),
+            (
+                "Each term by its own unit over the whole step: the MLM sum by the step's masked "
+                "tokens, the NSP sum by the step's 8 sequences.",
+                True,
+                "Then the micro-batch losses add up to the full-batch loss exactly; "
+                "`lmlessons.course.training.train` does this.",
+            ),
+            (
+                "Divide the whole micro-batch loss by the step's masked-token count.",
+                False,
+                "That suits the MLM term only; the NSP term is a mean over sequences.",
+            ),
+            (
+                "Fix the MLM term; NSP needs no care.",
+                False,
+                "The NSP term has the same problem, with sequences instead of tokens.",
+            ),
         ),
     ),
     "07": (
@@ -435,5 +909,173 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "That is 8 times too much: it counts bits as bytes.",
             ),
         ),
+        _q(
+            "07.4",
+            "Two data-parallel ranks: rank 0 has 6 target tokens, rank 1 has 28. Each rank "
+            "divides its summed loss by its own count, and DDP averages the gradients. How much "
+            "does one token weigh?",
+            (
+                "The same everywhere, 1/34.",
+                False,
+                "That needs the count all-reduced first (transformers' "
+                "`average_tokens_across_devices`).",
+            ),
+            (
+                "1/12 on rank 0 and 1/56 on rank 1: a token of the short shard weighs more.",
+                True,
+                "Each rank's mean weighs its tokens 1/n_r and DDP halves it: 1/(2 x 6) against "
+                "1/(2 x 28). The mean of means again, one level up.",
+            ),
+            (
+                "More on rank 1, which has more tokens.",
+                False,
+                "Rank 1 contributes more tokens, but each of them weighs less.",
+            ),
+            (
+                "1/6 and 1/28: DDP adds the gradients of the ranks.",
+                False,
+                "DDP averages the ranks' gradients; it does not add them.",
+            ),
+        ),
+        _q(
+            "07.5",
+            "`linear_cross_entropy(hidden, weight, labels, chunk_size=512)` on 4,096 labelled "
+            "rows. What does it hold in memory instead of the (4,096, V) logits?",
+            (
+                "The full logits in a lower precision.",
+                False,
+                "It never builds all the logits, in any precision.",
+            ),
+            (
+                "The logits of one chunk of 512 rows at a time, plus the gradients of the hidden "
+                "states and the weight.",
+                True,
+                "Each chunk's logits, softmax and gradient contributions are computed in the "
+                "forward pass and dropped; what remains has the size of the inputs. The "
+                "lesson's memory model: about 19 MiB against 387 MiB for the dense loss.",
+            ),
+            (
+                "Only the rows labelled -100.",
+                False,
+                "Rows labelled -100 are the ones it drops; here every row is labelled, so "
+                "chunking does the work.",
+            ),
+            (
+                "Nothing: it recomputes the logits in the backward pass.",
+                False,
+                "It computes the gradients during the forward pass, so backward has nothing to "
+                "recompute; the chunk's logits are needed only briefly.",
+            ),
+        ),
     ),
 }
+
+
+#: Lesson 00's warm-up questions (shown by ``lmlessons.widgets.start.start_quiz``).
+START_QUESTIONS: tuple[Question, ...] = (
+    _q(
+        "00.1",
+        "In the MLM example, which positions have a label other than -100?",
+        (
+            "Every position of the sentence.",
+            False,
+            "Then the model would also be scored on tokens it can see unchanged: an easy "
+            "copy task. Only the selected positions are scored.",
+        ),
+        (
+            "The selected positions, whatever they became ([MASK], a random token or unchanged).",
+            True,
+            "Right: a selected position keeps its original id as label even when its input "
+            "token was replaced by a random one or kept; every other position is -100.",
+        ),
+        (
+            "Only the positions that show [MASK].",
+            False,
+            "Selected tokens replaced by a random token or kept unchanged are targets too "
+            "(lesson 01).",
+        ),
+        (
+            "[CLS], because it summarises the sentence.",
+            False,
+            "[CLS] and [SEP] are never selected in MLM. [CLS] carries the NSP label instead.",
+        ),
+    ),
+    _q(
+        "00.2",
+        "How many labels does one NSP example [CLS] A [SEP] B [SEP] have?",
+        ("One per token.", False, "NSP classifies the pair, not its tokens."),
+        (
+            "Two: one per segment.",
+            False,
+            "token_type_ids tell the model which segment a token is in; "
+            "they are inputs, not labels.",
+        ),
+        (
+            "One for the whole pair: 0 if B follows A, 1 if B comes from another document.",
+            True,
+            "Right: next_sentence_label, predicted from the [CLS] position. 0 = IsNext is "
+            "the convention of BERT and transformers (d2l.ai uses the opposite).",
+        ),
+        (
+            "None: NSP is unsupervised.",
+            False,
+            "The label comes for free from the corpus, but there is "
+            "one, and a cross-entropy loss on it.",
+        ),
+    ),
+    _q(
+        "00.3",
+        "A held-out sentence has 23 tokens, [CLS] and [SEP] included. About how many targets "
+        "does it give as an MLM example (15% masking) and as a CLM example?",
+        (
+            "About 3 for MLM, 22 for CLM.",
+            True,
+            "MLM scores the selected 15% of the 21 ordinary tokens (3.15 on average); CLM "
+            "scores every position but the last. That is why MLM needs more passes over the "
+            "data.",
+        ),
+        (
+            "23 for both: every token is predicted.",
+            False,
+            "MLM predicts only the selected tokens, and in CLM the last position has no "
+            "next token.",
+        ),
+        (
+            "About 3 for MLM, 23 for CLM.",
+            False,
+            "The last position of a CLM example has nothing after it to predict.",
+        ),
+        (
+            "21 for MLM, 22 for CLM.",
+            False,
+            "21 is every ordinary token; MLM is scored only where a token was selected.",
+        ),
+    ),
+    _q(
+        "00.4",
+        "You pass `labels = input_ids.clone()` to a causal LM. Which position is scored "
+        "against nothing?",
+        (
+            "The first position, [CLS].",
+            False,
+            "Position 0 is scored against token 1. It is the first *token* that is never "
+            "a target: nothing comes before it to predict it.",
+        ),
+        (
+            "The last position.",
+            True,
+            "The loss shifts the labels: position t is scored against token t + 1, and the "
+            "last position has no token after it (label -100).",
+        ),
+        (
+            "None: every position has a target.",
+            False,
+            "The shift leaves one position without a next token.",
+        ),
+        (
+            "Every position that shows [MASK].",
+            False,
+            "A causal example has no [MASK]: nothing is hidden, the future is simply not visible.",
+        ),
+    ),
+)

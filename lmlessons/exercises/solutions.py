@@ -6,11 +6,17 @@ draws (the core :func:`lmlessons.mask_tokens` does the same with one uniform dra
 the losses are ``ForMaskedLMLoss`` / ``ForCausalLMLoss`` written out with ``F.cross_entropy``
 (plus 0, not NaN, when nothing is predicted), and they write -100 as transformers does. Short on
 purpose: no input validation (the core adds it), one idea per line, shape comments. Each keeps
-the exercise's signature, which is the core function's. The tests check that each one passes
-its checker and gives transformers' results.
+the exercise's signature, which is the core function's (``rank_loss`` and
+``chunked_cross_entropy`` have their own small signatures). ``select_whole_words`` and
+``truncate_seq_pair`` follow Google BERT's ``create_pretraining_data.py``; ``rank_loss`` is
+transformers' ``average_tokens_across_devices``; ``chunked_cross_entropy`` is the plain-autograd
+version of :func:`lmlessons.linear_cross_entropy`. The tests check that each one passes its
+checker and gives transformers' results.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -158,3 +164,92 @@ def bert_pretraining_loss(
     mlm = total / (mlm_labels != -100).sum().clamp(min=1)  # mean over masked tokens, 0 if none
     nsp = F.cross_entropy(nsp_logits.float(), nsp_labels)  # (B, 2) vs (B,), 0 = IsNext
     return mlm_weight * mlm + nsp_weight * nsp
+
+
+def select_whole_words(
+    special_tokens_mask: torch.Tensor,
+    is_continuation: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    mlm_probability: float = 0.15,
+    max_predictions_per_seq: int | None = 20,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    eligible = ~special_tokens_mask.bool()  # (B, T)
+    if attention_mask is not None:
+        eligible &= attention_mask.bool()  # padding is never a target
+    selected = torch.zeros_like(eligible)
+    for row in range(eligible.shape[0]):
+        # 1. group the eligible positions into words: a "##" piece continues the word before it
+        ok, cont = eligible[row].tolist(), is_continuation[row].tolist()
+        words: list[list[int]] = []
+        for t in range(len(ok)):
+            if ok[t] and cont[t] and t > 0 and ok[t - 1]:
+                words[-1].append(t)
+            elif ok[t]:
+                words.append([t])
+        # 2. Google's count, from the real length ([CLS] and [SEP] included, padding not)
+        length = eligible.shape[1] if attention_mask is None else int(attention_mask[row].sum())
+        count = 0 if mlm_probability == 0 else max(1, round(length * mlm_probability))
+        if max_predictions_per_seq is not None:
+            count = min(count, max_predictions_per_seq)
+        # 3. words in random order, each taken whole if it fits in what is left
+        taken = 0
+        for w in torch.randperm(len(words), generator=generator).tolist():
+            if taken + len(words[w]) <= count:
+                selected[row, words[w]] = True
+                taken += len(words[w])
+    return selected
+
+
+def truncate_seq_pair(
+    tokens_a: list[int],
+    tokens_b: list[int],
+    max_num_tokens: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], list[int]]:
+    a, b = list(tokens_a), list(tokens_b)  # copies: the caller keeps its sentences
+    while len(a) + len(b) > max_num_tokens:
+        longer = a if len(a) > len(b) else b
+        if float(torch.rand((), generator=generator)) < 0.5:  # front or back, per token
+            del longer[0]
+        else:
+            longer.pop()
+    return a, b
+
+
+def rank_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+    world_size: int,
+) -> torch.Tensor:
+    vocab_size = logits.shape[-1]
+    shift_logits = logits[:, :-1, :]  # (B, T-1, V) position t predicts token t + 1
+    shift_labels = labels[:, 1:]  # (B, T-1)
+    total = F.cross_entropy(
+        shift_logits.reshape(-1, vocab_size).float(), shift_labels.reshape(-1), reduction="sum"
+    )
+    count = all_reduce((shift_labels != -100).sum())  # () target tokens on *all* ranks
+    # DDP averages the ranks' gradients: multiply by world_size to undo it
+    return world_size * total / count.clamp(min=1)
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    chunk_size: int,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_size):
+        logits = hidden[start : start + chunk_size] @ weight.T  # (C, V): one chunk at a time
+        targets = labels[start : start + chunk_size]  # (C,)
+        total = total + F.cross_entropy(logits.float(), targets, reduction="sum")  # 0 if all -100
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / (labels != -100).sum().clamp(min=1)  # divide once, at the end

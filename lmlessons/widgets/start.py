@@ -21,7 +21,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises import Quiz
-from lmlessons.exercises.quizzes import Choice, Question
+from lmlessons.exercises.quizzes import START_QUESTIONS
 from lmlessons.masking import mask_tokens
 from lmlessons.shifting import shift_labels
 from lmlessons.widgets.base import LessonWidget
@@ -250,63 +250,6 @@ def objectives_widget(
 
 #: The two warm-up questions of lesson 00 (lessons 01-07 keep theirs in
 #: :mod:`lmlessons.exercises.quizzes`).
-START_QUESTIONS: tuple[Question, ...] = (
-    Question(
-        "00.1",
-        "In the MLM example, which positions have a label other than -100?",
-        (
-            Choice(
-                "Every position of the sentence.",
-                False,
-                "Then the model would also be scored on tokens it can see unchanged: an easy "
-                "copy task. Only the selected positions are scored.",
-            ),
-            Choice(
-                "The selected positions, whatever they became ([MASK], a random token or "
-                "unchanged).",
-                True,
-                "Right: a selected position keeps its original id as label even when its input "
-                "token was replaced by a random one or kept; every other position is -100.",
-            ),
-            Choice(
-                "Only the positions that show [MASK].",
-                False,
-                "Selected tokens replaced by a random token or kept unchanged are targets too "
-                "(lesson 01).",
-            ),
-            Choice(
-                "[CLS], because it summarises the sentence.",
-                False,
-                "[CLS] and [SEP] are never selected in MLM. [CLS] carries the NSP label instead.",
-            ),
-        ),
-    ),
-    Question(
-        "00.2",
-        "How many labels does one NSP example [CLS] A [SEP] B [SEP] have?",
-        (
-            Choice("One per token.", False, "NSP classifies the pair, not its tokens."),
-            Choice(
-                "Two: one per segment.",
-                False,
-                "token_type_ids tell the model which segment a token is in; "
-                "they are inputs, not labels.",
-            ),
-            Choice(
-                "One for the whole pair: 0 if B follows A, 1 if B comes from another document.",
-                True,
-                "Right: next_sentence_label, predicted from the [CLS] position. 0 = IsNext is "
-                "the convention of BERT and transformers (d2l.ai uses the opposite).",
-            ),
-            Choice(
-                "None: NSP is unsupervised.",
-                False,
-                "The label comes for free from the corpus, but there is "
-                "one, and a cross-entropy loss on it.",
-            ),
-        ),
-    ),
-)
 
 
 def start_quiz() -> Quiz:

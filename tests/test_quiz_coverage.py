@@ -1,0 +1,73 @@
+"""Every lesson that shows a quiz has enough questions, each choice with its own explanation.
+
+The lessons are read from ``notebooks/``: a code cell calling ``quiz("NN")`` shows lesson NN's
+questions, so a lesson added later is covered as soon as it calls its quiz. Lesson 00 shows its
+warm-up questions with ``start_quiz()``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from _lessons import LESSONS, code_cells
+
+from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question
+
+MIN_QUESTIONS = 4
+QUIZ_CALL = re.compile(r"""\bquiz\(\s*["'](\d{2})["']\s*\)""")
+
+
+def _quiz_calls(path: Path) -> list[str]:
+    """The lessons whose quiz the notebook at ``path`` shows (``quiz("NN")`` calls)."""
+    return [m for cell in code_cells(path) for m in QUIZ_CALL.findall("".join(cell["source"]))]
+
+
+SHOWN = sorted({(path.stem, lesson) for path in LESSONS for lesson in _quiz_calls(path)})
+
+
+def _check_questions(name: str, questions: tuple[Question, ...]) -> None:
+    assert len(questions) >= MIN_QUESTIONS, f"{name} has {len(questions)} questions"
+    prompts = [q.prompt for q in questions]
+    assert len(set(prompts)) == len(prompts), f"{name} asks a question twice"
+    seen: set[str] = set()
+    for number, q in enumerate(questions, start=1):
+        assert q.id.endswith(f".{number}"), f"{name}: question {number} is numbered {q.id}"
+        assert sum(c.correct for c in q.choices) == 1, f"{q.id} needs one correct choice"
+        assert len(q.choices) >= 3, f"{q.id} needs at least 3 choices"
+        for c in q.choices:
+            assert c.text.strip() and c.why.strip(), f"{q.id}: choice {c.text!r} explains nothing"
+            assert c.why not in seen, f"{q.id}: choice {c.text!r} reuses another explanation"
+            seen.add(c.why)
+        texts = [c.text for c in q.choices]
+        assert len(set(texts)) == len(texts), f"{q.id} offers a choice twice"
+
+
+def test_the_lessons_show_quizzes():
+    assert len(SHOWN) >= 7, SHOWN  # lessons 01-07 each show theirs
+    for notebook, lesson in SHOWN:
+        assert notebook.startswith(lesson), f"{notebook} shows the quiz of lesson {lesson}"
+
+
+@pytest.mark.parametrize("notebook,lesson", SHOWN, ids=[n for n, _ in SHOWN])
+def test_every_shown_quiz_has_enough_explained_questions(notebook: str, lesson: str):
+    assert lesson in QUIZZES, f"{notebook} calls quiz({lesson!r}), which has no questions"
+    _check_questions(f"quiz({lesson!r})", QUIZZES[lesson])
+
+
+def test_lesson_00_warm_up_has_enough_explained_questions():
+    from lmlessons.widgets.start import start_quiz
+
+    _check_questions("lesson 00", START_QUESTIONS)
+    shown = start_quiz().questions  # what lesson 00 shows: these questions, in this order
+    assert shown == START_QUESTIONS[: len(shown)]
+
+
+def test_the_checks_catch_a_thin_quiz():
+    with pytest.raises(AssertionError, match="questions"):
+        _check_questions("thin", QUIZZES["03"][:3])
+    q = QUIZZES["03"][0]
+    same = Question(q.id, q.prompt, (q.choices[0], q.choices[1], q.choices[0]))
+    with pytest.raises(AssertionError, match=r"twice|reuses"):
+        _check_questions("copied", (same, *QUIZZES["03"][1:]))
