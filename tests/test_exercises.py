@@ -622,7 +622,7 @@ QUESTIONS = [(lesson, i + 1) for lesson, qs in QUIZZES.items() for i in range(le
 
 
 def test_every_lesson_has_a_quiz():
-    assert sorted(QUIZZES) == ["01", "02", "03", "04", "05", "06", "07"]
+    assert sorted(QUIZZES) == ["01", "02", "03", "04", "05", "06", "07", "08"]
 
 
 @pytest.mark.parametrize("lesson,number", QUESTIONS)

@@ -82,5 +82,7 @@ LESSONS: list[Lesson] = [
     # the page's first vocab_size slider: Llama 2's 32,000 -> GPT-2's 50,257 (chunk_size 1024)
     Lesson("07_loss_at_scale.ipynb",  Slider("vocab_size", presses=1),
            "vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
+    Lesson("08_bug_zoo.ipynb",        Dropdown("case", "case B"),    # case A -> B
+           "case=B diagnosis=none verdict=none answered=0 right=0"),
 ]
 # fmt: on

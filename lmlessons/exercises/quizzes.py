@@ -968,6 +968,171 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             ),
         ),
     ),
+    "08": (
+        _q(
+            "08.1",
+            "A causal LM's train loss and its held-out loss in one pass fall far below the healthy "
+            "run's, while its held-out loss *as at generation* (each prediction from its prefix "
+            "only) is far above it, and greedy samples repeat one word. Which bug fits?",
+            (
+                "The model's attention sees the next token (`BertLMHeadModel` without "
+                "`is_decoder=True`).",
+                True,
+                "Right. In one pass each position can read the token it must predict, so both "
+                "one-pass losses collapse; at generation that token is not there yet, so the loss "
+                "as at generation is worse than the healthy model's and the samples are garbage.",
+            ),
+            (
+                "The labels were shifted by hand and again by the model.",
+                False,
+                "Predicting token t + 2 from tokens up to t is *harder*: that bug raises the train "
+                "loss above the healthy run's instead of collapsing it.",
+            ),
+            (
+                "`pad_token = eos_token`, with padding labels set by id.",
+                False,
+                "That bug leaves the loss curve ordinary; its symptom is generations that never "
+                "end, "
+                "not a loss far below healthy.",
+            ),
+            (
+                "The learning rate is too high.",
+                False,
+                "A too-high learning rate makes every metric worse, and never a loss lower than a "
+                "healthy run can reach.",
+            ),
+        ),
+        _q(
+            "08.2",
+            "An MLM run trains on one short sentence per step. Its loss is finite, then NaN at one "
+            "step and at every step after, and that step's batch had no masked token. What fixes "
+            "it?",
+            (
+                "Divide the summed loss by `max(count, 1)` (or skip steps without targets).",
+                True,
+                "Right. sum / count is 0 / 0 = NaN on a batch with nothing masked, its gradient is "
+                "NaN too, and one optimizer step with a NaN gradient makes every weight NaN. "
+                "`mlm_loss` divides by `max(count, 1)`: a loss of 0, no gradient, and training "
+                "goes "
+                "on.",
+            ),
+            (
+                "A lower learning rate.",
+                False,
+                "The loss did not grow before it broke: one batch gave 0 / 0, whatever the "
+                "learning rate.",
+            ),
+            (
+                "Clip the gradient norm harder.",
+                False,
+                "Clipping multiplies the gradient by max_norm / norm; a NaN norm makes every "
+                "clipped gradient NaN too.",
+            ),
+            (
+                "Mask more tokens per sentence.",
+                False,
+                "That makes an empty mask rarer, not impossible: with any masking rate below 1, a "
+                "short batch can still come out with no masked token.",
+            ),
+        ),
+        _q(
+            "08.3",
+            "Gradient accumulation over 4 micro-batches of unequal length averages the 4 "
+            "micro-batch "
+            "means. Which check shows the bug?",
+            (
+                "Compare the accumulated gradient of one step with the gradient of the same rows "
+                "as "
+                "one batch.",
+                True,
+                "Right. Summed over micro-batches the gradient must equal the one-batch gradient; "
+                "with the mean of means it does not (10% apart in the recorded run), while with "
+                "`num_items_in_batch` it does to float rounding.",
+            ),
+            (
+                "Plot the training loss against a healthy run.",
+                False,
+                "The curves stay within a few percent: the bug reweights tokens, it does not stop "
+                "learning. That is why it went unnoticed in transformers' Trainer for years.",
+            ),
+            (
+                "Compare held-out losses.",
+                False,
+                "In the recorded run the held-out loss is the same to two decimals as the healthy "
+                "run's.",
+            ),
+            (
+                "Read a few generated samples.",
+                False,
+                "The samples look like the healthy model's: a slightly different weighting of "
+                "tokens does not show in text.",
+            ),
+        ),
+        _q(
+            "08.4",
+            "NSP training accuracy reaches almost 100% within a hundred steps. On held-out pairs "
+            "whose NotNext segment is real text from another document, the accuracy is at chance; "
+            "on held-out pairs whose NotNext segment is random token ids, it is 100%. What is "
+            "wrong?",
+            (
+                "The NotNext segments were made of random token ids.",
+                True,
+                "Right. Telling text from noise takes one token; the model never had to learn "
+                "whether B follows A, which is the only thing that tells real pairs apart.",
+            ),
+            (
+                "The model memorised the training pairs.",
+                False,
+                "A memorising model would not reach 100% on held-out pairs it never saw; the "
+                "random-id pairs it recognises are new ones.",
+            ),
+            (
+                "NSP is too hard for a tiny model.",
+                False,
+                "Then the training accuracy would stay near chance too; here training is almost "
+                "perfect.",
+            ),
+            (
+                "The NSP labels are swapped (0 = NotNext).",
+                False,
+                "Swapped labels would give held-out accuracy well *below* chance on real pairs, "
+                "and "
+                "not 100% on the random-id ones.",
+            ),
+        ),
+        _q(
+            "08.5",
+            "An MLM run on padded batches has more targets per step than a healthy run on the same "
+            "batches and a lower train loss, but a held-out masked loss that is no better. Which "
+            "bug fits best?",
+            (
+                "[CLS], [SEP] and [PAD] were not excluded from masking.",
+                True,
+                "Right. The extra targets are special tokens and padding, which are easy to "
+                "predict "
+                "([PAD] follows [PAD]); they lower the train loss and teach the model nothing it "
+                "needs on real words, and sometimes it answers [PAD] for a masked word.",
+            ),
+            (
+                "Every token has a label, not only the masked ones.",
+                False,
+                "That bug makes almost every token of the batch a target (several times the "
+                "healthy count) and collapses the train loss toward copying, far lower than a few "
+                "extra targets would.",
+            ),
+            (
+                "The loss divides by a count that can be 0.",
+                False,
+                "That bug shows as NaN, not as a lower loss.",
+            ),
+            (
+                "No bug: two runs differ by noise.",
+                False,
+                "Both runs saw the same batches in the same order; the number of targets per step "
+                "is a count, and it differs.",
+            ),
+        ),
+    ),
 }
 
 

@@ -1,0 +1,16 @@
+"""The bug zoo of lesson 08: real training runs with one bug each, beside a healthy run.
+
+* :mod:`~lmlessons.course.bugzoo.bugs`: each bug beside its fix, as small functions of one job
+  each (mask a batch, the MLM loss, a causal-LM batch, the decoder, the NSP negatives, gradient
+  accumulation);
+* :mod:`~lmlessons.course.bugzoo.data`: the sentence batches every run reads;
+* :mod:`~lmlessons.course.bugzoo.runs`: the runs (``RUNS``) and ``run``, which trains one;
+* :mod:`~lmlessons.course.bugzoo.symptoms`: what is measured on a trained model;
+* :mod:`~lmlessons.course.bugzoo.records`: the recorded runs shipped in
+  ``lmlessons/data/bugzoo`` (``python -m tools.bugzoo`` records them anew) and their summaries;
+* :mod:`~lmlessons.course.bugzoo.cases`: the cases a learner diagnoses and the diagnoses to
+  choose from.
+
+The diagnosis widget is :func:`lmlessons.widgets.bugzoo.bug_zoo_widget`, the checker
+``check("bug_zoo", {...})`` (:mod:`lmlessons.exercises.check_bugzoo`).
+"""

@@ -1,0 +1,203 @@
+"""The bugs of the bug zoo, each beside its fix: small functions that really run.
+
+Every pair has the same signature, so a run of :mod:`lmlessons.course.bugzoo.runs` can plug in
+either one. Each function is short on purpose: lesson 08 shows its source beside its twin's
+(:func:`inspect.getsource`). The lines that differ carry a ``# BUG`` or ``# FIX`` comment.
+
+The roles (what each function is for, and the lesson that teaches it):
+
+* mask ``(input_ids, attention_mask, tokenizer, generator) -> (inputs, labels)``: MLM inputs
+  and labels of a padded batch (lessons 01 and 02);
+* MLM loss ``(logits, labels) -> loss``: the mean over the masked positions (lesson 02);
+* CLM batch ``(rows, tokenizer) -> batch``: a padded causal-LM batch of ``[CLS] ... [SEP]``
+  rows, labels unshifted (lesson 03);
+* decoder ``(tokenizer, seed) -> BertLMHeadModel`` for next-token prediction (lesson 04);
+* negatives ``(pairs, tokenizer, generator) -> pairs``: the NotNext pairs of a BERT
+  pretraining batch from ``make_nsp_pairs`` (lesson 05);
+* accumulate ``(model, micro_batches) -> loss``: one optimizer step's backward passes over K
+  micro-batches, returning the loss it reports (lesson 07).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lmlessons._checks import IGNORE_INDEX
+from lmlessons.collator import special_token_ids
+from lmlessons.course.models import _build, tiny_bert_config
+from lmlessons.losses import clm_loss
+from lmlessons.masking import mask_tokens
+from lmlessons.shifting import shift_labels
+
+__all__ = [
+    "Batch",
+    "pad_rows",
+    "seeded",
+    "mask_fixed",
+    "mask_special_tokens_too",
+    "mask_every_token_a_target",
+    "mlm_loss_fixed",
+    "mlm_loss_zero_over_zero",
+    "clm_batch_fixed",
+    "clm_batch_shifted_twice",
+    "clm_batch_pad_is_eos",
+    "decoder_fixed",
+    "decoder_without_is_decoder",
+    "negatives_fixed",
+    "negatives_random_ids",
+    "accumulate_fixed",
+    "accumulate_mean_of_means",
+]
+
+Batch = dict[str, torch.Tensor]
+Tensor = torch.Tensor
+
+
+def pad_rows(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """``(input_ids, attention_mask)``, each ``(B, T)``: ``rows`` padded to the longest."""
+    lengths = torch.tensor([len(r) for r in rows])  # (B,)
+    input_ids = torch.full((len(rows), int(lengths.max())), pad_token_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    attention_mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()  # (B, T)
+    return input_ids, attention_mask
+
+
+def seeded(model_class: str, config: Any, seed: int) -> Any:
+    """``transformers.<model_class>(config)`` initialised from ``seed`` (global RNG untouched)."""
+    return _build(model_class, config, seed)
+
+
+# --- mask ----------------------------------------------------------------------------------
+
+
+def mask_fixed(
+    input_ids: Tensor, attention_mask: Tensor, tokenizer: Any, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    special = torch.isin(input_ids, special_token_ids(tokenizer))  # FIX: [CLS] [SEP] [PAD]
+    return mask_tokens(
+        input_ids,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        special_tokens_mask=special,  # FIX: never selected
+        generator=generator,
+    )
+
+
+def mask_special_tokens_too(
+    input_ids: Tensor, attention_mask: Tensor, tokenizer: Any, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    return mask_tokens(  # BUG: no special_tokens_mask: [CLS], [SEP] and [PAD] are selected too
+        input_ids,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        generator=generator,
+    )
+
+
+def mask_every_token_a_target(
+    input_ids: Tensor, attention_mask: Tensor, tokenizer: Any, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    special = torch.isin(input_ids, special_token_ids(tokenizer))
+    masked, _ = mask_tokens(
+        input_ids,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        special_tokens_mask=special,
+        generator=generator,
+    )
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # BUG: every token a target
+    return masked, labels
+
+
+# --- MLM loss ------------------------------------------------------------------------------
+
+
+def mlm_loss_fixed(logits: Tensor, labels: Tensor) -> Tensor:
+    losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    masked = (labels != IGNORE_INDEX).float()  # (B, T): 1 where a token was selected
+    return (losses * masked).sum() / masked.sum().clamp(min=1)  # FIX: 0 / 1 = 0 if none
+
+
+def mlm_loss_zero_over_zero(logits: Tensor, labels: Tensor) -> Tensor:
+    losses = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    masked = (labels != IGNORE_INDEX).float()  # (B, T): 1 where a token was selected
+    return (losses * masked).sum() / masked.sum()  # BUG: 0 / 0 = NaN if nothing is masked
+
+
+# --- CLM batch -----------------------------------------------------------------------------
+
+
+def clm_batch_fixed(rows: list[list[int]], tokenizer: Any) -> Batch:
+    input_ids, attention_mask = pad_rows(rows, tokenizer.pad_token_id)  # FIX: pad with [PAD]
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # FIX: no shift; mask pads
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def clm_batch_shifted_twice(rows: list[list[int]], tokenizer: Any) -> Batch:
+    input_ids, attention_mask = pad_rows(rows, tokenizer.pad_token_id)
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+    labels = labels.roll(-1, dims=1)  # BUG: shifted here, and the model shifts again
+    labels[:, -1] = IGNORE_INDEX
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def clm_batch_pad_is_eos(rows: list[list[int]], tokenizer: Any) -> Batch:
+    pad_token_id = tokenizer.sep_token_id  # BUG: pad_token = eos_token
+    input_ids, attention_mask = pad_rows(rows, pad_token_id)
+    labels = input_ids.masked_fill(input_ids == pad_token_id, IGNORE_INDEX)  # BUG: every [SEP] too
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+# --- decoder -------------------------------------------------------------------------------
+
+
+def decoder_fixed(tokenizer: Any, seed: int) -> Any:
+    config = tiny_bert_config(tokenizer, is_decoder=True)  # FIX: causal self-attention
+    return seeded("BertLMHeadModel", config, seed)
+
+
+def decoder_without_is_decoder(tokenizer: Any, seed: int) -> Any:
+    config = tiny_bert_config(tokenizer)  # BUG: is_decoder defaults to False: attends both ways
+    return seeded("BertLMHeadModel", config, seed)
+
+
+# --- negatives -----------------------------------------------------------------------------
+
+
+def negatives_fixed(pairs: Batch, tokenizer: Any, generator: torch.Generator) -> Batch:
+    return pairs  # FIX: keep make_nsp_pairs' NotNext B: real text from another document
+
+
+def negatives_random_ids(pairs: Batch, tokenizer: Any, generator: torch.Generator) -> Batch:
+    ids, special = pairs["input_ids"], torch.isin(pairs["input_ids"], special_token_ids(tokenizer))
+    notnext_b = (pairs["token_type_ids"] == 1) & (pairs["next_sentence_label"][:, None] == 1)
+    noise = torch.randint(0, len(tokenizer), ids.shape, generator=generator)  # (B, T)
+    return {**pairs, "input_ids": torch.where(notnext_b & ~special, noise, ids)}  # BUG: not text
+
+
+# --- accumulate ----------------------------------------------------------------------------
+
+
+def accumulate_fixed(model: torch.nn.Module, micro_batches: list[Batch]) -> float:
+    n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro_batches)  # FIX
+    reported = 0.0
+    for b in micro_batches:
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        loss = clm_loss(logits, b["labels"], num_items_in_batch=n)  # FIX: sum / step's count
+        loss.backward()
+        reported += loss.item()
+    return reported
+
+
+def accumulate_mean_of_means(model: torch.nn.Module, micro_batches: list[Batch]) -> float:
+    reported = 0.0
+    for b in micro_batches:
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        loss = clm_loss(logits, b["labels"]) / len(micro_batches)  # BUG: a mean of means
+        loss.backward()
+        reported += loss.item()
+    return reported

@@ -1,0 +1,65 @@
+"""The data every run of the bug zoo reads: single sentences of the course corpus.
+
+Each row is one sentence, ``[CLS] sentence [SEP]``; a batch is padded to its longest row, as
+``tokenizer(texts, padding=True)`` does. Short rows in a padded batch are what several bugs
+need to show (padding, special tokens, unequal micro-batches).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from lmlessons.course.batches import tokenize_documents
+from lmlessons.course.corpus import Corpus, load_corpus
+from lmlessons.course.tokenizer import load_tokenizer
+
+__all__ = [
+    "SEED",
+    "EVAL_SEED",
+    "EVAL_BATCH_SIZE",
+    "course_data",
+    "sentence_rows",
+    "row_batches",
+    "split_by_length",
+]
+
+SEED = 0  # model initialisation and the training batches of every run
+EVAL_SEED = 1234  # held-out masking and NSP pairs
+EVAL_BATCH_SIZE = 64
+
+
+@functools.lru_cache(maxsize=1)
+def course_data() -> tuple[Corpus, Any]:
+    """The course corpus and tokenizer (loaded once)."""
+    return load_corpus("course"), load_tokenizer()
+
+
+def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]:
+    """``[CLS] sentence [SEP]`` token ids, one row per sentence, in corpus order."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    return [[cls, *s, sep] for doc in tokenize_documents(documents, tokenizer) for s in doc]
+
+
+def row_batches(
+    rows: list[list[int]], batch_size: int, generator: torch.Generator
+) -> Iterator[list[list[int]]]:
+    """Endless batches of ``batch_size`` rows, in a new random order every epoch."""
+    while True:
+        order = torch.randperm(len(rows), generator=generator).tolist()
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            yield [rows[i] for i in order[start : start + batch_size]]
+
+
+def split_by_length(rows: list[list[int]], k: int) -> list[list[list[int]]]:
+    """``rows`` sorted by length (like the Trainer's ``group_by_length``) in ``k`` pieces: the
+    micro-batches of one accumulated step. ``k=1``: the rows as they are, one piece."""
+    if k == 1:
+        return [rows]
+    rows = sorted(rows, key=len)
+    size = math.ceil(len(rows) / k)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]

@@ -1,0 +1,110 @@
+"""The recorded runs of the bug zoo: saved as one small JSON file, read back, summarised.
+
+Training all the runs takes a few minutes, too long for a lesson, so ``python -m tools.bugzoo``
+trains them once (one thread, seeded) and :func:`save_records` writes their histories and
+symptoms, rounded to 5 significant digits, to ``runs.json``. The package ships that file in
+``lmlessons/data/bugzoo``; :func:`load_records` reads it. JSON has no NaN, so a NaN is stored as
+``null`` and read back as ``float("nan")``.
+
+:func:`summary` boils a record down to the numbers a practitioner compares between two runs
+(``final_train_loss``, ``targets_per_step``, ``heldout_clm_loss``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DATA_DIR",
+    "RECORDS_FILE",
+    "FINAL_WINDOW",
+    "rounded",
+    "save_records",
+    "load_records",
+    "summary",
+]
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "bugzoo"
+RECORDS_FILE = "runs.json"
+FINAL_WINDOW = 20  # "final" = the mean of the last 20 steps
+SIGNIFICANT_DIGITS = 5
+
+
+def rounded(value: Any) -> Any:
+    """``value`` with every float rounded to 5 significant digits and NaN made None (JSON),
+    through dicts and lists."""
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    if isinstance(value, float):
+        return None if math.isnan(value) else float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    return value
+
+
+def _nan_for_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _nan_for_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_for_none(v) for v in value]
+    return math.nan if value is None else value
+
+
+_FLAT_LIST = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")  # a list holding no list or dict
+
+
+def _one_line(match: re.Match[str]) -> str:
+    """A list of numbers or strings written one item a line, as one line."""
+    return "[" + re.sub(r",\n\s*", ", ", match.group(1)) + "]"
+
+
+def save_records(records: dict[str, dict[str, Any]], directory: str | Path, **about: Any) -> Path:
+    """Write ``{"about": about, "runs": records}`` (rounded) to ``directory/runs.json``."""
+    path = Path(directory).expanduser() / RECORDS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"about": about, "runs": rounded(records)}, indent=1, sort_keys=True)
+    path.write_text(_FLAT_LIST.sub(_one_line, text) + "\n", encoding="utf-8")
+    return path
+
+
+def load_records(directory: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """The recorded runs by run id (default: the ones shipped in the package)."""
+    path = (DATA_DIR if directory is None else Path(directory).expanduser()) / RECORDS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no bug-zoo records at {str(path)!r}; record them with `python -m tools.bugzoo`"
+        )
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    return {run_id: _nan_for_none(record) for run_id, record in runs.items()}
+
+
+def _tail_mean(values: list[float]) -> float:
+    tail = values[-FINAL_WINDOW:]
+    return sum(tail) / len(tail)
+
+
+def summary(record: dict[str, Any]) -> dict[str, float]:
+    """The numbers to compare between runs: ``final_train_loss``, ``grad_norm`` (means of the
+    last 20 steps; NaN if one is NaN), ``targets_per_step``, ``first_nan_step`` (0: never) and
+    ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), every held-out metric as
+    ``heldout_<name>``, and ``gradient_error`` / ``gradient_error_fixed`` when measured."""
+    h = record["history"]
+    nan_steps = [i for i, v in enumerate(h["loss"]) if math.isnan(v)]
+    out = {
+        "final_train_loss": _tail_mean(h["loss"]),
+        "grad_norm": _tail_mean(h["grad_norm"]),
+        "targets_per_step": sum(h["num_items"]) / len(h["num_items"]),
+        "first_nan_step": float(nan_steps[0] + 1 if nan_steps else 0),
+        "nan_step_targets": float(h["num_items"][nan_steps[0]] if nan_steps else math.nan),
+    }
+    if "nsp_accuracy" in h:
+        out["train_nsp_accuracy"] = _tail_mean(h["nsp_accuracy"])
+    out.update({f"heldout_{k}": float(v) for k, v in record.get("heldout", {}).items()})
+    if "gradient_error" in record:
+        out["gradient_error"] = record["gradient_error"]["this_run"]
+        out["gradient_error_fixed"] = record["gradient_error"]["with_the_fix"]
+    return out

@@ -1,0 +1,200 @@
+"""What a practitioner looks at after a run of the bug zoo, measured on the trained model.
+
+Held-out metrics always use the *healthy* data code (``bugs.mask_fixed``,
+``bugs.clm_batch_fixed``, real NotNext pairs) on the validation
+documents, with a fixed generator: they measure what the model learned, whatever its training
+code reported.
+
+* MLM: held-out masked loss and accuracy, how often the top guess is a special token, and the
+  guesses for :data:`FILL_MASK_PROBES`;
+* CLM: held-out next-token loss in one pass (teacher forcing) and as at generation
+  (:func:`lmlessons.causality.prefix_loss`: each prediction from its prefix only), how often a
+  greedy continuation of a validation sentence ends with [SEP], and a few greedy samples;
+* pretraining: held-out NSP accuracy on real NotNext pairs and on random-id ones, and MLM loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lmlessons._checks import IGNORE_INDEX
+from lmlessons.causality import prefix_loss
+from lmlessons.collator import special_token_ids
+from lmlessons.course.batches import nsp_batches
+from lmlessons.course.bugzoo import bugs
+from lmlessons.course.bugzoo.data import EVAL_BATCH_SIZE, EVAL_SEED, sentence_rows
+from lmlessons.course.training import evaluate
+from lmlessons.sampling import sample
+
+__all__ = ["FILL_MASK_PROBES", "SAMPLE_PROMPTS", "measure", "first_step_gradient_errors"]
+
+FILL_MASK_PROBES = (
+    "The dog chased the [MASK] out of the garden.",
+    "The children walked to [MASK] every morning.",
+    "Rain fell all [MASK] long.",
+)
+SAMPLE_PROMPTS = ("The dog", "In the morning", "The ship")
+PROMPT_TOKENS = 4  # [CLS] and the first 3 tokens of a validation sentence
+MAX_NEW_TOKENS = 40
+GENERATION_ROWS = 32
+
+
+def measure(model: torch.nn.Module, family: str, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    """The symptoms of the trained ``model`` of ``family`` (see the module docstring)."""
+    with torch.no_grad():
+        if family == "mlm":
+            return _mlm_symptoms(model, corpus, tokenizer)
+        if family == "clm":
+            return _clm_symptoms(model, corpus, tokenizer)
+        return _pretraining_symptoms(model, corpus, tokenizer)
+
+
+def _mlm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    rows = sentence_rows(corpus.validation, tokenizer)
+    special, g = special_token_ids(tokenizer), torch.Generator().manual_seed(EVAL_SEED)
+    ce, correct, special_guesses, n = 0.0, 0, 0, 0
+    for start in range(0, len(rows), EVAL_BATCH_SIZE):
+        ids, attention_mask = bugs.pad_rows(
+            rows[start : start + EVAL_BATCH_SIZE], tokenizer.pad_token_id
+        )
+        inputs, labels = bugs.mask_fixed(ids, attention_mask, tokenizer, g)
+        logits = model(input_ids=inputs, attention_mask=attention_mask).logits  # (B, T, V)
+        keep = labels != IGNORE_INDEX  # (B, T)
+        guess = logits[keep].argmax(-1)  # (N,)
+        ce += F.cross_entropy(logits[keep], labels[keep], reduction="sum").item()
+        correct += int((guess == labels[keep]).sum())
+        special_guesses += int(torch.isin(guess, special).sum())
+        n += int(keep.sum())
+    heldout = {
+        "mlm_loss": ce / n,
+        "mlm_accuracy": correct / n,
+        "special_guess_rate": special_guesses / n,
+        "num_targets": n,
+    }
+    guesses = {text: _fill_mask(model, tokenizer, text) for text in FILL_MASK_PROBES}
+    return {"heldout": heldout, "guesses": guesses}
+
+
+def _fill_mask(model: torch.nn.Module, tokenizer: Any, text: str) -> str:
+    """The top-1 token at the [MASK] of ``text``."""
+    ids = torch.tensor([tokenizer(text)["input_ids"]])  # (1, T)
+    logits = model(input_ids=ids).logits[0]  # (T, V)
+    position = int((ids[0] == tokenizer.mask_token_id).nonzero()[0])
+    return tokenizer.convert_ids_to_tokens(int(logits[position].argmax()))
+
+
+def _clm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    rows = sentence_rows(corpus.validation, tokenizer)
+    batches = [
+        bugs.clm_batch_fixed(rows[i : i + EVAL_BATCH_SIZE], tokenizer)
+        for i in range(0, len(rows), EVAL_BATCH_SIZE)
+    ]
+    metrics = evaluate(model, batches, objective="clm")
+    first = bugs.clm_batch_fixed(rows[:GENERATION_ROWS], tokenizer)
+    as_generated = prefix_loss(model, first["input_ids"], attention_mask=first["attention_mask"])
+    heldout = {
+        "clm_loss": metrics["clm_loss"],
+        "next_token_accuracy": metrics["next_token_accuracy"],
+        "prefix_clm_loss": float(as_generated),
+        "num_targets": metrics["num_targets"],
+        **_stop_statistics(model, tokenizer, rows[:GENERATION_ROWS]),
+    }
+    samples = [_greedy_text(model, tokenizer, prompt) for prompt in SAMPLE_PROMPTS]
+    return {"heldout": heldout, "samples": samples}
+
+
+def _stop_statistics(
+    model: torch.nn.Module, tokenizer: Any, rows: list[list[int]]
+) -> dict[str, float]:
+    """Greedy continuations of the first tokens of ``rows``: the share that ends with [SEP]
+    within ``MAX_NEW_TOKENS`` tokens, and the mean number of tokens before it."""
+    prompts = torch.tensor([r[:PROMPT_TOKENS] for r in rows])  # (B, 4)
+    sep = tokenizer.sep_token_id
+    out = sample(model, prompts, max_new_tokens=MAX_NEW_TOKENS, temperature=0, eos_token_id=sep)
+    new = out[:, PROMPT_TOKENS:]  # (B, n)
+    stopped = (new == sep).any(dim=1)  # (B,)
+    lengths = torch.where(stopped, (new == sep).int().argmax(dim=1), new.shape[1])  # (B,)
+    return {
+        "stop_rate": float(stopped.float().mean()),
+        "mean_new_tokens": float(lengths.float().mean()),
+    }
+
+
+def _greedy_text(model: torch.nn.Module, tokenizer: Any, prompt: str) -> str:
+    ids = torch.tensor(
+        [tokenizer.cls_token_id, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+    )
+    out = sample(model, ids, max_new_tokens=20, temperature=0, eos_token_id=tokenizer.sep_token_id)
+    return tokenizer.decode(out.tolist(), skip_special_tokens=True)
+
+
+def _nsp_heldout(
+    model: torch.nn.Module, corpus: Any, tokenizer: Any, negatives: Any
+) -> dict[str, float]:
+    g = torch.Generator().manual_seed(EVAL_SEED)
+    pairs = nsp_batches(
+        corpus.validation,
+        tokenizer,
+        batch_size=EVAL_BATCH_SIZE,
+        mlm_probability=0.0,
+        epochs=2,
+        generator=g,
+    )
+    batches = []
+    for batch in pairs:
+        batch = negatives(batch, tokenizer, g)
+        inputs, labels = bugs.mask_fixed(batch["input_ids"], batch["attention_mask"], tokenizer, g)
+        batches.append({**batch, "input_ids": inputs, "labels": labels})
+    return evaluate(model, batches, objective="pretraining")
+
+
+def _pretraining_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    real = _nsp_heldout(model, corpus, tokenizer, bugs.negatives_fixed)
+    noise = _nsp_heldout(model, corpus, tokenizer, bugs.negatives_random_ids)
+    heldout = {
+        "nsp_accuracy": real["nsp_accuracy"],
+        "nsp_loss": real["nsp_loss"],
+        "mlm_loss": real["mlm_loss"],
+        "mlm_accuracy": real["mlm_accuracy"],
+        "nsp_accuracy_random_negatives": noise["nsp_accuracy"],
+        "num_sequences": real["num_sequences"],
+    }
+    return {"heldout": heldout}
+
+
+def _gradient(model: torch.nn.Module, backward: Any) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        backward()
+    grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def _relative_error(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """``||a - b|| / ||b||`` over all parameters."""
+    diff = sum(float(((x - y) ** 2).sum()) for x, y in zip(a, b, strict=True))
+    return (diff / sum(float((y**2).sum()) for y in b)) ** 0.5
+
+
+def first_step_gradient_errors(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    micro_rows: list[list[list[int]]],
+    clm_batch: Any,
+    accumulate: Any,
+) -> dict[str, float]:
+    """How far the gradient accumulated over ``micro_rows`` (with ``accumulate``, then with the
+    fixed one) is from the gradient of the same rows as one batch: ``||a - b|| / ||b||``."""
+    micro = [clm_batch(r, tokenizer) for r in micro_rows]
+    whole = [clm_batch([row for rows in micro_rows for row in rows], tokenizer)]
+    reference = _gradient(model, lambda: bugs.accumulate_fixed(model, whole))
+    ours = _gradient(model, lambda: accumulate(model, micro))
+    fixed = _gradient(model, lambda: bugs.accumulate_fixed(model, micro))
+    return {
+        "this_run": _relative_error(ours, reference),
+        "with_the_fix": _relative_error(fixed, reference),
+    }

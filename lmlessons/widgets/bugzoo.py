@@ -1,0 +1,403 @@
+"""Lesson 08 (bug zoo): the diagnosis widget, the case plots, and the reveal of each bug.
+
+:func:`bug_zoo_widget` shows one case at a time (the ``case`` dropdown): its setting, its loss
+curve beside the healthy run's, a table of symptoms (this run against the healthy run) and its
+samples or fill-in guesses, all from the recorded runs. The ``diagnosis`` dropdown takes the
+learner's answer for that case and shows feedback that points at the evidence
+(:func:`lmlessons.exercises.check_bugzoo.feedback`); each case keeps its answer. The hidden
+state reads e.g. ``case=A diagnosis=no_bug verdict=wrong answered=1 right=0``.
+
+:func:`plot_all_cases` draws every case against its healthy run; :func:`reveal` shows a case's
+bug beside its fix (the source of the two functions that really ran).
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import ipywidgets as widgets
+from IPython.display import HTML
+from matplotlib.figure import Figure
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from lmlessons.course.bugzoo.cases import (
+    CASES,
+    DIAGNOSES,
+    METRIC_LABELS,
+    Case,
+    case_summaries,
+    get_case,
+)
+from lmlessons.course.bugzoo.records import load_records
+from lmlessons.exercises.check_bugzoo import feedback
+from lmlessons.widgets.base import LessonWidget
+from lmlessons.widgets.display import (
+    OutputRecord,
+    figure_png,
+    html_output,
+    new_figure,
+    png_output,
+    state_output,
+)
+
+__all__ = [
+    "FAMILY_METRICS",
+    "plot_case",
+    "plot_all_cases",
+    "symptom_table_html",
+    "examples_html",
+    "diagnoses_html",
+    "reveal_html",
+    "reveal",
+    "bug_zoo_marker",
+    "BugZooWidget",
+    "bug_zoo_widget",
+]
+
+Records = Mapping[str, dict[str, Any]]
+
+#: The symptoms shown for every case of a family (all of them, not only the telling ones).
+FAMILY_METRICS: dict[str, tuple[str, ...]] = {
+    "mlm": (
+        "final_train_loss",
+        "targets_per_step",
+        "grad_norm",
+        "first_nan_step",
+        "heldout_mlm_loss",
+        "heldout_mlm_accuracy",
+        "heldout_special_guess_rate",
+    ),
+    "clm": (
+        "final_train_loss",
+        "targets_per_step",
+        "grad_norm",
+        "heldout_clm_loss",
+        "heldout_prefix_clm_loss",
+        "heldout_next_token_accuracy",
+        "heldout_stop_rate",
+        "heldout_mean_new_tokens",
+        "gradient_error",
+        "gradient_error_fixed",
+    ),
+    "pretraining": (
+        "final_train_loss",
+        "grad_norm",
+        "train_nsp_accuracy",
+        "heldout_nsp_accuracy",
+        "heldout_nsp_accuracy_random_negatives",
+        "heldout_mlm_loss",
+    ),
+}
+_RATES = ("accuracy", "rate", "gradient_error")
+_COUNTS = ("targets", "step", "tokens")
+CASE_COLOR, HEALTHY_COLOR = "#d7191c", "#4d4d4d"
+
+
+def _records(records: Records | None) -> Records:
+    return load_records() if records is None else records
+
+
+def _format(metric: str, value: float | None) -> str:
+    """A symptom as the tables show it: rates in %, counts whole, losses to 2 decimals."""
+    if value is None:
+        return "—"
+    if math.isnan(value):
+        return "NaN"
+    if metric == "gradient_error_fixed":
+        return f"{value:.0e}"
+    if any(word in metric for word in _RATES):
+        return f"{value:.1%}"
+    if any(word in metric for word in _COUNTS):
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+def _smoothed(values: list[float], beta: float = 0.9) -> list[float]:
+    """Bias-corrected moving average (as :meth:`lmlessons.History.smoothed`); NaN stays NaN."""
+    out, avg = [], 0.0
+    for i, v in enumerate(values, start=1):
+        avg = beta * avg + (1 - beta) * v
+        out.append(avg / (1 - beta**i))
+    return out
+
+
+def _curve(ax: Any, values: list[float], color: str, label: str) -> None:
+    steps = range(1, len(values) + 1)
+    ax.plot(steps, values, color=color, alpha=0.25, lw=1)
+    ax.plot(steps, _smoothed(values), color=color, lw=1.8, label=label)
+
+
+def plot_case(
+    ax: Any, case: Case | str, records: Records | None = None, *, key: str = "loss"
+) -> Any:
+    """The case's ``key`` per step (``"loss"``, ``"grad_norm"``, ``"nsp_accuracy"``) beside its
+    healthy run's: faint raw values, bold smoothed ones; a dotted line at the first NaN."""
+    case = get_case(case) if isinstance(case, str) else case
+    records = _records(records)
+    mine, healthy = records[case.run]["history"][key], records[case.reference]["history"][key]
+    _curve(ax, healthy, HEALTHY_COLOR, "healthy run")
+    _curve(ax, mine, CASE_COLOR, f"case {case.id}")
+    nan_steps = [i + 1 for i, v in enumerate(mine) if math.isnan(v)]
+    if nan_steps:
+        ax.axvline(
+            nan_steps[0], color=CASE_COLOR, ls=":", lw=1.2, label=f"NaN from step {nan_steps[0]}"
+        )
+    ax.set_xlabel("optimizer step")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def _second_key(case: Case, records: Records) -> str:
+    return "nsp_accuracy" if records[case.run]["family"] == "pretraining" else "grad_norm"
+
+
+_YLABELS = {
+    "loss": "train loss",
+    "grad_norm": "gradient norm",
+    "nsp_accuracy": "train NSP accuracy",
+}
+
+
+def _case_figure(case: Case, records: Records) -> Figure:
+    fig = new_figure(7.6, 2.6)
+    for i, key in enumerate(("loss", _second_key(case, records))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        plot_case(ax, case, records, key=key)
+        ax.set_ylabel(_YLABELS[key])
+        if key == "grad_norm":
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"case {case.id} against its healthy run", fontsize=10)
+    return fig
+
+
+def plot_all_cases(records: Records | None = None) -> Figure:
+    """Every case's train loss against its healthy run's, one panel per case (a 2 x 4 grid)."""
+    records = _records(records)
+    fig = new_figure(9.6, 4.4)
+    for i, case in enumerate(CASES):
+        ax = fig.add_subplot(2, math.ceil(len(CASES) / 2), i + 1)
+        plot_case(ax, case, records)
+        ax.set_title(f"case {case.id}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("")
+        if i == 0:
+            ax.legend(fontsize=6)
+    fig.supxlabel("optimizer step", fontsize=9)
+    fig.supylabel("train loss", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+_TABLE = '<table style="border-collapse:collapse;margin:4px 0;font-size:12px">'
+_TD = 'style="padding:2px 8px;border:1px solid #bbb;text-align:{align}"'
+
+
+def _row(cells: list[str], head: bool = False) -> str:
+    tag = "th" if head else "td"
+    out = [
+        f"<{tag} {_TD.format(align='left' if i == 0 else 'right')}>{c}</{tag}>"
+        for i, c in enumerate(cells)
+    ]
+    return "<tr>" + "".join(out) + "</tr>"
+
+
+def symptom_table_html(case: Case | str, records: Records | None = None) -> str:
+    """Every symptom of the case's family: this run against the healthy run."""
+    case = get_case(case) if isinstance(case, str) else case
+    records = _records(records)
+    mine, healthy = case_summaries(case, records)
+    rows = [_row(["symptom", f"case {case.id}", "healthy run"], head=True)]
+    for metric in FAMILY_METRICS[records[case.run]["family"]]:
+        if metric in mine or metric in healthy:
+            values = [_format(metric, s.get(metric)) for s in (mine, healthy)]
+            rows.append(_row([html.escape(METRIC_LABELS[metric]), *values]))
+    return _TABLE + "".join(rows) + "</table>"
+
+
+def examples_html(case: Case | str, records: Records | None = None) -> str:
+    """The case's fill-in guesses (MLM) or greedy samples (causal LM) beside the healthy run's;
+    empty for pretraining."""
+    case = get_case(case) if isinstance(case, str) else case
+    records = _records(records)
+    mine, healthy = records[case.run], records[case.reference]
+    if "guesses" in mine:
+        rows = [_row(["fill in [MASK]", f"case {case.id}", "healthy run"], head=True)]
+        for prompt, guess in mine["guesses"].items():
+            cells = [prompt, guess, healthy["guesses"][prompt]]
+            rows.append(_row([html.escape(c) for c in cells]))
+        return _TABLE + "".join(rows) + "</table>"
+    if "samples" in mine:
+        rows = [_row(["greedy samples", f"case {case.id}", "healthy run"], head=True)]
+        for i, (a, b) in enumerate(zip(mine["samples"], healthy["samples"], strict=True)):
+            rows.append(_row([str(i + 1), html.escape(a), html.escape(b)]))
+        return _TABLE.replace("margin", "max-width:900px;margin") + "".join(rows) + "</table>"
+    return ""
+
+
+def diagnoses_html() -> str:
+    """The diagnoses to choose from: id (for ``check``) and what it means."""
+    rows = [_row(["diagnosis id", "the bug"], head=True)]
+    for d in DIAGNOSES.values():
+        rows.append(_row([f"<code>{d.id}</code>", html.escape(d.label)]))
+    return _TABLE.replace("text-align:right", "text-align:left") + "".join(rows) + "</table>"
+
+
+# --------------------------------------------------------------------------------------------
+# Reveal
+# --------------------------------------------------------------------------------------------
+
+
+def _code_html(source: str, marker: str) -> str:
+    lines = [i + 1 for i, line in enumerate(source.splitlines()) if f"# {marker}" in line]
+    formatter = HtmlFormatter(noclasses=True, nowrap=True, hl_lines=lines)
+    code = highlight(source, PythonLexer(), formatter)
+    return (
+        '<pre style="margin:0;font-size:11.5px;line-height:1.35;background:transparent;'
+        f'white-space:pre">{code}</pre>'
+    )
+
+
+def reveal_html(case: Case | str) -> str:
+    """The case's bug beside its fix: the source of the two functions the runs used, the lines
+    that differ highlighted, then why the fix works and the lesson that teaches it."""
+    case = get_case(case) if isinstance(case, str) else case
+    columns = "".join(
+        f'<td style="vertical-align:top;padding:4px 8px;border:1px solid #bbb">'
+        f'<div style="font-weight:bold;color:{color}">{name}</div>{_code_html(src, marker)}</td>'
+        for name, color, src, marker in (
+            ("bug", CASE_COLOR, inspect.getsource(case.bug), "BUG"),
+            ("fix", "#1a9641", inspect.getsource(case.fix), "FIX"),
+        )
+    )
+    return (
+        f'<div style="font-size:13px"><b>Case {case.id}: {html.escape(case.title)}</b> '
+        f"(diagnosis <code>{case.diagnosis}</code>; lesson {case.lesson})"
+        f'<table style="border-collapse:collapse;margin:4px 0"><tr>{columns}</tr></table>'
+        f'<div style="max-width:900px">{html.escape(case.why)}</div></div>'
+    )
+
+
+def reveal(case: Case | str) -> HTML:
+    """:func:`reveal_html` as a displayable object (lesson 08's reveal cells)."""
+    return HTML(reveal_html(case))
+
+
+# --------------------------------------------------------------------------------------------
+# The widget
+# --------------------------------------------------------------------------------------------
+
+
+def bug_zoo_marker(case: str, diagnosis: str, verdict: str, answered: int, right: int) -> str:
+    """The widget's deterministic state line (what a browser test waits for)."""
+    return (
+        f"case={case} diagnosis={diagnosis or 'none'} verdict={verdict} "
+        f"answered={answered} right={right}"
+    )
+
+
+def _feedback_html(right: bool | None, text: str) -> str:
+    if right is None:
+        return '<div style="color:#555;margin:4px 0">Choose a diagnosis for this case.</div>'
+    color, background = ("#1a9641", "#eef8ee") if right else ("#d7191c", "#fdf0f0")
+    return (
+        f'<div style="border-left:4px solid {color};background:{background};padding:4px 8px;'
+        f'margin:4px 0;max-width:900px;font-size:13px">{html.escape(text)}</div>'
+    )
+
+
+class BugZooWidget(LessonWidget):
+    """:func:`bug_zoo_widget`'s box; ``answers`` holds the diagnosis chosen for each case."""
+
+    answers: dict[str, str]
+
+    def verdicts(self) -> dict[str, bool]:
+        """Whether each answered case is diagnosed right."""
+        return {c: DIAGNOSES[d].id == get_case(c).diagnosis for c, d in self.answers.items()}
+
+
+def _controls(case: str) -> dict[str, widgets.ValueWidget]:
+    layout = {"style": {"description_width": "initial"}}
+    return {
+        "case": widgets.Dropdown(
+            options=[(f"case {c.id}", c.id) for c in CASES],
+            value=case,
+            description="case",
+            **layout,
+        ),
+        "diagnosis": widgets.Dropdown(
+            options=[("(choose a diagnosis)", ""), *((d.label, d.id) for d in DIAGNOSES.values())],
+            value="",
+            description="diagnosis",
+            layout=widgets.Layout(width="720px"),
+            **layout,
+        ),
+    }
+
+
+def _case_outputs(case: Case, records: Records, png: bytes) -> list[OutputRecord]:
+    """The case's setting, its curves, its symptom table and its samples or guesses."""
+    setting = (
+        f'<div style="font-size:13px;margin:4px 0"><b>Case {case.id}.</b> '
+        f"{html.escape(case.setting)}</div>"
+    )
+    return [
+        html_output(setting, plain=f"case {case.id}"),
+        png_output(png, f"case {case.id} against its healthy run"),
+        html_output(symptom_table_html(case, records) + examples_html(case, records)),
+    ]
+
+
+def bug_zoo_widget(records: Records | None = None, *, case: str = "A") -> BugZooWidget:
+    """Diagnose the cases one at a time (see the module docstring). ``records``: the recorded
+    runs (default: the shipped ones); ``case``: the case shown first. The answers so far are in
+    ``.answers`` (``{case letter: diagnosis id}``, what ``check("bug_zoo", ...)`` takes)."""
+    records = _records(records)
+    case = get_case(case).id
+    controls = _controls(case)
+    case_box, diagnosis_box = controls["case"], controls["diagnosis"]
+    answers: dict[str, str] = {}
+    pictures: dict[str, bytes] = {}  # each case's figure, drawn once
+
+    def on_case(change: dict[str, Any]) -> None:  # runs before the redraw
+        diagnosis_box.value = answers.get(change["new"], "")
+
+    def on_diagnosis(change: dict[str, Any]) -> None:  # runs before the redraw
+        if change["new"]:
+            answers[case_box.value] = change["new"]
+        else:
+            answers.pop(case_box.value, None)
+
+    case_box.observe(on_case, names="value")
+    diagnosis_box.observe(on_diagnosis, names="value")
+
+    def draw() -> list[OutputRecord]:
+        shown = get_case(case_box.value)
+        if shown.id not in pictures:
+            pictures[shown.id] = figure_png(_case_figure(shown, records))
+        chosen = diagnosis_box.value
+        right, text = feedback(shown.id, chosen, records) if chosen else (None, "")
+        n_right = sum(d == get_case(c).diagnosis for c, d in answers.items())
+        progress = f"{len(answers)} of {len(CASES)} cases answered, {n_right} right."
+        verdict = "none" if right is None else ("right" if right else "wrong")
+        marker = bug_zoo_marker(shown.id, chosen, verdict, len(answers), n_right)
+        note = f'<div style="color:#555;font-size:12px">{progress}</div>'
+        return [
+            *_case_outputs(shown, records, pictures[shown.id]),
+            html_output(_feedback_html(right, text) + note, plain=text or progress),
+            state_output(marker),
+        ]
+
+    box = BugZooWidget(controls, draw)
+    box.answers = answers
+    return box

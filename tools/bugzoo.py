@@ -1,0 +1,86 @@
+"""Record the bug zoo's training runs: ``python -m tools.bugzoo [--out DIR] [RUN ...]``.
+
+Trains every run of :data:`lmlessons.course.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
+references included, with one thread, and writes their histories and symptoms to
+``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`). Without ``--out`` the
+file goes to the user cache folder (``<cache>/bugzoo``), never into the repository; naming
+runs replaces only those in an existing file. About 3 minutes on one core. The shipped file was
+made with::
+
+    python -m tools.bugzoo --out lmlessons/data/bugzoo
+
+Float sums differ in their last digits from one CPU to another, so a new recording matches the
+shipped one to a tolerance, not exactly (``tests/test_bugzoo.py`` re-runs the first steps of
+every run against it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmlessons.course._cache import user_cache_dir
+from lmlessons.course.bugzoo.records import RECORDS_FILE, save_records
+from lmlessons.course.bugzoo.runs import RUNS, run
+
+COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
+
+
+def _existing(out: Path) -> dict[str, Any]:
+    path = out / RECORDS_FILE
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8")).get("runs", {})
+
+
+def record(run_ids: list[str], out: Path, threads: int) -> Path:
+    """Train ``run_ids`` with ``threads`` torch threads and write ``out/runs.json``."""
+    from transformers import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # config notes, and the leaky decoder's warning on purpose
+    torch.set_num_threads(threads)
+    records = _existing(out) if set(run_ids) != set(RUNS) else {}
+    seconds = {}
+    for run_id in run_ids:
+        start = time.perf_counter()
+        records[run_id] = run(run_id)
+        seconds[run_id] = round(time.perf_counter() - start, 1)
+        print(f"{run_id:28s} {seconds[run_id]:6.1f} s", flush=True)
+    return save_records(
+        {k: records[k] for k in RUNS if k in records},
+        out,
+        command=COMMAND,
+        torch_threads=threads,
+        torch_version=torch.__version__,
+        python=platform.python_version(),
+        machine=platform.machine(),
+        seconds=seconds,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="*", help=f"default: every run ({', '.join(RUNS)})")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for runs.json (default: user cache)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = parser.parse_args(argv)
+    unknown = [r for r in args.runs if r not in RUNS]
+    if unknown:
+        parser.error(f"unknown runs {unknown}; choose from {', '.join(RUNS)}")
+    out = args.out if args.out is not None else user_cache_dir() / "bugzoo"
+    path = record(list(args.runs) or list(RUNS), out, args.threads)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
