@@ -19,12 +19,12 @@ XDIST := -n 2 --dist loadscope
 # so strict nbval under both proves that no stored output depends on that order.
 SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 
-.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser execute student screenshots bench budgets lesson-times clean
+.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser test-site site execute student screenshots bench budgets lesson-times clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r requirements.txt -r requirements-test.txt
 	$(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -43,6 +43,7 @@ lint: setup
 test: setup lint
 	$(PYTEST) tests notebooks $(NBVAL) $(XDIST)
 	$(MAKE) --no-print-directory test-portable
+	$(MAKE) --no-print-directory test-site
 
 test-unit: setup
 	$(PYTEST) tests -m "not browser"
@@ -56,6 +57,14 @@ test-portable: setup
 
 test-browser: setup
 	$(PYTEST) tests -m browser
+
+# The static website from the stored outputs (nothing is executed), into the ignored _build/site.
+site: setup
+	$(PY) site/build.py _build/site
+
+# The built site in Chromium: every lesson page loads offline, with its figures, math and links.
+test-site: site
+	LMLESSONS_SITE_DIR=_build/site $(PYTEST) tests/test_site.py
 
 # Re-execute every lesson in a fresh kernel, store its outputs (no timestamps), regenerate student/.
 execute: setup

@@ -1,6 +1,6 @@
 """Measure the course's speed budgets: ``python -m tools.budgets [--seconds 30]``.
 
-Prints (and with ``--json`` writes) the numbers the README quotes:
+Prints (and with ``--json`` writes) the numbers docs/measurements.md quotes:
 
 * ``load_corpus("course")`` and ``load_tokenizer()`` wall time (target: < 1 s each), and for
   comparison the same two calls in a fresh ``python`` process, imports included (importing torch
