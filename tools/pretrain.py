@@ -143,18 +143,23 @@ def _command(name: str, seed: int, max_steps: int | None) -> str:
     return command + (f" --steps {max_steps}" if max_steps else "")
 
 
-def _train(
-    name: str, model: Any, corpus: Any, tokenizer: Any, steps: int, seed: int, live: bool
-) -> Any:
-    """The recipe's main run: ``steps`` optimizer steps, cosine decay; returns the History."""
-    recipe = RECIPES[name]
-    batches = recipe.batches(
+def recipe_batches(recipe: Recipe, corpus: Any, tokenizer: Any, seed: int) -> Any:
+    """The recipe's seeded stream of training batches (main run)."""
+    return recipe.batches(
         corpus.train,
         tokenizer,
         batch_size=recipe.batch_size,
         max_length=recipe.max_length,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def _train(
+    name: str, model: Any, corpus: Any, tokenizer: Any, steps: int, seed: int, live: bool
+) -> Any:
+    """The recipe's main run: ``steps`` optimizer steps, cosine decay; returns the History."""
+    recipe = RECIPES[name]
+    batches = recipe_batches(recipe, corpus, tokenizer, seed)
     return train(
         model,
         batches,

@@ -41,7 +41,7 @@ from lmlessons.course.models import tiny_bert_pretraining
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import train
 from lmlessons.widgets.mlm import fill_mask
-from tools.pretrain import RECIPES, _causal_warm_start
+from tools.pretrain import RECIPES, _causal_warm_start, recipe_batches
 
 PROBE_SENTENCES = ("the dog chased the [MASK] .", "the cat slept in the warm [MASK] .")
 
@@ -138,13 +138,7 @@ def _run(
     if warm_steps:
         steps.append(warm_steps)
         probes.append(probe(model, heldout, tokenizer))
-    batches = recipe.batches(
-        corpus.train,
-        tokenizer,
-        batch_size=recipe.batch_size,
-        max_length=recipe.max_length,
-        generator=torch.Generator().manual_seed(seed),
-    )
+    batches = recipe_batches(recipe, corpus, tokenizer, seed)
     history = train(
         model,
         _probed(itertools.islice(batches, prefix), every, on_probe),
