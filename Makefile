@@ -19,7 +19,7 @@ XDIST := -n 2 --dist loadscope
 # so strict nbval under both proves that no stored output depends on that order.
 SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 
-.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser test-site site execute student screenshots bench budgets lesson-times clean
+.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ test-portable: setup
 test-browser: setup
 	$(PYTEST) tests -m browser
 
+# nbgrader builds, releases and autogrades the course (lessons 01 and 02) in a temp folder.
+test-classroom: setup
+	$(PYTEST) tests/test_classroom.py -m classroom
+
 # The static website from the stored outputs (nothing is executed), into the ignored _build/site.
 site: setup
 	$(PY) site/build.py _build/site
@@ -72,6 +76,11 @@ execute: setup
 
 student: setup
 	$(PY) -m tools.student
+
+# An nbgrader course folder (docs/teaching.md): every lesson an assignment, in the ignored _build/.
+CLASSROOM ?= _build/classroom
+classroom: setup
+	$(PY) -m tools.classroom --dest $(CLASSROOM)
 
 screenshots: setup
 	$(PY) -m tools.screenshots

@@ -27,7 +27,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,55 +34,17 @@ from pathlib import Path
 
 import nbformat
 
-BEGIN = "# BEGIN SOLUTION"
-END = "# END SOLUTION"
-STUB = 'raise NotImplementedError("Your code here")'
-SOLUTION_TAG = "solution"
+from tools.markers import (  # noqa: F401  (re-exported: the tests and older callers use them)
+    BEGIN,
+    END,
+    SOLUTION_TAG,
+    STUB,
+    SolutionMarkerError,
+    is_solution_cell,
+    strip_solutions,
+)
+
 META_KEY = "lmlessons"
-
-_BEGIN_RE = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION[ \t]*$")
-_END_RE = re.compile(r"^[ \t]*# END SOLUTION[ \t]*$")
-
-
-class SolutionMarkerError(ValueError):
-    """A ``# BEGIN SOLUTION`` / ``# END SOLUTION`` pair is broken or misplaced."""
-
-
-def strip_solutions(source: str, where: str = "cell") -> str:
-    """Replace each solution region of ``source`` by the stub, keeping the marker's indentation."""
-    out: list[str] = []
-    begin_line: int | None = None
-    for number, line in enumerate(source.split("\n"), start=1):
-        begin = _BEGIN_RE.match(line)
-        if begin:
-            if begin_line is not None:
-                raise SolutionMarkerError(
-                    f"{where}, line {number}: {BEGIN} inside the region opened at line {begin_line}"
-                )
-            if not begin["indent"]:
-                raise SolutionMarkerError(
-                    f"{where}, line {number}: {BEGIN} at the top level; put the region inside the "
-                    "exercise function's body, or the student copy would raise as soon as the "
-                    "cell runs"
-                )
-            out.append(begin["indent"] + STUB)
-            begin_line = number
-        elif _END_RE.match(line):
-            if begin_line is None:
-                raise SolutionMarkerError(f"{where}, line {number}: {END} without {BEGIN}")
-            begin_line = None
-        elif begin_line is None:
-            out.append(line)
-        elif line.strip() and (len(line) - len(line.lstrip())) < len(out[-1]) - len(
-            out[-1].lstrip()
-        ):
-            raise SolutionMarkerError(
-                f"{where}, line {number}: a line inside the solution region is indented less "
-                f"than {BEGIN}"
-            )
-    if begin_line is not None:
-        raise SolutionMarkerError(f"{where}, line {begin_line}: {BEGIN} is never closed by {END}")
-    return "\n".join(out)
 
 
 def sources_sha256(nb: nbformat.NotebookNode) -> str:
@@ -97,7 +58,7 @@ def make_student_notebook(nb: nbformat.NotebookNode, source_name: str) -> nbform
     nb = copy.deepcopy(nb)
     cells = []
     for index, cell in enumerate(nb.cells):
-        if SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
+        if is_solution_cell(cell):
             continue
         if cell.cell_type == "code":
             cell.source = strip_solutions(cell.source, f"{source_name}, cell {index}")

@@ -63,6 +63,7 @@ __all__ = [
     "Hint",
     "Quiz",
     "Solution",
+    "assert_check",
     "check",
     "hint",
     "quiz",
@@ -170,6 +171,22 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
         " (Your function printed output during the check; it was hidden.)" if run.printed else ""
     )
     return CheckResult(name, "passed", "correct!", message, passed_checks=tuple(run.passed))
+
+
+def assert_check(name: str, fn: Callable[..., Any]) -> CheckResult:
+    """``check(name, fn)`` that raises ``AssertionError`` unless every hidden case passed.
+
+    For autograders, not for lessons: the nbgrader course that ``make classroom`` builds runs it
+    in a hidden test, so a wrong or unwritten exercise scores 0 while the learner's own copy runs
+    top to bottom. The error's text is the result's text: the mistake's title, its code and the
+    explanation ``check`` shows.
+    """
+    __tracebackhide__ = True  # IPython and pytest show the error, not this frame
+    result = check(name, fn)
+    if not result.passed:
+        code = result.mistake or result.status
+        raise AssertionError(f"{result}\n\n[{name}: {code}]")
+    return result
 
 
 def hint(name: str, level: int = 1) -> Hint:
