@@ -25,7 +25,7 @@ N; 5. ``num_items_in_batch`` as an int and a tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -40,7 +40,6 @@ from lmlessons.exercises._loss_checks import (
     check_empty,
     check_num_items,
     close,
-    explain_ce,
 )
 from lmlessons.exercises._runner import Mistake, Runner
 
@@ -84,14 +83,9 @@ class _ChunkedCall(LossCall):
         self.chunk_size = chunk_size
 
     def __call__(
-        self,
-        args: Sequence[torch.Tensor],
-        case: str,
-        *,
-        explain: Callable[[BaseException], tuple[str, str] | None] = explain_ce,
-        **kwargs: Any,
+        self, args: Sequence[torch.Tensor], case: str, **kwargs: Any
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return super().__call__(args, case, explain=explain, chunk_size=self.chunk_size, **kwargs)
+        return super().__call__(args, case, chunk_size=self.chunk_size, **kwargs)
 
 
 def reference(
