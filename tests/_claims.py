@@ -1,0 +1,113 @@
+"""The claims ledger (``docs/claims.md``) and the lesson text it must cover.
+
+A ledger entry is a level-3 heading with the claim id, then four bullets::
+
+    ### 07-trainer-bert-ga
+    - lesson: 07
+    - anchor: `BertForMaskedLM` and `BertForPreTraining` compute a plain mean
+    - claim: what the lesson states, in one sentence.
+    - evidence: test
+
+``evidence`` is ``test`` (``tests/test_claims.py`` has ``test_claim_<id with _ for ->``), a
+citation of code (``cite owner/repo@<40-hex commit> path#L<n>`` or ``#L<n>-L<m>``), or a
+citation of a paper (``paper arXiv:<id>, <where in the paper>``). The anchor is a piece of the
+lesson's text (whitespace folded) that makes the claim: ``lesson`` is a lesson number
+(``07``) or a quiz (``quiz 07``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests._lessons import LESSONS, ROOT, cells
+
+LEDGER = ROOT / "docs" / "claims.md"
+FIELDS = ("lesson", "anchor", "claim", "evidence")
+CITE = re.compile(r"^cite [\w.-]+/[\w.-]+@[0-9a-f]{40} \S+#L\d+(-L\d+)?$")
+PAPER = re.compile(r"^paper arXiv:\d{4}\.\d{4,5}, .+$")
+# Names of other systems: a paragraph naming one states something about it.
+SYSTEMS = re.compile(
+    r"transformers|\bTrainer\b|Hugging Face|\btokenizers\b|fairseq|RoBERTa|Google|"
+    r"run_pretraining|create_pretraining_data|Liger|Cut Cross-Entropy|\bCCE\b|\bTRL\b|"
+    r"\bBert(For\w+|LMHeadModel|Model|TokenizerFast)\b|\bGPT2\w*Model\b|DataCollator\w*|"
+    r"For(Causal|Masked)LMLoss|ModernBERT|ELECTRA|SpanBERT|ALBERT|et al\.|Llama|d2l"
+)
+# Sections that only point to further reading, and the navigation footer.
+EXEMPT_CELL = re.compile(r"^\s*(## Going further|---\s*\n\*\*Previous)")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    lesson: str
+    anchor: str
+    claim: str
+    evidence: str
+
+    @property
+    def test_name(self) -> str:
+        return "test_claim_" + self.id.replace("-", "_").replace(".", "_")
+
+
+def fold(text: str) -> str:
+    """Whitespace folded to single spaces: anchors match across line breaks."""
+    return " ".join(text.split())
+
+
+def read_ledger(path: Path = LEDGER) -> list[Claim]:
+    """Every entry of the ledger, in order; a malformed entry raises ValueError."""
+    claims = []
+    for block in re.split(r"^### ", path.read_text(encoding="utf-8"), flags=re.M)[1:]:
+        head, *lines = block.strip().splitlines()
+        fields: dict[str, str] = {}
+        for line in lines:
+            match = re.match(r"^- (\w+): (.+)$", line)
+            if match and match[1] in FIELDS:
+                fields[match[1]] = match[2].strip()
+        missing = [f for f in FIELDS if f not in fields]
+        if missing:
+            raise ValueError(f"claim {head.strip()!r} lacks {missing}")
+        claims.append(Claim(head.strip(), **fields))
+    return claims
+
+
+def lesson_paragraphs(path: Path) -> list[str]:
+    """The markdown paragraphs (and list items) of a lesson, folded, outside exempt cells."""
+    paragraphs = []
+    for cell in cells(path):
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "markdown" or EXEMPT_CELL.match(source):
+            continue
+        for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )", source):
+            if block.strip():
+                paragraphs.append(fold(block))
+    return paragraphs
+
+
+def lesson_text(lesson: str) -> str:
+    """The folded text an anchor of ``lesson`` ("07" or "quiz 07") must occur in."""
+    if lesson.startswith("quiz "):
+        from lmlessons.exercises.quizzes import QUIZZES
+
+        number = lesson.split()[1]
+        return fold(
+            " ".join(
+                " ".join([q.prompt, *(c.text + " " + c.why for c in q.choices)])
+                for q in QUIZZES[number]
+            )
+        )
+    (path,) = [p for p in LESSONS if p.name.startswith(lesson + "_")]
+    return fold(" ".join("".join(c["source"]) for c in cells(path)))
+
+
+def uncovered(path: Path, claims: list[Claim]) -> list[str]:
+    """Paragraphs of the lesson at ``path`` that name another system and hold no anchor."""
+    number = path.name[:2]
+    anchors = [fold(c.anchor) for c in claims if c.lesson == number]
+    return [
+        p
+        for p in lesson_paragraphs(path)
+        if SYSTEMS.search(p) and not any(a in p for a in anchors)
+    ]

@@ -1,0 +1,66 @@
+"""The claims ledger, ``docs/claims.md``: well formed, evidenced, and covering the lessons.
+
+The behaviour tests of the ledger's ``test`` claims are named ``test_claim_<id>`` and live in
+this module or in ``tests/test_claims_NN.py`` beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests._claims import CITE, PAPER, Claim, fold, lesson_text, read_ledger, uncovered
+from tests._lessons import LESSONS, cells
+
+HERE = Path(__file__).parent
+CLAIMS = read_ledger()
+
+
+def _claim_tests() -> set[str]:
+    names = set()
+    for module in HERE.glob("test_claims*.py"):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return names
+
+
+def test_the_ledger_has_unique_ids() -> None:
+    counts = Counter(c.id for c in CLAIMS)
+    assert not [i for i, n in counts.items() if n > 1]
+    assert CLAIMS, "the ledger is empty"
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_every_anchor_is_in_its_lesson(claim: Claim) -> None:
+    assert fold(claim.anchor) in lesson_text(claim.lesson), claim.anchor
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_every_claim_has_evidence(claim: Claim) -> None:
+    if claim.evidence == "test":
+        assert claim.test_name in _claim_tests(), f"no {claim.test_name} in tests/test_claims*.py"
+    else:
+        assert CITE.match(claim.evidence) or PAPER.match(claim.evidence), claim.evidence
+
+
+def test_every_claim_test_belongs_to_a_claim() -> None:
+    named = {c.test_name for c in CLAIMS if c.evidence == "test"}
+    orphans = {n for n in _claim_tests() if n.startswith("test_claim_")} - named
+    assert not orphans, f"claim tests with no ledger entry: {sorted(orphans)}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_paragraph_naming_another_system_is_in_the_ledger(path: Path) -> None:
+    missing = uncovered(path, CLAIMS)
+    assert not missing, "no ledger anchor in:\n" + "\n".join(f"- {p[:160]}" for p in missing)
+
+
+def test_lesson_00_points_to_the_ledger_once() -> None:
+    (start,) = [p for p in LESSONS if p.name.startswith("00_")]
+    text = " ".join("".join(c["source"]) for c in cells(start))
+    assert text.count("docs/claims.md") == 1
+    others = [p for p in LESSONS if not p.name.startswith("00_")]
+    assert not [p.name for p in others if "docs/claims.md" in p.read_text(encoding="utf-8")]
