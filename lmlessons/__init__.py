@@ -32,7 +32,7 @@ from lmlessons.masking import mask_tokens
 from lmlessons.pairs import make_nsp_pairs, make_sop_pairs, truncate_seq_pair
 from lmlessons.shifting import shift_labels
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The public API: the core first, then what the lessons run on (lmlessons.course).
 __all__ = [

@@ -366,7 +366,6 @@ def select_spans(
     geometric_p, max_span_length = _check_span_args(geometric_p, max_span_length)
     generator = check_generator(generator)
     eligible, wids, _, squeeze = _word_inputs(special_tokens_mask, is_continuation, attention_mask)
-    pmf = span_length_pmf(geometric_p, max_span_length).float()
     selected = torch.zeros_like(eligible)
     for row in range(eligible.shape[0]):
         n = int(eligible[row].sum())
@@ -379,7 +378,11 @@ def select_spans(
         n_words = len(words)
         taken = 0
         while taken < budget:
-            span_len = int(torch.multinomial(pmf, 1, generator=generator)) + 1
+            span_len = int(
+                sample_span_lengths(
+                    1, geometric_p=geometric_p, max_span_length=max_span_length, generator=generator
+                )
+            )
             # the anchor is an unselected token (SpanBERT redraws a masked anchor)
             free = (eligible[row] & ~selected[row]).nonzero().flatten()
             anchor = int(free[int(torch.randint(len(free), (), generator=generator))])

@@ -70,7 +70,7 @@ def context(chromium: str) -> Iterator[jb.BrowserContext]:
 
 @pytest.fixture(scope="module")
 def lab(chromium: str, repo_before: dict[str, Any]) -> Iterator[jb.JupyterLab]:
-    with jb.JupyterLab(jb.NOTEBOOKS_DIR) as server:
+    with jb.JupyterLab(jb.NOTEBOOKS_DIR, slices=True) as server:
         yield server
         leftover = server.running_kernels()
     assert server.proc is not None and server.proc.returncode is not None, "server still running"

@@ -138,6 +138,23 @@ def test_prefix_loss_differs_for_a_bidirectional_model():
     assert abs(float(prefix_loss(model, ids)) - float(one_pass)) > 5e-5
 
 
+def test_prefix_loss_predicts_each_target_from_the_tokens_before_it():
+    """Even for a bidirectional model, the prediction of token k sees tokens 0..k-1 only: two
+    inputs that differ only at position k (the target's own position) get the same prefix loss
+    for that target. A prefix that included the target would tell them apart."""
+    model = _bert(False)
+    ids = _ids(b=1, t=8, seed=2)
+    other = ids.clone()
+    other[0, 5] = (other[0, 5] + 1) % model.config.vocab_size
+    labels = torch.full_like(ids, -100)
+    labels[0, 5] = int(ids[0, 5])  # one target, the same for both inputs
+    a, b = prefix_loss(model, ids, labels), prefix_loss(model, other, labels)
+    assert torch.equal(a, b)
+    with torch.no_grad():  # while the model itself does look at position 5
+        full = [model(input_ids=x).logits[0, 4] for x in (ids, other)]
+    assert not torch.equal(full[0], full[1])
+
+
 def test_prefix_loss_validates():
     model, ids = _gpt2(), _ids(b=2, t=6)
     with pytest.raises(ValueError, match="at least one target"):

@@ -57,10 +57,23 @@ def test_stated_times_are_measured() -> None:
 
 def test_the_time_estimate_follows_its_formula() -> None:
     estimate = reading_time.Estimate(
-        words=1300, code_lines=80, exercises=1, quizzes=1, run_seconds=60
+        words=1800,
+        code_lines=140,
+        output_lines=60,
+        pictures=4,
+        widgets=1,
+        predictions=1,
+        quiz_questions=4,
+        what_ifs=2,
+        exercises=("make_nsp_pairs",),
+        run_seconds=60,
     )
-    assert estimate.minutes == 35  # 10 + 10 + 10 + 3 + 1 = 34 -> nearest 5
-    assert "about 35 minutes" in estimate.statement() and "1,300 words" in estimate.statement()
+    # quick: 10 + 10 + 1 + 1 + 2 + 1 + 2 + 3 + 30 + 1 = 61; careful: 13.8 + 14 + 2 + 2 + 4 + 2
+    # + 4 + 6 + 60 + 1 = 108.8; each to the nearest 5 minutes
+    assert estimate.minutes == (60, 110)
+    assert "60-110 minutes" in estimate.statement() and "1,800 words" in estimate.statement()
+    other = reading_time.Estimate(**{**vars(estimate), "exercises": ("mlm_loss",)})
+    assert other.minutes == (35, 60)  # an exercise's own time, not one time for all
 
 
 def _outputs(path: Path) -> list[tuple[int, dict]]:

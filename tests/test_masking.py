@@ -213,3 +213,33 @@ def test_bad_input(kwargs, exc, match):
     ids = args.pop("input_ids")
     with pytest.raises(exc, match=match):
         mask_tokens(ids, **args)
+
+
+def test_an_integer_special_tokens_mask_protects_like_a_bool_one():
+    """Tokenizers return ``special_tokens_mask`` as 0/1 integers: they must protect the same
+    positions as a bool mask (``~mask`` of an int tensor would protect nothing)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (64, 20), generator=g)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = special[:, -4:] = True
+    for mask in (special.long(), special.int()):
+        as_bool = _mask(ids, special, 0.9, 0.8, 0.1, torch.Generator().manual_seed(1))
+        as_int = _mask(ids, mask, 0.9, 0.8, 0.1, torch.Generator().manual_seed(1))
+        assert torch.equal(as_int[0], as_bool[0]) and torch.equal(as_int[1], as_bool[1])
+        assert not ((as_int[1] != -100) & special).any()
+
+
+def test_random_replacements_reach_every_id_of_the_vocabulary():
+    """Random ids are drawn from [0, vocab_size): the last id too (transformers' randint(V))."""
+    ids = torch.full((200, 50), 7)
+    masked, labels = mask_tokens(
+        ids,
+        mask_token_id=MASK,
+        vocab_size=10,
+        mlm_probability=1.0,
+        mask_replace_prob=0.0,
+        random_replace_prob=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert (labels == 7).all()
+    assert set(masked.unique().tolist()) == set(range(10))

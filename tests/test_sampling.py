@@ -116,3 +116,38 @@ def test_sample_text_starts_with_bos_and_is_seeded():
     assert a == b and a.startswith("10 11 12")
     with pytest.raises(TypeError, match="prompt"):
         sample_text(model, _Tok(), 12)
+
+
+class _FixedLogits(torch.nn.Module):
+    """A 'model' whose next-token scores are always ``scores``: sampling alone is tested."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        super().__init__()
+        self.scores = scores
+        self.config = type("Config", (), {"n_positions": 64})()
+
+    def forward(self, input_ids: torch.Tensor, **_: object) -> object:
+        b, t = input_ids.shape
+        logits = self.scores.expand(b, t, -1)  # (B, T, V)
+        return type("Output", (), {"logits": logits})()
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_a_draw_follows_softmax_of_the_logits_over_the_temperature(temperature):
+    """The temperature divides the logits before the softmax: frequencies follow
+    softmax(logits / T), which at T = 0.5 or 2 is far from softmax(logits)."""
+    scores = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    model = _FixedLogits(scores)
+    prompt = torch.zeros(4000, 1, dtype=torch.long)
+    drawn = sample(
+        model,
+        prompt,
+        max_new_tokens=1,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(0),
+    )[:, -1]
+    freq = torch.bincount(drawn, minlength=4).double() / len(drawn)
+    expected = torch.softmax(scores.double() / temperature, dim=0)
+    untempered = torch.softmax(scores.double(), dim=0)
+    assert (freq - expected).abs().max() < 0.03
+    assert (freq - untempered).abs().max() > 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import tools.student as student
+from tools.markers import has_solution_region, is_solution_cell
 from tools.student import STUB, SolutionMarkerError, main, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,12 +281,101 @@ def test_committed_student_copies_are_up_to_date(capsys):
     assert code == 0, "student copies are stale; run `make student`:\n" + capsys.readouterr().err
 
 
-@pytest.mark.slow
+def _code(nb: nbformat.NotebookNode) -> list[ast.Module]:
+    """The code cells of ``nb`` parsed (IPython's ``%`` lines as ``pass``)."""
+    trees = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            lines = [  # a magic becomes `pass` at its indentation
+                line[: len(line) - len(line.lstrip())] + "pass"
+                if line.lstrip().startswith("%")
+                else line
+                for line in cell.source.split("\n")
+            ]
+            trees.append(ast.parse("\n".join(lines)))
+    return trees
+
+
+def _stubbed_functions(tree: ast.Module) -> set[str]:
+    """Top-level functions whose body raises the stub; a stub outside a function is an error."""
+    names = set()
+    for node in tree.body:
+        raises = [n for n in ast.walk(node) if isinstance(n, ast.Raise)]
+        stub = [r for r in raises if "NotImplementedError" in ast.unparse(r)]
+        if stub:
+            assert isinstance(node, ast.FunctionDef), (
+                f"a stub outside a function: {ast.unparse(node)[:80]}"
+            )
+            names.add(node.name)
+    return names
+
+
+def _bad_uses(tree: ast.Module, names: set[str]) -> list[str]:
+    """Uses of ``names`` other than as an argument of ``check(...)``: they would call a stub."""
+    allowed = {
+        id(arg)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and ast.unparse(call.func) in {"check", "assert_check"}
+        for arg in [*call.args, *(k.value for k in call.keywords)]
+    }
+    for guard in ast.walk(tree):  # try: ... except NotImplementedError: ...
+        if isinstance(guard, ast.Try) and any(
+            h.type is not None and "NotImplementedError" in ast.unparse(h.type)
+            for h in guard.handlers
+        ):
+            allowed |= {id(n) for stmt in guard.body for n in ast.walk(stmt)}
+    return [
+        ast.unparse(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name)
+        and n.id in names
+        and isinstance(n.ctx, ast.Load)
+        and id(n) not in allowed
+    ]
+
+
+def _bound(tree: ast.Module) -> set[str]:
+    return {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    } | {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
 @pytest.mark.skipif(not LESSONS, reason=NO_LESSONS)
 @pytest.mark.parametrize("name", [p.name for p in LESSONS])
-def test_committed_student_copy_runs_top_to_bottom(name):
-    copy_path = STUDENT / name
-    assert copy_path.exists(), f"student/{name} is missing; run `make student`"
-    nb = _execute(copy_path)  # raises CellExecutionError on the first failing cell
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
+def test_committed_student_copy_runs_where_the_lesson_runs(name):
+    """Without executing it: the copy is the lesson (which strict nbval runs) less its solution
+    cells, with stubs only inside exercise functions that nothing but ``check`` calls, and no
+    later cell needs a name that only a removed solution cell defined."""
+    lesson = nbformat.read(NOTEBOOKS / name, as_version=4)
+    copy = nbformat.read(STUDENT / name, as_version=4)
+    removed = set().union(*[_bound(t) for c, t in _cells_and_trees(lesson) if is_solution_cell(c)])
+    kept_bound: set[str] = set()
+    stubbed: set[str] = set()
+    for tree in _code(copy):
+        stubbed |= _stubbed_functions(tree)
+        assert not _bad_uses(tree, stubbed), f"{name}: a stub is called: {_bad_uses(tree, stubbed)}"
+        loads = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        assert not (loads & removed) - kept_bound, f"{name}: uses names of a removed cell"
+        kept_bound |= _bound(tree)
+    exercises = sum(has_solution_region(c.source) for c in lesson.cells if c.cell_type == "code")
+    demos = set().union(*[_stubbed_functions(t) for t in _code(lesson)])  # stubs shown as is
+    assert len(stubbed) == exercises + len(demos)
+
+
+def _cells_and_trees(nb: nbformat.NotebookNode) -> list[tuple[nbformat.NotebookNode, ast.Module]]:
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return list(zip(code, _code(nb)))
+
+
+def test_the_structural_check_finds_a_stub_that_is_called():
+    tree = ast.parse("def my_f(x):\n    raise NotImplementedError('Your code here')\n")
+    assert _stubbed_functions(tree) == {"my_f"}
+    assert _bad_uses(ast.parse("check('f', my_f)"), {"my_f"}) == []
+    assert _bad_uses(ast.parse("y = my_f(3)"), {"my_f"}) == ["my_f"]
+    guarded = "try:\n    my_f(3)\nexcept NotImplementedError:\n    pass\n"
+    assert _bad_uses(ast.parse(guarded), {"my_f"}) == []
+    assert _bad_uses(ast.parse(guarded.replace("NotImplementedError", "KeyError")), {"my_f"})
+    with pytest.raises(AssertionError, match="outside a function"):
+        _stubbed_functions(ast.parse("raise NotImplementedError('Your code here')"))

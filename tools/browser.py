@@ -38,6 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import nbformat
+
+from tools.widget_slice import widget_slice
+
 if TYPE_CHECKING:  # playwright is a test/dev dependency, imported lazily
     from playwright.sync_api import (
         Browser,
@@ -119,6 +123,9 @@ def git_status(repo: Path = REPO_ROOT) -> str | None:
 class JupyterLab:
     """A throw-away JupyterLab server over a temporary copy of ``notebooks_dir``.
 
+    With ``slices=True`` each lesson in the copy is cut to its widget slice: the widget cells and
+    the cells they need (strict nbval runs the whole lessons; the browser proves the widgets).
+
     Use as a context manager. ``base_url``, ``token`` and ``root_dir`` (the copy) are set once it
     runs. Everything the server, the kernels and IPython write goes under one temp dir that is
     removed on exit.
@@ -130,8 +137,10 @@ class JupyterLab:
         *,
         python: str = sys.executable,
         startup_timeout: float = 90.0,
+        slices: bool = False,
     ) -> None:
         self.notebooks_dir = Path(notebooks_dir)
+        self.slices = slices
         if not self.notebooks_dir.is_dir():
             raise ValueError(f"notebooks_dir must be an existing directory, got {notebooks_dir!r}")
         self.python = python
@@ -177,6 +186,9 @@ class JupyterLab:
             self.root_dir,
             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
         )
+        if self.slices:  # each lesson as the cells its widgets need (tools/widget_slice.py)
+            for path in lesson_files(self.root_dir):
+                nbformat.write(widget_slice(nbformat.read(path, as_version=4)), path)
         # "Jupyter news" prompt off by configuration: user-level page config in our own config dir
         # (what `jupyter labextension disable <plugin>` writes at --level=user).
         labconfig = dirs["config"] / "labconfig"
