@@ -18,8 +18,11 @@ XDIST := -n 2 --dist loadscope
 # held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
 # so strict nbval under both proves that no stored output depends on that order.
 SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+# axe-core (the site's accessibility check) from npm, into the venv: only make test-site needs it.
+AXE_CORE := axe-core@4.14.1
+AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: setup lab lint test test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
+.PHONY: setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,23 +33,33 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 
 setup: $(STAMP)
 
+$(AXE):
+	npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund $(AXE_CORE)
+
 # JupyterLab refuses to run as root (containers, Binder-like set-ups) without --allow-root.
 lab: setup
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
-# ruff (lint and format check) over the code, mypy over the package (config in pyproject.toml).
+# ruff (lint and format check) and mypy over all the code (config in pyproject.toml); the GitHub
+# workflows against their schema and zizmor's security audit, both offline.
 lint: setup
-	$(VENV)/bin/ruff check lmlessons tools tests
-	$(VENV)/bin/ruff format --check lmlessons tools tests
+	$(VENV)/bin/ruff check lmlessons tools tests site
+	$(VENV)/bin/ruff format --check lmlessons tools tests site
 	$(VENV)/bin/mypy
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
 test: setup lint
 	$(PYTEST) tests notebooks $(NBVAL) $(XDIST)
 	$(MAKE) --no-print-directory test-portable
 	$(MAKE) --no-print-directory test-site
 
+# The edit loop: unit, property, oracle and static tests, nothing marked slow (under 90 s).
+test-fast: setup
+	$(PYTEST) tests -m "not slow and not browser and not classroom" $(XDIST)
+
 test-unit: setup
-	$(PYTEST) tests -m "not browser"
+	$(PYTEST) tests -m "not browser and not classroom" $(XDIST)
 
 test-notebooks: setup
 	$(PYTEST) notebooks $(NBVAL) $(XDIST)
@@ -67,8 +80,8 @@ site: setup
 	$(PY) site/build.py _build/site
 
 # The built site in Chromium: every lesson page loads offline, with its figures, math and links.
-test-site: site
-	LMLESSONS_SITE_DIR=_build/site $(PYTEST) tests/test_site.py
+test-site: site $(AXE)
+	LMLESSONS_SITE_DIR=_build/site LMLESSONS_AXE=$(AXE) $(PYTEST) tests/test_site.py
 
 # Re-execute every lesson in a fresh kernel, store its outputs (no timestamps), regenerate student/.
 execute: setup

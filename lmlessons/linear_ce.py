@@ -13,9 +13,11 @@ saved copies are counted. Two well-known fixes are combined here:
    processed ``chunk_size`` rows at a time: logits of one chunk, their softmax, and at once the
    chunk's contribution to the gradients of the hidden states, the weight and the bias. Only the
    gradients (the size of the inputs) are kept for the backward pass, never the logits. This is
-   the idea of Liger Kernel's fused linear cross-entropy (``LigerFusedLinearCrossEntropyLoss``)
-   and of Apple's Cut Cross-Entropy (Wijmans et al., 2024, "Cut Your Losses in Large-Vocabulary
-   Language Models"), written in plain PyTorch for the CPU.
+   the idea of Liger Kernel's fused linear cross-entropy (``LigerFusedLinearCrossEntropyLoss``),
+   written in plain PyTorch for the CPU. Apple's Cut Cross-Entropy (Wijmans et al., 2024, "Cut
+   Your Losses in Large-Vocabulary Language Models") reaches the same memory another way: its
+   forward computes the log-sum-exp block by block, and its backward recomputes each block's
+   logits (skipping blocks whose gradient is negligible).
 
 The result equals ``F.cross_entropy(hidden @ weight.T + bias, labels, ignore_index=-100)`` in value
 and in the gradients for ``hidden_states``, ``weight`` and ``bias`` (tested to 1e-4 relative in
@@ -169,7 +171,7 @@ def linear_cross_entropy(
     ignore_index=-100)``, but rows labelled -100 are dropped before the matmul
     (BERT ``run_pretraining.py`` ``gather_indexes``; ModernBERT ``sparse_prediction``) and the rest
     is processed ``chunk_size`` rows at a time with the gradient computed chunk by chunk in the
-    forward pass (Liger Kernel fused linear cross-entropy; Apple Cut Cross-Entropy). Peak memory is
+    forward pass (Liger Kernel's fused linear cross-entropy). Peak memory is
     one (chunk_size, V) buffer plus gradients the size of the inputs, instead of several (N, V).
 
     Args:

@@ -1,8 +1,9 @@
 """Other ways to choose the MLM targets: BERT's exact count, whole words, SpanBERT spans.
 
 :func:`lmlessons.mask_tokens` selects each token on its own with probability ``mlm_probability``
-(transformers' ``DataCollatorForLanguageModeling``; RoBERTa's dynamic masking), so the number of
-targets per sequence varies (it is binomial). The original recipes differ:
+(transformers' ``DataCollatorForLanguageModeling``), so the number of targets per sequence varies
+(it is binomial). The original recipes differ (fairseq's ``MaskTokensDataset``, which RoBERTa
+used, draws a count too: ``int(mask_prob * len + random())``, lesson 01):
 
 * **Exact count** (Google BERT, ``create_pretraining_data.py``, ``create_masked_lm_predictions``):
   every sequence gets ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``

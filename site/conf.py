@@ -63,6 +63,7 @@ html_theme_options = {
 # A first visit has no stored light/dark mode; without a default the theme logs a console error.
 html_context = {"default_mode": "auto"}
 html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"  # without one, a browser asks for /favicon.ico and logs a 404
 html_css_files = ["lmsite.css"]
 html_copy_source = False
 html_show_sourcelink = False

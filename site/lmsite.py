@@ -6,6 +6,9 @@
 - A notebook's saved widget state is dropped: each widget shows the text/html picture stored
   beside its live view, so a page loads no widget JavaScript.
 - Each lesson page starts with "Open in Colab" and "Binder" badges for its student copy.
+- The theme's search buttons lose their ``aria-label="Search"``: the button shows "Search Ctrl+K",
+  and an accessible name that leaves out visible text fails WCAG 2.5.3 (axe-core's
+  ``label-content-name-mismatch``); without the label the name is the visible text itself.
 
 ``site/build.py`` stages the sources and runs Sphinx; ``site/conf.py`` configures it.
 """
@@ -120,10 +123,31 @@ def _badges(app: Any, pagename: str, templatename: str, context: dict, doctree: 
     )
 
 
+SEARCH_BUTTON = re.compile(
+    r'(<button class="[^"]*search-button-field[^"]*"[^>]*?) aria-label="Search"'
+)
+
+
+def accessible_search_buttons(html: str) -> str:
+    """``html`` with the theme's search buttons named by their visible text."""
+    return SEARCH_BUTTON.sub(r"\1", html)
+
+
+def _build_finished(app: Any, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed = accessible_search_buttons(text)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.add_config_value("lmlessons_repository", "", "env")
     app.add_config_value("lmlessons_branch", "main", "env")
     app.add_config_value("lmlessons_readme", "", "env")
     app.connect("source-read", _source_read)
     app.connect("html-page-context", _badges)
+    app.connect("build-finished", _build_finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests._lessons import LESSONS, ROOT, cells
 
@@ -86,18 +87,29 @@ def lesson_paragraphs(path: Path) -> list[str]:
     return paragraphs
 
 
+def quiz_questions(number: str) -> tuple[Any, ...]:
+    """The quiz questions of lesson ``number``: ``QUIZZES``, or lesson 00's warm-up questions."""
+    from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS
+
+    return START_QUESTIONS if number == "00" else QUIZZES[number]
+
+
+def quiz_lessons() -> list[str]:
+    """Every lesson number with quiz questions ("00" for the warm-up of lesson 00)."""
+    from lmlessons.exercises.quizzes import QUIZZES
+
+    return ["00", *QUIZZES]
+
+
+def question_text(question: Any) -> str:
+    """A quiz question as one folded text: its prompt, then each choice and its explanation."""
+    return fold(" ".join([question.prompt, *(c.text + " " + c.why for c in question.choices)]))
+
+
 def lesson_text(lesson: str) -> str:
     """The folded text an anchor of ``lesson`` ("07" or "quiz 07") must occur in."""
     if lesson.startswith("quiz "):
-        from lmlessons.exercises.quizzes import QUIZZES
-
-        number = lesson.split()[1]
-        return fold(
-            " ".join(
-                " ".join([q.prompt, *(c.text + " " + c.why for c in q.choices)])
-                for q in QUIZZES[number]
-            )
-        )
+        return " ".join(question_text(q) for q in quiz_questions(lesson.split()[1]))
     (path,) = [p for p in LESSONS if p.name.startswith(lesson + "_")]
     return fold(" ".join("".join(c["source"]) for c in cells(path)))
 
@@ -110,4 +122,16 @@ def uncovered(path: Path, claims: list[Claim]) -> list[str]:
         p
         for p in lesson_paragraphs(path)
         if SYSTEMS.search(p) and not any(a in p for a in anchors)
+    ]
+
+
+def uncovered_quiz(number: str, claims: list[Claim]) -> list[str]:
+    """Questions of lesson ``number``'s quiz (prompt, choices and explanations) that name another
+    system and hold no anchor of a ``quiz NN`` entry, as "id: text"."""
+    anchors = [fold(c.anchor) for c in claims if c.lesson == f"quiz {number}"]
+    texts = [(q.id, question_text(q)) for q in quiz_questions(number)]
+    return [
+        f"{qid}: {text}"
+        for qid, text in texts
+        if SYSTEMS.search(text) and not any(a in text for a in anchors)
     ]

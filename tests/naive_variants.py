@@ -1369,6 +1369,49 @@ def chunked_ignores_num_items(hidden, weight, labels, *, chunk_size, num_items_i
     return _chunked_sum(hidden, weight, labels, chunk_size) / (labels != IGNORE).sum().clamp(min=1)
 
 
+def chunked_plain_autograd(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Right value and gradients, chunked, but autograd saves every chunk's log-softmax for the
+    backward pass: after the loop the (N, V) softmax is alive again."""
+    total = _chunked_sum(hidden, weight, labels, chunk_size)
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / (labels != IGNORE).sum().clamp(min=1)
+
+
+def chunked_valid_gradient_in_forward(
+    hidden, weight, labels, *, chunk_size, num_items_in_batch=None
+):
+    """Correct the other way: each chunk's gradients are computed in the forward pass and only
+    they are kept (Liger Kernel's idea), here with a custom autograd Function."""
+
+    class GradInForward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h, w):
+            grad_h, grad_w = torch.zeros_like(h), torch.zeros_like(w)
+            total = h.new_zeros(())
+            for s, e in _chunks(h.shape[0], chunk_size):
+                y = labels[s:e]
+                logp = torch.log_softmax(h[s:e] @ w.T, dim=-1)  # (C, V), dropped after the chunk
+                kept = y != IGNORE
+                total = total - logp[kept].gather(1, y[kept].unsqueeze(1)).sum()
+                grad = logp.exp()
+                grad[kept.nonzero().squeeze(1), y[kept]] -= 1
+                grad[~kept] = 0
+                grad_h[s:e] = grad @ w
+                grad_w += grad.T @ h[s:e]
+            ctx.save_for_backward(grad_h, grad_w)
+            return total
+
+        @staticmethod
+        def backward(ctx, g):
+            grad_h, grad_w = ctx.saved_tensors
+            return g * grad_h, g * grad_w
+
+    total = GradInForward.apply(hidden, weight)
+    divisor = num_items_in_batch if num_items_in_batch is not None else (labels != IGNORE).sum()
+    return total / torch.as_tensor(divisor).clamp(min=1)
+
+
 def chunked_valid_checkpointed(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
     """Correct, and it keeps no chunk logits for backward: each chunk is recomputed there."""
     from torch.utils.checkpoint import checkpoint
@@ -1524,6 +1567,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "chunked_fixed_chunk": "chunk_too_large",
         "chunked_detached_weight": "wrong_weight_gradient",
         "chunked_ignores_num_items": "ignores_num_items_in_batch",
+        "chunked_plain_autograd": "keeps_chunks_for_backward",
     },
 }
 
@@ -1535,7 +1579,7 @@ VALID: dict[str, list[str]] = {
     "select_whole_words": ["wwm_valid_generic", "wwm_valid_random_keys"],
     "truncate_seq_pair": ["truncate_valid_slicing"],
     "rank_loss": ["rank_valid_float_count"],
-    "chunked_cross_entropy": ["chunked_valid_checkpointed"],
+    "chunked_cross_entropy": ["chunked_valid_checkpointed", "chunked_valid_gradient_in_forward"],
 }
 
 

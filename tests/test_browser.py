@@ -81,7 +81,12 @@ def lab(chromium: str, repo_before: dict[str, Any]) -> Iterator[jb.JupyterLab]:
 # The harness can fail: a demo notebook whose slider is (or is not) wired to its marker
 # ------------------------------------------------------------------------------------------
 def _demo_notebook(
-    path: Path, *, wired: bool, error: bool = False, console_error: bool = False
+    path: Path,
+    *,
+    wired: bool,
+    error: bool = False,
+    console_error: bool = False,
+    faint: bool = False,
 ) -> None:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {
@@ -99,6 +104,8 @@ def _demo_notebook(
         '        tag = f\'<div class="lmlessons-state" data-state="{state}" hidden></div>\'',
         "        display(HTML(tag))",
     ]
+    if faint:  # fixed dark text with no background: unreadable in JupyterLab Dark
+        callback.append("        display(HTML('<span style=\"color:#333\">dark grey note</span>'))")
     if wired:
         callback.append("slider.observe(lambda change: show(change['new']), names='value')")
     callback += ["show(slider.value)", "display(widgets.VBox([slider, out]))"]
@@ -124,19 +131,29 @@ def test_harness_detects_broken_lessons(
     context: jb.BrowserContext, tmp_path: Path, repo_before: dict[str, Any]
 ) -> None:
     """The checks pass on a working demo and fail on an unwired slider (the marker does not
-    change), on an exception and on a browser console error."""
+    change), on an exception, on a browser console error and on text too faint in the dark
+    theme."""
     notebooks = tmp_path / "demo"
     notebooks.mkdir()
     _demo_notebook(notebooks / "00_wired.ipynb", wired=True)
     _demo_notebook(notebooks / "01_unwired.ipynb", wired=False)
     _demo_notebook(notebooks / "02_error.ipynb", wired=True, error=True)
     _demo_notebook(notebooks / "03_console.ipynb", wired=True, console_error=True)
+    _demo_notebook(notebooks / "04_faint.ipynb", wired=True, faint=True)
     files_before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
     spec, expected = jb.Slider("demo value", presses=3), "value=5 squared=25"
     with jb.JupyterLab(notebooks) as server:
+        dark = tmp_path / "dark.png"
         result = jb.check_lesson(
-            context, server, "00_wired.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
+            context,
+            server,
+            "00_wired.ipynb",
+            spec,
+            expected,
+            run_timeout=RUN_TIMEOUT,
+            dark_screenshot=dark,
         )
+        assert dark.stat().st_size > 0
         assert result.markers_before == ["value=2 squared=4"]
         assert result.markers_after == [expected]
         with pytest.raises(AssertionError, match="did not appear"):
@@ -156,6 +173,12 @@ def test_harness_detects_broken_lessons(
         with pytest.raises(AssertionError, match=r"console errors:\n.*demo console error"):
             jb.check_lesson(
                 context, server, "03_console.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
+            )
+        with pytest.raises(
+            AssertionError, match=r"too faint in JupyterLab Dark:\n.*dark grey note"
+        ):
+            jb.check_lesson(
+                context, server, "04_faint.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
             )
         assert server.running_kernels() == []
     # The server ran on a temporary copy: the demo files are untouched.
@@ -199,6 +222,7 @@ def test_lesson_in_browser(
     context: jb.BrowserContext,
     lab: jb.JupyterLab,
     capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     path = lesson.resolve()
     if path is None:
@@ -208,9 +232,17 @@ def test_lesson_in_browser(
         "give its main widget and the state expected after the move"
     )
     assert lesson.widget is not None and lesson.expected is not None
+    dark = tmp_path / f"{path.stem}-dark.png"  # the widget in JupyterLab Dark, for a human look
     result = jb.check_lesson(
-        context, lab, path.name, lesson.widget, lesson.expected, run_timeout=RUN_TIMEOUT
+        context,
+        lab,
+        path.name,
+        lesson.widget,
+        lesson.expected,
+        run_timeout=RUN_TIMEOUT,
+        dark_screenshot=dark,
     )
+    assert dark.stat().st_size > 0
     with capsys.disabled():
         print(
             f"\n  browser {path.name}: open {result.open_s:.1f} s, run {result.cells} cells "

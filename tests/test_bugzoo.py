@@ -1,6 +1,7 @@
 """Lesson 08's bug zoo: the recorded runs are real (their first steps re-run to the recording),
-every symptom a case's feedback states holds on the recorded data, each bug differs from its
-fix in the way it says, and the checker and the widget judge diagnoses right."""
+every symptom a case's feedback states holds on the recorded data, every case differs from its
+nearest decoy on at least two instruments, the settings give nothing away, each bug differs
+from its fix in the way it says, and the checker and the widget judge diagnoses right."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lmlessons.course.bugzoo import bugs
 from lmlessons.course.bugzoo.cases import (
     CASES,
     DIAGNOSES,
+    SETTINGS,
     Claim,
     case_summaries,
     claim_holds,
@@ -22,17 +24,26 @@ from lmlessons.course.bugzoo.cases import (
     get_case,
 )
 from lmlessons.course.bugzoo.data import course_data
+from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
+from lmlessons.course.bugzoo.instruments import symptoms as signs
 from lmlessons.course.bugzoo.records import load_records, save_records, summary
-from lmlessons.course.bugzoo.runs import RUNS, run
+from lmlessons.course.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
 from lmlessons.exercises import check
 from lmlessons.exercises.check_bugzoo import check_bug_zoo, feedback
-from lmlessons.widgets.bugzoo import bug_zoo_widget, reveal_html, symptom_table_html
+from lmlessons.widgets.bugzoo import (
+    all_examples_html,
+    all_symptoms_html,
+    bug_zoo_widget,
+    reveal_html,
+    symptom_table_html,
+)
 
 PREFIX = 6  # steps re-run per recorded run
 # float sums differ in their last digits across CPUs and thread counts; 6 AdamW steps keep the
 # difference far below this (measured: under 1e-4)
 TOLERANCE = {"rel": 2e-3, "abs": 2e-3}
 RIGHT = {case.id: case.diagnosis for case in CASES}
+LETTERS = [case.id for case in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +118,11 @@ def test_every_claim_of_a_case_holds_on_the_recorded_runs(case, records):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.id}-{c.run}")
 def test_the_claims_can_fail_the_healthy_run_does_not_show_them(case, records):
     healthy, mine = summary(records[case.reference]), summary(records[case.run])
+    if case.diagnosis == "no_bug":  # its claims say "close to the healthy run": another run
+        sibling = next(c for c in CASES if c.family == case.family and c is not case)
+        other = summary(records[sibling.run])
+        assert not all(claim_holds(c, other, healthy) for c in case.claims)
+        return
     # a claim against another number of the same run: the healthy side has the fixed number
     for claim in (c for c in case.claims if c.against):
         healthy[claim.metric] = healthy[claim.against] = mine[claim.against]
@@ -120,6 +136,8 @@ def test_claim_relations():
     assert claim_holds(Claim("x", "close", 0.05), {"x": 1.04}, {"x": 1.0})
     assert not claim_holds(Claim("x", "close", 0.01), {"x": 1.04}, {"x": 1.0})
     assert claim_holds(Claim("x", "nan"), {"x": math.nan}, {"x": 1.0})
+    assert claim_holds(Claim("x", "below", 1e-5), {"x": 2e-7}, {"x": 9.0})
+    assert not claim_holds(Claim("x", "below", 1e-5), {"x": 0.1}, {"x": 0.0})
     assert claim_holds(Claim("x", "higher", 1.0, against="y"), {"x": 3.0, "y": 1.0}, {})
     with pytest.raises(ValueError, match="relation"):
         claim_holds(Claim("x", "bigger"), {"x": 1.0}, {"x": 1.0})
@@ -132,16 +150,64 @@ def test_evidence_is_filled_with_the_recorded_numbers(records):
         assert any(ch.isdigit() for ch in text), case.id
     mine, healthy = case_summaries(get_case("A"), records)
     assert f"{mine['final_train_loss']:.2f}" in evidence(get_case("A"), records)
-    assert f"{healthy['heldout_prefix_clm_loss']:.2f}" in evidence(get_case("A"), records)
+    assert f"{healthy['heldout_prefix_word_loss']:.2f}" in evidence(get_case("A"), records)
 
 
 def test_cases_are_consistent():
     assert len(CASES) >= 7 and len({c.id for c in CASES}) == len(CASES)
     assert all(c.run in RUNS and c.reference in RUNS for c in CASES)
     assert all(c.diagnosis in DIAGNOSES for c in CASES)
-    assert len({c.diagnosis for c in CASES}) == len(CASES)  # one bug per case
-    assert all(RUNS[c.run].family == RUNS[c.reference].family for c in CASES)
+    assert len({c.diagnosis for c in CASES}) == len(CASES)  # no two cases with one diagnosis
+    assert all(model_family(c.run) == model_family(c.reference) for c in CASES)
     assert [c.diagnosis for c in CASES] != list(DIAGNOSES)[: len(CASES)]  # letters give nothing
+
+
+def test_every_diagnosis_is_a_real_case_decoys_included():
+    assert {c.diagnosis for c in CASES} == set(DIAGNOSES)
+
+
+def _differing_settings(case):
+    run, reference = RUNS[case.run], RUNS[case.reference]
+    return {f for f in run.__dataclass_fields__ if getattr(run, f) != getattr(reference, f)}
+
+
+def test_the_no_bug_case_runs_the_healthy_code_with_another_seed():
+    (case,) = [c for c in CASES if c.diagnosis == "no_bug"]
+    assert _differing_settings(case) == {"init_seed"}
+    assert case.bug is None and case.fix is None
+
+
+def test_the_learning_rate_case_differs_only_in_its_learning_rate():
+    (case,) = [c for c in CASES if c.diagnosis == "lr_too_high"]
+    assert _differing_settings(case) == {"lr"}
+    assert RUNS[case.run].lr >= 5 * RUNS[case.reference].lr
+
+
+def test_every_code_bug_case_swaps_exactly_its_bug_for_its_fix():
+    for case in (c for c in CASES if c.bug is not None):
+        differ = _differing_settings(case)
+        (name,) = [n for n in differ if callable(getattr(RUNS[case.run], n))]
+        assert getattr(RUNS[case.run], name) is case.bug, case.id
+        assert getattr(RUNS[case.reference], name) is case.fix, case.id
+        assert differ - {name} <= {"micro_batches"}, case.id  # what lets accumulation run
+
+
+def test_settings_are_the_same_for_every_case_of_a_family():
+    assert set(SETTINGS) == set(MODEL_FAMILIES)
+    assert all(c.setting == SETTINGS[model_family(c.run)] for c in CASES)
+    families = [c.family for c in CASES]
+    assert all(families.count(f) >= 2 for f in families), "a family of one case names its bug"
+    words = (
+        "is_decoder",
+        "accumulat",
+        "micro",
+        "random id",
+        "random-id",
+        "learning rate",
+        "seed",
+        "one sentence",
+    )
+    assert not [(f, w) for f, text in SETTINGS.items() for w in words if w in text]
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,17 +312,16 @@ def test_one_wrong_fails_naming_the_case_and_the_evidence(records):
     assert "case C" in result.title and "case A" not in result.title
     assert DIAGNOSES["labels_shifted_twice"].would_show in result.message
     assert evidence(get_case("C"), records) in result.message
-    assert "Right so far: A, B, D, E, F, G, H." in result.message
+    assert f"Right so far: {', '.join(c for c in LETTERS if c != 'C')}." in result.message
     assert "hint(" not in str(result)  # no hints for this exercise: the footer points at the widget
 
 
 def test_partial_answers_say_which_are_right():
     result = check_bug_zoo({"A": RIGHT["A"], "B": None, "F": RIGHT["F"]})
     assert result.status == "failed" and result.mistake == "incomplete"
-    assert (
-        "Right so far: A, F." in result.message
-        and "Not answered yet: B, C, D, E, G, H." in result.message
-    )
+    missing = ", ".join(c for c in LETTERS if c not in "AF")
+    assert "Right so far: A, F." in result.message
+    assert f"Not answered yet: {missing}." in result.message
     assert check_bug_zoo({}).status == "not_attempted"
     assert check_bug_zoo({c: None for c in RIGHT}).status == "not_attempted"
 
@@ -329,12 +394,16 @@ def test_widget_judges_and_keeps_each_case_answer(records):
     )
 
 
-def test_reveal_shows_the_code_that_ran():
+def test_reveal_shows_the_code_that_ran_or_the_settings_that_differ():
     import inspect
 
     for case in CASES:
-        page = reveal_html(case)
-        assert case.title in html.unescape(page) and case.diagnosis in page
+        page = html.unescape(reveal_html(case))
+        assert case.title in page and case.diagnosis in page
+        if case.bug is None:
+            for name in _differing_settings(case):
+                assert f"{name}: {getattr(RUNS[case.run], name)!r}" in page, case.id
+            continue
         for fn in (case.bug, case.fix):
             assert fn.__name__ in page
         assert "BUG" in inspect.getsource(case.bug) and "FIX" in inspect.getsource(case.fix)
@@ -349,3 +418,78 @@ def test_the_tool_records_into_a_folder_it_is_given(tmp_path, capsys):
     assert summary(recorded["nan_on_empty_mask"])["first_nan_step"] > 0
     with pytest.raises(SystemExit):
         bugzoo.main(["no_such_run", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # it writes only where it is told
+        bugzoo.main(["nan_on_empty_mask"])
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.json"]
+
+
+# --------------------------------------------------------------------------------------------
+# Every case needs two instruments to tell it from its nearest decoy
+# --------------------------------------------------------------------------------------------
+
+
+def _sign_rows(records):
+    """Each case's signs, and for each model family a run with no symptom (every instrument
+    "≈" where measured): the decoys a diagnosis must rule out."""
+    rows = {c.id: signs(c.family, *case_summaries(c, records)) for c in CASES}
+    for family in MODEL_FAMILIES:
+        rows[f"no symptom ({family})"] = {
+            i.id: NOT_MEASURED if i.metric(family) is None else "≈" for i in INSTRUMENTS
+        }
+    return rows
+
+
+def nearest_decoys(records):
+    """``{case: (nearest other case or symptom-free run, on how many instruments they differ)}``
+    (a symptom-free run is the no-bug case's own diagnosis, not a decoy of it)."""
+    rows = _sign_rows(records)
+    nearest = {}
+    for case in CASES:
+        others = {
+            k: distance(rows[case.id], v)
+            for k, v in rows.items()
+            if k != case.id and not (case.diagnosis == "no_bug" and k.startswith("no symptom"))
+        }
+        decoy = min(others, key=others.__getitem__)
+        nearest[case.id] = (decoy, others[decoy])
+    return nearest
+
+
+def test_every_case_differs_from_its_nearest_decoy_on_two_instruments(records):
+    close = {c: d for c, d in nearest_decoys(records).items() if d[1] < 2}
+    assert not close, f"cases told apart from a decoy by fewer than 2 instruments: {close}"
+
+
+def test_the_decoy_check_fails_when_a_case_shows_one_symptom(records):
+    (case,) = [c for c in CASES if c.diagnosis == "mean_of_means"]
+    doctored = {**records, case.run: {**records[case.run]}}
+    doctored[case.run]["one_step_check"] = records[case.reference]["one_step_check"]
+    assert nearest_decoys(doctored)[case.id][1] < 2
+
+
+def test_symptom_signs():
+    assert symptom(1.0, 1.0) == symptom(1.04, 1.0) == symptom(0.96, 1.0) == "≈"
+    assert symptom(1.1, 1.0) == "↑" and symptom(0.9, 1.0) == "↓"
+    assert symptom(2.0, 1.0) == "↑↑" and symptom(0.5, 1.0) == "↓↓"
+    assert symptom(math.nan, 1.0) == "NaN" and symptom(None, 1.0) == NOT_MEASURED
+    assert symptom(1e-7, 3e-7, floor=1e-3) == "≈" and symptom(0.1, 1e-7, floor=1e-3) == "↑↑"
+    assert distance({"a": "≈", "b": "↑"}, {"a": "≈", "b": "↑↑"}) == 1
+
+
+def test_the_symptom_tables_hold_every_case(records):
+    page = all_symptoms_html(records)
+    assert page.count("<tr>") == len(CASES) + 1
+    assert all(html.escape(i.label) in page for i in INSTRUMENTS)
+    assert "NaN from step" in page  # the 0 / 0 case
+    examples = all_examples_html(records)
+    assert examples.count("<tr>") == len(CASES) + 1
+
+
+def test_healthy_curves_do_not_rise(records):
+    for reference in {c.reference for c in CASES}:
+        loss = records[reference]["history"]["loss"]
+        first, last = sum(loss[:20]) / 20, sum(loss[-20:]) / 20
+        assert last <= first * 1.05, (reference, first, last)
+    (case,) = [c for c in CASES if c.diagnosis == "lr_too_high"]
+    loss = records[case.run]["history"]["loss"]
+    assert sum(loss[-20:]) / 20 > 1.05 * sum(loss[:20]) / 20  # the learning-rate case does

@@ -26,12 +26,13 @@ from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguage
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 
 import lmlessons
+from lmlessons.course.bugzoo.records import load_records, summary
 from lmlessons.exercises import EXERCISES, CheckResult, check, hint, quiz, solution, solutions
 from lmlessons.exercises.check_chunked import LargestTensor
 from lmlessons.exercises.check_losses import REFERENCES
 from lmlessons.exercises.check_ranks import Group, MismatchedAllReduce
 from lmlessons.exercises.check_wwm import make_batch
-from lmlessons.exercises.quizzes import QUIZZES
+from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
 from lmlessons.masking_variants import select_whole_words
 
 # seconds per check: lmlessons/exercises/README.md promises that every check takes well under one
@@ -210,6 +211,7 @@ def test_other_correct_implementations_pass(name, variant):
 
 # a phrase the title or message must contain, so the learner reads what the defect is
 PHRASES = {
+    "keeps_chunks_for_backward": "backward pass",
     "labels_are_boolean_mask": "-100",
     "masks_special_tokens": "special_tokens_mask",
     "ignores_replace_probs": "mask_replace_prob",
@@ -633,7 +635,7 @@ def test_quiz_feedback_per_choice(lesson, number):
     assert len({c.why for c in question.choices}) == len(
         question.choices
     )  # its own explanation each
-    for i, choice in enumerate(question.choices):
+    for i, choice in enumerate(question.shown):  # letters name the choices as shown
         letter = "ABCDEFGH"[i]
         text = q.answer(letter, question=number)
         assert text == q.answer(i, question=number)
@@ -643,6 +645,9 @@ def test_quiz_feedback_per_choice(lesson, number):
         shown = html.unescape(re.sub(r"<[^>]+>", "", q._feedback[number - 1].value))
         assert shown == text == q.feedback_texts[number - 1]
     assert q.correct_choice(number) in "ABCD"
+    assert q.answer(q.correct_choice(number), question=number).endswith(
+        next(c.why for c in question.choices if c.correct)
+    )
 
 
 def test_quiz_widget_callbacks():
@@ -652,13 +657,49 @@ def test_quiz_widget_callbacks():
     assert radio in box.children and button in box.children
     button.click()
     assert q.feedback_texts[0] == "Choose an answer first."
-    radio.value = 1  # what a learner's click on "B" does
+    right = "ABCD".index(q.correct_choice(1))
+    wrong = (right + 1) % 4
+    assert radio.options[right][0].startswith(f"{'ABCD'[right]}. ")  # the label the learner sees
+    radio.value = right  # what a learner's click on that label does
     button.click()
-    assert q.feedback_texts[0].startswith("B: Correct.")
-    radio.value = 2  # choosing another answer clears the old feedback
+    assert q.feedback_texts[0].startswith(f"{'ABCD'[right]}: Correct.")
+    radio.value = wrong  # choosing another answer clears the old feedback
     assert q.feedback_texts[0] == "" and q._feedback[0].value == ""
     button.click()
-    assert q.feedback_texts[0].startswith("C: Not quite.")
+    assert q.feedback_texts[0].startswith(f"{'ABCD'[wrong]}: Not quite.")
+
+
+def _position_shares(questions) -> list[float]:
+    """For each letter, the share of ``questions`` whose right answer is shown at it."""
+    counts = [0, 0, 0, 0]
+    for question in questions:
+        counts[[c.correct for c in question.shown].index(True)] += 1
+    return [n / len(questions) for n in counts]
+
+
+def test_quiz_answers_cannot_be_found_by_position():
+    """Over all questions every letter holds the right answer 15-35% of the time."""
+    lessons = [q for qs in QUIZZES.values() for q in qs]
+    for questions in (lessons, [*lessons, *START_QUESTIONS]):
+        shares = _position_shares(questions)
+        assert all(0.15 <= share <= 0.35 for share in shares), shares
+    written = [Question(q.id, q.prompt, q.choices) for q in lessons]  # as written: 49% A
+    assert not all(0.15 <= share <= 0.35 for share in _position_shares(written))
+
+
+def test_quiz_shows_a_seeded_shuffle_that_never_changes():
+    """The shown order depends on the question id alone: the same on every run and machine."""
+    q = QUIZZES["03"][0]
+    assert q.order == display_order("03.1", 4) == (1, 0, 2, 3)  # stored outputs rely on it
+    assert display_order("03.1", 4, seed=0) != q.order  # the seed matters
+    assert [display_order(f"99.{i}", 4) for i in range(8)] != [(0, 1, 2, 3)] * 8
+    for question in (q for qs in QUIZZES.values() for q in qs):
+        assert sorted(question.order) == list(range(len(question.choices)))
+        assert sorted(question.shown, key=question.choices.index) == list(question.choices)
+    assert all(q.shown == q.choices for q in START_QUESTIONS)  # lesson 00: written order
+    shown = str(quiz("03.1")).splitlines()  # the text lists the shown order, A first
+    assert shown[3:7] == [f"  {'ABCD'[i]}. {c.text}" for i, c in enumerate(q.shown)]
+    assert quiz("03.1").answer("A").startswith("A: Correct.") and q.shown[0].correct
 
 
 def test_quiz_display_and_errors():
@@ -735,6 +776,20 @@ def test_quiz_numbers():
     assert f"About {values_mib:.0f} MiB, and about {p * values_mib:.0f} MiB." in text
     bits = 8 * n_bytes  # bits counted as bytes
     assert f"About {bits / 2**30:.1f} GiB, and about {p * bits / 2**20:.0f} MiB." in text
+    # 08.5: targets per step of the recorded bug zoo runs; only one bug fits the numbers
+    runs = {k: summary(v) for k, v in load_records().items()}
+    healthy, special, every = (
+        runs[k]["targets_per_step"]
+        for k in ("healthy_mlm", "special_tokens_masked", "every_token_a_target")
+    )
+    assert f"has {special:.0f} targets per step where a healthy run" in text
+    assert f"batches has {healthy:.0f}, and a lower" in text
+    assert f"{every:.0f} per step in the recorded run, over {int(every / healthy)} times" in text
+    assert f"the healthy {healthy:.0f}, not {special / healthy:.1f} times" in text
+    assert runs["special_tokens_masked"]["heldout_special_guess_rate"] > 0
+    assert runs["every_token_a_target"]["heldout_special_guess_rate"] == 0  # "never guesses"
+    for run in ("special_tokens_masked", "every_token_a_target"):  # both lower the train loss
+        assert runs[run]["final_train_loss"] < runs["healthy_mlm"]["final_train_loss"]
 
 
 def test_quiz_claims_about_losses():

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lmlessons.course.memory import (
     MIB,
     VARIANTS,
     BenchConfig,
+    TensorPeak,
     forward_backward,
     head_inputs,
     head_loss,
     measure_peak_memory,
     measure_peak_memory_many,
+    tensor_peak_bytes,
     trainable,
 )
 from lmlessons.widgets.scale import estimate_peak_bytes
@@ -93,3 +96,51 @@ def test_bad_cases_are_refused_before_any_process_starts() -> None:
 def test_bad_config(kwargs, error, match) -> None:
     with pytest.raises(error, match=match):
         BenchConfig.tiny(**kwargs)
+
+
+# ------------------------------------------------------------------ TensorPeak, in this process
+
+
+def _plain_chunked(h, w, y, chunk_size):
+    total = h.new_zeros(())
+    for s in range(0, h.shape[0], chunk_size):
+        total = total + F.cross_entropy(
+            h[s : s + chunk_size] @ w.T, y[s : s + chunk_size], reduction="sum"
+        )
+    return total / y.numel()
+
+
+def _head(rows=256, hidden=8, vocab=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(rows, hidden, generator=g).requires_grad_()
+    w = torch.randn(vocab, hidden, generator=g).requires_grad_()
+    return h, w, torch.randint(vocab, (rows,), generator=g)
+
+
+def test_tensor_peak_counts_a_tensor_until_it_is_freed() -> None:
+    x = torch.zeros(10)
+    with TensorPeak([x]) as peak:
+        a = torch.empty(1000)  # 4,000 bytes
+        view = a[:10]
+        x.add_(1)  # an input changed in place does not count
+        assert peak.current_bytes == 4000
+        del a, view
+        torch.ones(3)  # the next operation sees that the 1,000 floats are gone
+        assert peak.current_bytes == 12
+    assert peak.peak_bytes == 4000  # never both at once
+
+
+def test_tensor_peak_sees_what_autograd_keeps_for_the_backward_pass() -> None:
+    """Dense keeps about three (N, V) tensors; chunking alone keeps every chunk's softmax, N * V
+    again; linear_cross_entropy keeps one chunk and the gradients. Exact, so equal twice."""
+    from lmlessons import linear_cross_entropy
+
+    h, w, y = _head()
+    n_by_v = 256 * 512 * 4
+    dense = tensor_peak_bytes(lambda: F.cross_entropy(h @ w.T, y), [h, w, y])
+    plain = tensor_peak_bytes(lambda: _plain_chunked(h, w, y, 16), [h, w, y])
+    fused = tensor_peak_bytes(lambda: linear_cross_entropy(h, w, y, chunk_size=16), [h, w, y])
+    assert dense >= 2 * n_by_v and plain >= n_by_v
+    assert fused < 0.15 * plain  # one (16, V) chunk and the gradients
+    assert tensor_peak_bytes(lambda: _plain_chunked(h, w, y, 16), [h, w, y]) == plain
+    assert h.grad is None and w.grad is None  # the gradients are taken, not accumulated

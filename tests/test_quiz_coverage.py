@@ -1,4 +1,5 @@
-"""Every lesson that shows a quiz has enough questions, each choice with its own explanation.
+"""Every lesson that shows a quiz has enough questions, each choice with its own explanation,
+and no choice that points at another by its letter or place (choices are shown shuffled).
 
 The lessons are read from ``notebooks/``: a code cell calling ``quiz("NN")`` shows lesson NN's
 questions, so a lesson added later is covered as soon as it calls its quiz. Lesson 00 shows its
@@ -13,10 +14,16 @@ from pathlib import Path
 import pytest
 from _lessons import LESSONS, code_cells
 
-from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question
+from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Choice, Question
 
 MIN_QUESTIONS = 4
 QUIZ_CALL = re.compile(r"""\bquiz\(\s*["'](\d{2})["']\s*\)""")
+# Choices are shown shuffled: no choice may point at another by its letter or its place.
+BY_POSITION = re.compile(
+    r"\b(?:all|none|both|either) of the (?:above|below|others)\b|\b(?:choice|answer|option) [A-D]\b"
+    r"|\b[A-D] and [A-D]\b",
+    re.I,
+)
 
 
 def _quiz_calls(path: Path) -> list[str]:
@@ -42,6 +49,9 @@ def _check_questions(name: str, questions: tuple[Question, ...]) -> None:
             seen.add(c.why)
         texts = [c.text for c in q.choices]
         assert len(set(texts)) == len(texts), f"{q.id} offers a choice twice"
+        for c in q.choices:
+            found = BY_POSITION.search(c.text + " " + c.why)
+            assert not found, f"{q.id}: {found[0]!r} points at a shuffled choice"
 
 
 def test_the_lessons_show_quizzes():
@@ -71,3 +81,8 @@ def test_the_checks_catch_a_thin_quiz():
     same = Question(q.id, q.prompt, (q.choices[0], q.choices[1], q.choices[0]))
     with pytest.raises(AssertionError, match=r"twice|reuses"):
         _check_questions("copied", (same, *QUIZZES["03"][1:]))
+    last = q.choices[-1]
+    pointing = Choice("All of the above.", last.correct, last.why + " (see answer B)")
+    shuffled = Question(q.id, q.prompt, (*q.choices[:-1], pointing), q.order)
+    with pytest.raises(AssertionError, match="points at a shuffled choice"):
+        _check_questions("positional", (shuffled, *QUIZZES["03"][1:]))

@@ -222,6 +222,44 @@ MATH_JS = """async () => {
 
 LINKS_JS = "() => [...document.querySelectorAll('a[href]')].map((a) => a.href)"
 
+#: axe-core, installed from npm by `make setup` (Makefile: AXE_CORE); LMLESSONS_AXE overrides.
+AXE = Path(
+    os.environ.get(
+        "LMLESSONS_AXE", ROOT / ".venv" / "node" / "node_modules" / "axe-core" / "axe.min.js"
+    )
+)
+AXE_JS = """async (tags) => {
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
+  return result.violations.flatMap((v) => v.nodes.map((n) =>
+    `${v.id}: ${n.target.join(' ')}: ${(n.failureSummary || '').split('\\n').slice(1, 2).join('')}`));
+}"""
+#: WCAG 2.0 and 2.1, levels A and AA.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+#: An image's alt text must say what it shows: words, not a file name.
+ALT_JS = "() => [...document.images].map((img) => [img.getAttribute('src').slice(0, 60), img.alt])"
+
+
+def axe_violations(page: Any) -> list[str]:
+    """Every node of ``page`` that breaks a WCAG 2.1 A or AA rule, as axe-core reports it."""
+    if not AXE.is_file():
+        message = f"axe-core not found at {AXE}: `make setup` installs it from npm"
+        if os.environ.get("LMLESSONS_SITE_DIR"):
+            pytest.fail(message)
+        pytest.skip(message)
+    page.add_script_tag(path=str(AXE))
+    return page.evaluate(AXE_JS, AXE_TAGS)
+
+
+def bad_alt_texts(page: Any) -> list[str]:
+    """Images whose alt text is missing, a file name, or fewer than three words."""
+    bad = []
+    for src, alt in page.evaluate(ALT_JS):
+        if len(alt.split()) < 3 and alt not in ("Open in Colab", "Launch Binder"):
+            bad.append(f"{src}: {alt!r}")
+        elif re.search(r"\.(png|svg|jpe?g|gif)\b", alt):
+            bad.append(f"{src}: {alt!r}")
+    return bad
+
 
 @functools.cache
 def _fetch(url: str) -> str | None:
@@ -273,6 +311,28 @@ def test_the_broken_link_check_finds_missing_pages_and_anchors(server: str) -> N
 
 
 @pytest.mark.browser
+def test_the_accessibility_check_finds_low_contrast_and_bad_alt_text(
+    browser: jb.Browser, server: str
+) -> None:
+    log = _open(browser, server, "index.html")
+    try:
+        assert axe_violations(log.page) == []
+        log.page.evaluate(
+            """() => { const p = document.createElement('p');
+              p.style.cssText = 'color:#777;background:#fff;font-size:12px';
+              p.textContent = 'grey on white'; document.querySelector('main').append(p);
+              const img = document.createElement('img');
+              img.src = '_static/favicon.svg'; img.alt = '../_images/abc.png';
+              document.querySelector('main').append(img); }"""
+        )
+        found = axe_violations(log.page)
+        assert len(found) == 1 and found[0].startswith("color-contrast"), found
+        assert [a for a in bad_alt_texts(log.page) if "abc.png" in a]
+    finally:
+        log.close()
+
+
+@pytest.mark.browser
 def test_a_foreign_request_is_refused_and_reported(browser: jb.Browser, server: str) -> None:
     log = PageLog(browser, server)
     try:
@@ -309,6 +369,7 @@ def test_the_landing_page_is_the_lesson_map(browser: jb.Browser, server: str) ->
             assert server + page_name(path) in links, f"the landing page does not link {path.name}"
         assert all(width > 0 for _, width in log.page.evaluate(IMAGES_JS))
         assert broken_links(server, links) == []
+        assert axe_violations(log.page) == []
         log.check("index.html")
     finally:
         log.close()
@@ -341,6 +402,8 @@ def test_lesson_page(index: int, site: Path, browser: jb.Browser, server: str) -
 
         figures = page.locator("div.cell_output img").count()
         assert figures == expected_figures(notebook), f"{name}: figures on the page"
+        assert bad_alt_texts(page) == [], f"{name}: images without a real alt text"
+        assert axe_violations(page) == [], f"{name}: WCAG 2.1 A/AA violations"
 
         math = page.evaluate(MATH_JS)
         if has_math(notebook):

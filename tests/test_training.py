@@ -409,16 +409,18 @@ def test_progress_summary_lines() -> None:
     steps = _Budget(max_steps=5, max_seconds=None, grad_accum_steps=1, total=5, by_time=False)
     assert (
         progress_summary(h, steps, "m")
-        == "m: 2/5 steps \u00b7 9.8 s \u00b7 loss 2.250 \u00b7 interrupted"
+        == "m: 2/5 steps \u00b7 9.8 s \u00b7 loss 2.375 (last 2 steps) \u00b7 interrupted"
     )
     h.stopped_by = "batches"
-    assert progress_summary(h, steps, "m").endswith("loss 2.250 \u00b7 batches ran out")
+    assert progress_summary(h, steps, "m").endswith("(last 2 steps) \u00b7 batches ran out")
     h.stopped_by = "max_seconds"
     timed = _Budget(max_steps=None, max_seconds=10, grad_accum_steps=1, total=10, by_time=True)
     assert (
         progress_summary(h, timed, "m")
-        == "m: 2 steps in 10 s budget \u00b7 9.8 s \u00b7 loss 2.250"
+        == "m: 2 steps in 10 s budget \u00b7 9.8 s \u00b7 loss 2.375 (last 2 steps)"
     )
+    h.loss = [float(i) for i in range(30)]  # the mean of the last 10 steps, as the plot's title
+    assert "loss 24.500 (last 10 steps)" in progress_summary(h, timed, "m")
 
 
 def test_not_in_a_notebook_no_plot(tok, docs, capsys) -> None:

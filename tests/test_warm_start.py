@@ -74,6 +74,14 @@ def test_plot_and_table_read_the_curves() -> None:
         plot_warm_start({"runs": []})
 
 
+def test_the_floor_is_a_level_line_on_the_loss_panel_only() -> None:
+    plain, with_floor = plot_warm_start(CURVES), plot_warm_start(CURVES, floor=5.75)
+    assert len(with_floor.axes[0].lines) == len(plain.axes[0].lines) + 1
+    level = [ln for ln in with_floor.axes[0].lines if set(ln.get_ydata()) == {5.75}]
+    assert len(level) == 1
+    assert [len(ax.lines) for ax in with_floor.axes[1:]] == [len(ax.lines) for ax in plain.axes[1:]]
+
+
 def test_the_tool_writes_only_where_asked(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(warm_start, "record", lambda every: {"seconds": 0.0, "every": every})
     before = {p: p.stat().st_mtime_ns for p in CHECKPOINT_DIR.iterdir()}

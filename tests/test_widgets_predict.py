@@ -10,7 +10,7 @@ import pytest
 import torch
 from _widgets import marker_fields, shown_marker
 
-from lmlessons.widgets.predict import MAX_DECIMALS, Predict, Reveal
+from lmlessons.widgets.predict import MAX_DECIMALS, REVEAL_SUMMARY, Predict, Reveal
 
 VIEW = "application/vnd.jupyter.widget-view+json"
 QUESTION = "What share of the selected positions are special tokens with the naive masker?"
@@ -104,6 +104,28 @@ def test_reveal_with_a_guess_compares():
     exact = _share()
     exact.commit(32.3)
     assert "spot on." in str(exact.reveal(torch.tensor(0.323) * 100))
+
+
+def _folded(page: str) -> tuple[str, str]:
+    """The part of a reveal's HTML shown before it is opened, and the folded part."""
+    match = re.fullmatch(r"(.*)<details><summary[^>]*>(.*?)</summary>(.*)</details></div>", page)
+    assert match, "the answer is not folded in one <details> block at the end"
+    assert "<details open" not in page and match[2] == REVEAL_SUMMARY
+    return match[1] + match[2], match[3]
+
+
+def test_the_reveal_picture_shows_the_question_first_and_folds_the_answer():
+    guess = _share()
+    guess.commit(10)
+    shown = guess.reveal(32.3333333, explanation="[PAD] is 1 in 4 positions")
+    bundle = shown._repr_mimebundle_()
+    before, folded = _folded(bundle["text/html"])
+    assert QUESTION in _plain(before) and REVEAL_SUMMARY in _plain(before)
+    for answer in ("32.3%", "10.0%", "too low", "[PAD] is 1 in 4"):
+        assert answer not in before and answer in _plain(folded)
+    lines = bundle["text/plain"].splitlines()  # text: the question, the summary, then the answer
+    assert lines[:3] == [f"Predict: {QUESTION}", REVEAL_SUMMARY, "Measured: 32.3%"]
+    assert "Measured" not in _folded(_share().reveal(5)._repr_html_())[0]  # without a guess too
 
 
 def test_reveal_without_a_guess_still_shows_the_answer():

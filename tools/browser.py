@@ -642,6 +642,71 @@ def lesson_files(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
 
 
 # --------------------------------------------------------------------------------------------
+# Dark theme: the widget's text must stay readable (WCAG AA contrast)
+# --------------------------------------------------------------------------------------------
+DARK_THEME, LIGHT_THEME = "JupyterLab Dark", "JupyterLab Light"
+
+#: Text elements under ``root`` whose contrast with their background is under WCAG AA (4.5:1,
+#: 3:1 for large text). The background is the first opaque one up the tree.
+_JS_LOW_CONTRAST = """(root) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+    .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const background = (el) => {
+    for (let n = el; n; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const bad = [];
+  for (const el of root.querySelectorAll('*')) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    const style = getComputedStyle(el);
+    if (!own || !el.getClientRects().length || style.visibility === 'hidden') continue;
+    const [a, b] = [lum(rgb(style.color)), lum(background(el))];
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const large = parseFloat(style.fontSize) >= 24 ||
+      (parseFloat(style.fontSize) >= 18.66 && Number(style.fontWeight) >= 700);
+    if (ratio < (large ? 3 : 4.5))
+      bad.push(`${ratio.toFixed(2)}: ${el.textContent.trim().slice(0, 40)} (${style.color})`);
+  }
+  return bad;
+}"""
+
+
+def set_theme(page: Page, theme: str, *, timeout: float = 15.0) -> None:
+    """Switch JupyterLab to ``theme`` and wait until the page shows it."""
+    page.evaluate(
+        "(t) => { window.jupyterapp.commands.execute('apputils:change-theme', {theme: t}); }",
+        theme,
+    )
+    page.wait_for_function(
+        "(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=timeout * 1000
+    )
+
+
+def low_contrast_text(area: Locator) -> list[str]:
+    """The text in ``area`` (a cell's output) that is too faint on its background."""
+    return area.evaluate(_JS_LOW_CONTRAST)
+
+
+def _check_dark(page: Page, widget: Locator, notebook: str, screenshot: Path | None) -> None:
+    """The widget's output in JupyterLab Dark: every text readable; back to light afterwards."""
+    set_theme(page, DARK_THEME)
+    try:
+        area = widget_cell_output(widget)
+        area.scroll_into_view_if_needed()
+        faint = low_contrast_text(area)
+        if screenshot is not None:
+            _screenshot(page, widget, screenshot)
+    finally:
+        set_theme(page, LIGHT_THEME)
+    assert not faint, f"{notebook}: text too faint in {DARK_THEME}:\n" + "\n".join(faint)
+
+
+# --------------------------------------------------------------------------------------------
 # The whole check for one lesson (used by the test and by `make screenshots`)
 # --------------------------------------------------------------------------------------------
 @dataclass
@@ -702,9 +767,12 @@ def check_lesson(
     marker_timeout: float = 60.0,
     widget_timeout: float = 30.0,
     screenshot: Path | None = None,
+    dark_screenshot: Path | None = None,
 ) -> LessonResult:
     """Open ``notebook`` in a new page, run all cells, assert no error output and no console
-    errors, move the main widget and wait for the ``expected`` marker line. Closes the page and
+    errors, move the main widget and wait for the ``expected`` marker line, then check in
+    JupyterLab Dark that every text of the widget's output is readable (``dark_screenshot``:
+    where to save that view). Closes the page and
     shuts the notebook's kernel down afterwards. Raises AssertionError when a check fails."""
     t0 = time.monotonic()
     page = context.new_page()
@@ -725,6 +793,7 @@ def check_lesson(
         )
         if screenshot is not None:
             _screenshot(page, widget, screenshot)
+        _check_dark(page, widget, notebook, dark_screenshot)
         return LessonResult(
             notebook=notebook,
             open_s=t_open - t0,

@@ -1,11 +1,10 @@
-"""Record the bug zoo's training runs: ``python -m tools.bugzoo [--out DIR] [RUN ...]``.
+"""Record the bug zoo's training runs: ``python -m tools.bugzoo --out DIR [RUN ...]``.
 
 Trains every run of :data:`lmlessons.course.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
 references included, with one thread, and writes their histories and symptoms to
-``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`). Without ``--out`` the
-file goes to the user cache folder (``<cache>/bugzoo``), never into the repository; naming
-runs replaces only those in an existing file. About 3 minutes on one core. The shipped file was
-made with::
+``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`), and nothing else:
+``--out`` is required. Naming runs replaces only those in an existing file. About 4 minutes on
+one core. The shipped file was made with::
 
     python -m tools.bugzoo --out lmlessons/data/bugzoo
 
@@ -26,7 +25,6 @@ from typing import Any
 
 import torch
 
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.bugzoo.records import RECORDS_FILE, save_records
 from lmlessons.course.bugzoo.runs import RUNS, run
 
@@ -69,15 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help=f"default: every run ({', '.join(RUNS)})")
     parser.add_argument(
-        "--out", type=Path, default=None, help="folder for runs.json (default: user cache)"
+        "--out", type=Path, required=True, help="folder to write runs.json into (required)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
     unknown = [r for r in args.runs if r not in RUNS]
     if unknown:
         parser.error(f"unknown runs {unknown}; choose from {', '.join(RUNS)}")
-    out = args.out if args.out is not None else user_cache_dir() / "bugzoo"
-    path = record(list(args.runs) or list(RUNS), out, args.threads)
+    path = record(list(args.runs) or list(RUNS), args.out, args.threads)
     print(f"wrote {path}")
     return 0
 

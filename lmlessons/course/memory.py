@@ -21,6 +21,15 @@ on top of the inputs, including the gradients it returns. ``tracemalloc`` cannot
 allocations, hence the resident set size. Where ``/proc`` is missing (macOS) the fallback is
 ``resource.getrusage`` ``ru_maxrss`` minus the RSS before the run, an upper-bound estimate
 (method ``"ru_maxrss"``).
+
+:class:`TensorPeak` measures differently, in this process and exactly: the bytes of the tensors
+that torch operations create, from each one's creation until it is freed, at their peak over a
+forward *and* backward pass. It sees every ATen operation (a ``TorchDispatchMode``, active in the
+backward pass too) and follows each new storage with a weak reference, so a tensor that autograd
+saves for the backward pass counts until the backward pass frees it. The count depends only on
+the code and the sizes, never on the machine's allocator: lesson 07 prints it exactly, and the
+``chunked_cross_entropy`` checker uses it to tell a chunked loss that keeps every chunk's softmax
+for the backward pass from one that keeps nothing.
 """
 
 from __future__ import annotations
@@ -32,11 +41,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE, linear_cross_entropy
 from lmlessons.losses import clm_loss, mlm_loss
@@ -49,6 +62,8 @@ __all__ = [
     "BenchConfig",
     "measure_peak_memory",
     "measure_peak_memory_many",
+    "TensorPeak",
+    "tensor_peak_bytes",
     "head_inputs",
     "head_loss",
     "trainable",
@@ -203,6 +218,58 @@ def warm_up(kind: str, variants: Sequence[str], seed: int = 0) -> None:
     xs = head_inputs(kind, tiny)
     for variant in variants:
         forward_backward(head_loss(kind, variant, xs, tiny.chunk_size), trainable(xs))
+
+
+# --------------------------------------------------------------------------------------------
+# the exact, in-process count: tensors created by torch operations, forward and backward
+# --------------------------------------------------------------------------------------------
+
+
+class TensorPeak(TorchDispatchMode):
+    """Peak bytes of the tensors created while the mode is active, and the current bytes.
+
+    A storage counts from the operation that creates it until it is freed (a view of it adds
+    nothing). Storages of the tensors in ``existing`` (the inputs, already in memory) never count,
+    even when an in-place operation returns them.
+    """
+
+    def __init__(self, existing: Iterable[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self._existing = [StorageWeakRef(t.untyped_storage()) for t in existing]
+        self._skip = {ref.cdata for ref in self._existing}
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.current_bytes = 0
+        self.peak_bytes = 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._dynamo.disable unless this is False,
+        # which imports torch._dynamo (seconds); no compiled code runs under this mode.
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                storage = t.untyped_storage()
+                ref = StorageWeakRef(storage)
+                if ref.cdata not in self._skip and ref.cdata not in self._live:
+                    self._live[ref.cdata] = (ref, storage.nbytes())
+        self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
+        self.current_bytes = sum(n for _, n in self._live.values())
+        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        return out
+
+
+def tensor_peak_bytes(fn: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor]) -> int:
+    """Peak bytes of the tensors that ``fn()`` and its backward pass create (the gradients of
+    ``inputs`` included), on top of ``inputs``. Exact and the same on every machine."""
+    leaves = [t for t in inputs if t.requires_grad]
+    with TensorPeak(inputs) as peak:
+        loss = fn()
+        grads = torch.autograd.grad(loss, leaves)
+    del grads
+    return peak.peak_bytes
 
 
 # --------------------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ class _LivePlot:
             if self.ax2 is not None:
                 self.ax2.clear()
                 _draw_nsp_accuracy(self.ax, self.ax2, h)
-            last = f"step {h.step[-1]}, {h.wall_time[-1]:.0f} s, loss {h.final('loss', 10):.3f}"
+            last = f"step {h.step[-1]}, {h.wall_time[-1]:.0f} s, {final_loss_text(h)}"
             self.ax.set_title(f"{self.title}: {last}", fontsize=10)
         else:
             self.ax.set_title(f"{self.title}: starting...", fontsize=10)
@@ -246,9 +246,20 @@ def _moving_mean(values: list[float], window: int) -> list[float]:
     return out
 
 
+#: The live plot's title and the final line state the same loss: the mean of the last steps.
+FINAL_LOSS_WINDOW = 10
+
+
+def final_loss_text(history: History) -> str:
+    """``loss 5.390 (last 10 steps)``: one wording for the plot title and the final line."""
+    n = min(FINAL_LOSS_WINDOW, len(history.loss))
+    return f"loss {history.final('loss', FINAL_LOSS_WINDOW):.3f} (last {n} steps)"
+
+
 def progress_summary(history: History, budget: _Budget, title: str) -> str:
     """The one line that replaces the progress bar when :func:`train` ends, e.g.
-    ``GPT2LMHeadModel: 120/120 steps · 9.8 s · loss 5.390`` (a stored notebook shows this)."""
+    ``GPT2LMHeadModel: 120/120 steps · 9.8 s · loss 5.390 (last 10 steps)`` (a stored notebook
+    shows this)."""
     h = history
     seconds = h.wall_time[-1] if h.wall_time else budget.elapsed()
     if budget.by_time:
@@ -257,7 +268,7 @@ def progress_summary(history: History, budget: _Budget, title: str) -> str:
         done = f"{h.num_steps}/{budget.total:.0f} steps"
     parts = [f"{title}: {done}", f"{seconds:.1f} s"]
     if h.loss:
-        parts.append(f"loss {h.loss[-1]:.3f}")
+        parts.append(final_loss_text(h))
     if not h.stopped_by:
         parts.append("interrupted")
     elif h.stopped_by == "batches":

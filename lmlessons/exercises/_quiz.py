@@ -1,8 +1,10 @@
 """The quiz widget: a question, radio buttons, a Check button and feedback for the chosen answer.
 
 ``Quiz.answer(choice, question=1)`` answers programmatically (tests, or a learner without widgets)
-and returns exactly the text the widget then shows. The text/plain form of a quiz is deterministic,
-so quiz cells need no nbval tag.
+and returns exactly the text the widget then shows. Letters always name the choices as shown
+(``Question.shown``, a seeded shuffle of the written order), in the widget, its picture, the
+text and the feedback. The text/plain form of a quiz is deterministic, so quiz cells need no
+nbval tag.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ _CSS = (
 
 
 def feedback_text(question: Question, index: int) -> str:
-    """The feedback for choosing ``question.choices[index]``."""
-    choice = question.choices[index]
+    """The feedback for choosing ``question.shown[index]``, the choice shown at that letter."""
+    choice = question.shown[index]
     verdict = "Correct." if choice.correct else "Not quite."
     return f"{LETTERS[index]}: {verdict} {choice.why}"
 
@@ -69,23 +71,20 @@ class Quiz:
         if (
             isinstance(choice, str)
             and len(choice) == 1
-            and choice.upper() in LETTERS[: len(q.choices)]
+            and choice.upper() in LETTERS[: len(q.shown)]
         ):
             return LETTERS.index(choice.upper())
-        if (
-            isinstance(choice, int)
-            and not isinstance(choice, bool)
-            and 0 <= choice < len(q.choices)
-        ):
+        if isinstance(choice, int) and not isinstance(choice, bool) and 0 <= choice < len(q.shown):
             return choice
         raise ValueError(
-            f"choice must be a letter A-{LETTERS[len(q.choices) - 1]} or an index "
-            f"0-{len(q.choices) - 1}, got {choice!r}"
+            f"choice must be a letter A-{LETTERS[len(q.shown) - 1]} or an index "
+            f"0-{len(q.shown) - 1}, got {choice!r}"
         )
 
     def answer(self, choice: int | str, question: int = 1) -> str:
-        """Choose ``choice`` (a letter "A".., or a 0-based index) for question ``question``
-        (1-based), press Check, and return the feedback text the widget shows."""
+        """Choose ``choice`` (a letter "A".. as shown, or a 0-based index into the shown
+        choices) for question ``question`` (1-based), press Check, and return the feedback
+        text the widget shows."""
         qi = self._index(question)
         q = self.questions[qi]
         ci = self._choice(q, choice)
@@ -94,9 +93,9 @@ class Quiz:
         return self._check(qi)
 
     def correct_choice(self, question: int = 1) -> str:
-        """The letter of the right answer (for teachers and tests)."""
+        """The letter of the right answer as shown (for teachers and tests)."""
         q = self.questions[self._index(question)]
-        return next(LETTERS[i] for i, c in enumerate(q.choices) if c.correct)
+        return next(LETTERS[i] for i, c in enumerate(q.shown) if c.correct)
 
     def _check(self, qi: int) -> str:
         q = self.questions[qi]
@@ -104,7 +103,7 @@ class Quiz:
         if index is None:
             text, correct = "Choose an answer first.", None
         else:
-            text, correct = feedback_text(q, index), q.choices[index].correct
+            text, correct = feedback_text(q, index), q.shown[index].correct
         self.feedback_texts[qi] = text
         self._feedback[qi].value = _feedback_html(text, correct)
         return text
@@ -116,7 +115,7 @@ class Quiz:
             boxes = [widgets.HTML(_CSS + f"<b>{html.escape(self.title)}</b>")]
             for qi, q in enumerate(self.questions):
                 radio = widgets.RadioButtons(
-                    options=[(f"{LETTERS[i]}. {c.text}", i) for i, c in enumerate(q.choices)],
+                    options=[(f"{LETTERS[i]}. {c.text}", i) for i, c in enumerate(q.shown)],
                     value=None,
                     layout=widgets.Layout(width="100%"),
                 )
@@ -150,7 +149,7 @@ class Quiz:
         for qi, q in enumerate(self.questions):
             number = f"{qi + 1}. " if len(self.questions) > 1 else ""
             lines += ["", f"{number}{q.prompt}"]
-            lines += [f"  {LETTERS[i]}. {c.text}" for i, c in enumerate(q.choices)]
+            lines += [f"  {LETTERS[i]}. {c.text}" for i, c in enumerate(q.shown)]
         lines += ["", 'Answer in the widget, or with .answer("B", question=1).']
         return "\n".join(lines)
 
@@ -167,7 +166,7 @@ class Quiz:
             items = "".join(
                 f"<li>{'&#9673;' if i == chosen else '&#9675;'} "
                 f"{LETTERS[i]}. {html.escape(c.text)}</li>"
-                for i, c in enumerate(q.choices)
+                for i, c in enumerate(q.shown)
             )
             parts.append(
                 f"<p style='margin:8px 0 2px 0'>{number}{_prompt_html(q.prompt)}</p>"

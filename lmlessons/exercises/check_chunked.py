@@ -1,25 +1,31 @@
 """Checker for the ``chunked_cross_entropy`` exercise: the loss of an output layer computed
-``chunk_size`` rows at a time, never holding the ``(N, V)`` logits.
+``chunk_size`` rows at a time, never holding the ``(N, V)`` logits, in the forward pass *or* for
+the backward pass.
 
-Memory is checked by watching every tensor the learner's forward pass creates: a
-``TorchDispatchMode`` sees each ATen operation's outputs and records the size of the storage
-behind them (a view of a big tensor counts as the big tensor). No tensor may hold more than
+Memory is checked twice. First the largest tensor of the forward pass: a ``TorchDispatchMode``
+(:class:`LargestTensor`) sees each ATen operation's outputs and records the size of the storage
+behind them (a view of a big tensor counts as the big tensor); no tensor may hold more than
 ``chunk_size * V`` values, the logits of one chunk. The hidden cases keep ``N * H`` and ``V * H``
 below that, so hidden states, the weight and their gradients never trip it.
 
-Design decision: the check bounds the largest tensor of the forward pass, not the memory that
-autograd keeps for the backward pass. Plain autograd saves each chunk's log-softmax, so the saved
-tensors of all chunks add up to ``N * V`` again; avoiding that takes either a custom
-``torch.autograd.Function`` that computes the gradients in the forward pass (what
-:func:`lmlessons.linear_cross_entropy` does, like Liger Kernel and Cut Cross-Entropy) or
-``torch.utils.checkpoint`` around each chunk (recomputed in backward). Both pass this checker, but
-demanding them would turn a ten-line exercise about *where the division goes* into one about
-autograd internals; the lesson measures the saved memory separately.
+Then the peak of forward plus backward (:class:`lmlessons.course.memory.TensorPeak`: every
+tensor created, from its creation until it is freed, exact on every machine), against the dense
+loss ``F.cross_entropy(hidden @ weight.T, labels)`` measured the same way. Chunking alone does not
+pass: plain autograd saves each chunk's log-softmax for the backward pass, so after the loop all
+chunks' softmaxes, ``N * V`` values, are alive at once, about a third of the dense peak. Design
+decision: the peak must stay under a quarter of the dense peak on 96 rows in 12 chunks, which a
+loss that keeps nothing per chunk meets with a wide margin (about 1/10), in either of two ways: a
+``torch.autograd.Function`` per chunk that saves its inputs only and recomputes the chunk's logits
+in ``backward`` (the reference solution; ``torch.utils.checkpoint`` per chunk does the same, but
+its first call imports ``torch._dynamo``, which takes seconds), or one that computes the gradients
+chunk by chunk in the forward pass (:func:`lmlessons.linear_cross_entropy`). The memory check
+comes last: a learner first makes the loss right, then small.
 
 Hidden cases, in order: 1. 43 rows in chunks of 8 (the last one partial), 30% ignored: no tensor
 larger than a chunk's logits, the value, the gradients for ``hidden`` and ``weight``; 2. a chunk
 whose rows are all ignored; 3. every row ignored (0, not NaN); 4. ``chunk_size`` 1 and larger than
-N; 5. ``num_items_in_batch`` as an int and a tensor.
+N; 5. ``num_items_in_batch`` as an int and a tensor; 6. 96 rows in chunks of 8: the peak of
+forward plus backward.
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.course.memory import TensorPeak, tensor_peak_bytes
 from lmlessons.exercises._cases import gen
 from lmlessons.exercises._loss_checks import (
     LossCall,
+    as_loss,
     check_empty,
     check_num_items,
     close,
+    explain_ce,
 )
 from lmlessons.exercises._runner import Mistake, Runner
 
@@ -48,6 +57,8 @@ SIGNATURE = (
     "-> loss   # hidden (N, H), weight (V, H), labels (N,)"
 )
 N, H, V, CHUNK = 43, 4, 53, 8
+PEAK_ROWS = 96  # hidden case 6: 12 chunks of CHUNK rows
+PEAK_SHARE = 0.25  # forward + backward may peak at this share of the dense loss's peak
 
 
 class LargestTensor(TorchDispatchMode):
@@ -102,12 +113,12 @@ def reference(
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
-def _inputs(seed: int, ignored: float) -> list[torch.Tensor]:
+def _inputs(seed: int, ignored: float, rows: int = N) -> list[torch.Tensor]:
     g = gen(seed)
-    hidden = torch.randn(N, H, generator=g)  # (N, H)
+    hidden = torch.randn(rows, H, generator=g)  # (N, H)
     weight = torch.randn(V, H, generator=g)  # (V, H)
-    labels = torch.randint(V, (N,), generator=g)  # (N,)
-    labels[torch.rand(N, generator=g) < ignored] = IGNORE_INDEX
+    labels = torch.randint(V, (rows,), generator=g)  # (N,)
+    labels[torch.rand(rows, generator=g) < ignored] = IGNORE_INDEX
     labels[-2] = 7  # the last, partial chunk has a target
     return [hidden, weight, labels]
 
@@ -276,6 +287,36 @@ def _check_case(
     return call
 
 
+def _check_peak(run: Runner) -> None:
+    """Hidden case 6: the peak of forward plus backward against the dense loss's."""
+    args = _inputs(93, ignored=0.2, rows=PEAK_ROWS)
+    case = _describe(args, CHUNK, "hidden case 6")
+    h, w, labels = (a.clone().requires_grad_(a.is_floating_point()) for a in args)
+    dense = tensor_peak_bytes(lambda: F.cross_entropy(h @ w.T, labels), [h, w, labels])
+    leaves = [args[0].clone().requires_grad_(), args[1].clone().requires_grad_()]
+    with TensorPeak([*leaves, labels]) as peak:
+        out = run.call(*leaves, labels, case=case, explain=explain_ce, chunk_size=CHUNK)
+        loss = as_loss(out, case)
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    del grads
+    if peak.peak_bytes <= PEAK_SHARE * dense:
+        return
+    chunks = -(-PEAK_ROWS // CHUNK)
+    raise Mistake(
+        "keeps_chunks_for_backward",
+        "autograd keeps every chunk's softmax for the backward pass",
+        f"On {case}, forward plus backward peaked at {peak.peak_bytes:,} bytes of new tensors, "
+        f"{peak.peak_bytes / dense:.0%} of the dense loss's peak ({dense:,} bytes for "
+        "`F.cross_entropy(hidden @ weight.T, labels)`, measured the same way). Each chunk's "
+        f"logits are freed after its loss, but autograd saves the chunk's log-softmax ({CHUNK} x "
+        f"{V}) for the backward pass: after the loop all {chunks} chunks' softmaxes, the whole "
+        f"({PEAK_ROWS}, {V}), are alive at once. Keep nothing per chunk: write a "
+        "`torch.autograd.Function` that saves only its inputs and recomputes the chunk's logits "
+        "in `backward` (hint 3), or wrap each chunk's loss in "
+        "`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`, which does the same.",
+    )
+
+
 def check_chunked_cross_entropy(run: Runner) -> None:
     """Run the hidden cases in order; the first failure raises its :class:`Mistake`."""
     args = _inputs(91, ignored=0.3)
@@ -303,4 +344,9 @@ def check_chunked_cross_entropy(run: Runner) -> None:
     total = float(reference(*args)) * count
     check_num_items(
         run, call, args, _describe(args, CHUNK, "hidden case 5"), total, count, 13, reference
+    )
+    _check_peak(run)
+    run.ok(
+        f"forward plus backward peak under {PEAK_SHARE:.0%} of the dense loss's: no chunk's "
+        "softmax is kept for the backward pass"
     )

@@ -2,13 +2,32 @@
 
 Lesson authors call ``quiz("04")`` (all questions of lesson 04) or ``quiz("04.1")`` (one). Each
 number stated here is computed in tests/test_exercises.py (``test_quiz_numbers``); each claim
-about transformers was read in its installed source (5.x): ``data/data_collator.py``,
-``loss/loss_utils.py``, ``models/bert/modeling_bert.py``.
+about another system (transformers, Google's BERT, ...) has an entry under "Quizzes" in
+docs/claims.md, with a behaviour test in tests/test_claims_quiz.py or a citation.
+
+Choices are written in any order; a question *shows* them in a seeded shuffled order
+(:attr:`Question.shown`), derived from its id alone, so the stored outputs never change and the
+right answer cannot be guessed from its position. ``tests/test_exercises.py`` checks that over
+all questions every position holds the right answer 15-35% of the time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
+
+#: Seeds every question's shuffle. 367 spreads the right answers of the lessons' 39 questions
+#: over A-D as 10, 11, 9 and 9 times, and never puts more than 2 of one lesson at one letter.
+ORDER_SEED = 367
+
+
+def display_order(id: str, n: int, seed: int = ORDER_SEED) -> tuple[int, ...]:
+    """The order in which question ``id`` shows its ``n`` choices (indices into the written
+    order). A string seed is hashed with SHA-512 and ``random()`` is stable across Python
+    versions, so the order is the same on every machine and every run."""
+    rng = random.Random(f"{seed}:{id}")
+    keys = [rng.random() for _ in range(n)]
+    return tuple(sorted(range(n), key=keys.__getitem__))
 
 
 @dataclass(frozen=True)
@@ -22,11 +41,19 @@ class Choice:
 class Question:
     id: str  # "LL.n"
     prompt: str
-    choices: tuple[Choice, ...]
+    choices: tuple[Choice, ...]  # as written
+    order: tuple[int, ...] = field(default=())  # the shown order; () keeps the written one
+
+    @property
+    def shown(self) -> tuple[Choice, ...]:
+        """The choices in the order the learner sees them (letter A first)."""
+        return tuple(self.choices[i] for i in self.order) if self.order else self.choices
 
 
-def _q(id: str, prompt: str, *choices: tuple[str, bool, str]) -> Question:
-    q = Question(id, prompt, tuple(Choice(*c) for c in choices))
+def _q(id: str, prompt: str, *choices: tuple[str, bool, str], shuffle: bool = True) -> Question:
+    written = tuple(Choice(*c) for c in choices)
+    order = display_order(id, len(written)) if shuffle else ()
+    q = Question(id, prompt, written, order)
     if sum(c.correct for c in q.choices) != 1:  # pragma: no cover - content error
         raise ValueError(f"quiz {id} must have exactly one correct choice")
     return q
@@ -152,16 +179,16 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "01.5",
-            "On a transformers release whose collator tested `if self.seed and self.generator is "
-            "None:`, you create `DataCollatorForLanguageModeling(tokenizer, seed=0)`. What do you "
-            "get?",
+            "A masking collator creates its seeded generator only `if self.seed and "
+            "self.generator is None:`. You create it with `seed=0`. What do you get?",
             (
                 "Masks drawn from the global generator: `seed=0` is silently ignored, because 0 "
                 "is falsy.",
                 True,
                 "The run is then reproducible only through `torch.manual_seed`, and only if "
-                "nothing else draws random numbers in between. The installed version tests "
-                "`is not None`.",
+                "nothing else draws random numbers in between. The installed transformers' "
+                "`DataCollatorForLanguageModeling` honours `seed=0`: its masks do not depend on "
+                "the global seed.",
             ),
             (
                 "An error: 0 is not a valid seed.",
@@ -549,8 +576,9 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "Passes them to the decoder `BertLMHeadModel`, whose loss shifts them.",
                 False,
-                "That was the behaviour before v4.12; together with shifted decoder inputs it "
-                "would shift twice (the wrong loss the lesson printed).",
+                "The decoder gets no labels: its inputs are already the labels shifted right, "
+                "so a second shift in its loss would score position t against token t + 1 of "
+                "the target (the wrong loss the lesson printed).",
             ),
             (
                 "Builds `decoder_input_ids = shift_tokens_right(labels, ...)` and computes one "
@@ -574,11 +602,12 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
     "05": (
         _q(
             "05.1",
-            "In BERT and transformers, `next_sentence_label = 0` means:",
+            "In BERT's pretraining data, `next_sentence_label = 0` means:",
             (
                 "IsNext: B is the text that follows A.",
                 True,
-                "0 = IsNext, 1 = NotNext, as `BertForPreTraining` reads it.",
+                "0 = IsNext, 1 = NotNext: Google's create_pretraining_data.py writes "
+                "`1 if is_random_next else 0`.",
             ),
             (
                 "NotNext: B comes from another document.",
@@ -665,8 +694,9 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "About as often.",
                 True,
                 "A swapped pair holds exactly the same words as the pair in order, so a "
-                "bag-of-words model gives both the same answer. That shortcut is why ALBERT's "
-                "SOP takes its negatives from the same document.",
+                "bag-of-words model gives both the same answer. That is why ALBERT's SOP takes "
+                "its negatives from the same document, in swapped order: their topic cannot "
+                "tell them apart.",
             ),
             (
                 "Far more often: swapped text reads wrongly.",
@@ -835,8 +865,7 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             "07.1",
             "Two micro-batches are accumulated into one step: the first has 1 target token with "
             "loss 2.0, the second 99 target tokens with total loss 99.0. The full-batch loss is "
-            "1.01. What did averaging the two micro-batch means give (transformers' Trainer "
-            "before October 2024)?",
+            "1.01. What does averaging the two micro-batch means give?",
             (
                 "1.01",
                 False,
@@ -917,8 +946,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "The same everywhere, 1/34.",
                 False,
-                "That needs the count all-reduced first (transformers' "
-                "`average_tokens_across_devices`).",
+                "That needs the count all-reduced first, so that every rank divides its sum by "
+                "the same 34 (the lesson's 2-process run does it).",
             ),
             (
                 "1/12 on rank 0 and 1/56 on rank 1: a token of the short shard weighs more.",
@@ -961,10 +990,14 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "chunking does the work.",
             ),
             (
-                "Nothing: it recomputes the logits in the backward pass.",
+                "Only each row's log-sum-exp: it recomputes the logits chunk by chunk in the "
+                "backward pass.",
                 False,
-                "It computes the gradients during the forward pass, so backward has nothing to "
-                "recompute; the chunk's logits are needed only briefly.",
+                "That is Cut Cross-Entropy (Wijmans et al., 2024): its forward computes the "
+                "log-sum-exp block by block, and its backward recomputes the logits block by "
+                "block, skipping blocks whose softmax is negligible. `linear_cross_entropy` "
+                "computes the gradients during the forward pass instead, as Liger Kernel's "
+                "fused linear cross-entropy does, so its backward only scales them.",
             ),
         ),
     ),
@@ -1053,7 +1086,7 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
                 "Plot the training loss against a healthy run.",
                 False,
                 "The curves stay within a few percent: the bug reweights tokens, it does not stop "
-                "learning. That is why it went unnoticed in transformers' Trainer for years.",
+                "learning. That is why a loss curve cannot reveal it.",
             ),
             (
                 "Compare held-out losses.",
@@ -1102,23 +1135,24 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
         ),
         _q(
             "08.5",
-            "An MLM run on padded batches has more targets per step than a healthy run on the same "
-            "batches and a lower train loss, but a held-out masked loss that is no better. Which "
-            "bug fits best?",
+            "An MLM run on padded batches has 69 targets per step where a healthy run on the same "
+            "batches has 48, and a lower train loss, but a held-out masked loss that is no "
+            "better; now and then its top guess for a masked word is a special token. Which bug "
+            "fits?",
             (
                 "[CLS], [SEP] and [PAD] were not excluded from masking.",
                 True,
                 "Right. The extra targets are special tokens and padding, which are easy to "
-                "predict "
-                "([PAD] follows [PAD]); they lower the train loss and teach the model nothing it "
-                "needs on real words, and sometimes it answers [PAD] for a masked word.",
+                "predict ([PAD] follows [PAD]); they lower the train loss and teach the model "
+                "nothing it needs on real words, and sometimes it answers a special token for a "
+                "masked word.",
             ),
             (
                 "Every token has a label, not only the masked ones.",
                 False,
-                "That bug makes almost every token of the batch a target (several times the "
-                "healthy count) and collapses the train loss toward copying, far lower than a few "
-                "extra targets would.",
+                "That bug makes almost every token of the batch a target: 352 per step in the "
+                "recorded run, over 7 times the healthy 48, not 1.5 times. It never guesses a "
+                "special token for a masked word either.",
             ),
             (
                 "The loss divides by a count that can be 0.",
@@ -1136,7 +1170,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
 }
 
 
-#: Lesson 00's warm-up questions (shown by ``lmlessons.widgets.start.start_quiz``).
+#: Lesson 00's warm-up questions (shown by ``lmlessons.widgets.start.start_quiz``), in their
+#: written order: their right answers are already spread (B, C, A, B).
 START_QUESTIONS: tuple[Question, ...] = (
     _q(
         "00.1",
@@ -1164,6 +1199,7 @@ START_QUESTIONS: tuple[Question, ...] = (
             False,
             "[CLS] and [SEP] are never selected in MLM. [CLS] carries the NSP label instead.",
         ),
+        shuffle=False,
     ),
     _q(
         "00.2",
@@ -1179,7 +1215,8 @@ START_QUESTIONS: tuple[Question, ...] = (
             "One for the whole pair: 0 if B follows A, 1 if B comes from another document.",
             True,
             "Right: next_sentence_label, predicted from the [CLS] position. 0 = IsNext is "
-            "the convention of BERT and transformers (d2l.ai uses the opposite).",
+            "the convention of Google's BERT code, which the course follows (d2l.ai uses the "
+            "opposite).",
         ),
         (
             "None: NSP is unsupervised.",
@@ -1187,6 +1224,7 @@ START_QUESTIONS: tuple[Question, ...] = (
             "The label comes for free from the corpus, but there is "
             "one, and a cross-entropy loss on it.",
         ),
+        shuffle=False,
     ),
     _q(
         "00.3",
@@ -1215,6 +1253,7 @@ START_QUESTIONS: tuple[Question, ...] = (
             False,
             "21 is every ordinary token; MLM is scored only where a token was selected.",
         ),
+        shuffle=False,
     ),
     _q(
         "00.4",
@@ -1242,5 +1281,6 @@ START_QUESTIONS: tuple[Question, ...] = (
             False,
             "A causal example has no [MASK]: nothing is hidden, the future is simply not visible.",
         ),
+        shuffle=False,
     ),
 )

@@ -9,8 +9,10 @@ purpose: no input validation (the core adds it), one idea per line, shape commen
 the exercise's signature, which is the core function's (``rank_loss`` and
 ``chunked_cross_entropy`` have their own small signatures). ``select_whole_words`` and
 ``truncate_seq_pair`` follow Google BERT's ``create_pretraining_data.py``; ``rank_loss`` is
-transformers' ``average_tokens_across_devices``; ``chunked_cross_entropy`` is the plain-autograd
-version of :func:`lmlessons.linear_cross_entropy`. The tests check that each one passes its
+transformers' ``average_tokens_across_devices``; ``chunked_cross_entropy`` recomputes each
+chunk's logits in the backward pass (a hand-written ``torch.utils.checkpoint``, the idea of Cut
+Cross-Entropy), where :func:`lmlessons.linear_cross_entropy` computes the gradients in the forward
+pass (Liger Kernel's idea). The tests check that each one passes its
 checker and gives transformers' results.
 """
 
@@ -245,11 +247,31 @@ def chunked_cross_entropy(
     chunk_size: int,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
+    class ChunkSum(torch.autograd.Function):
+        """One chunk's summed cross-entropy. It keeps no (C, V) tensor for the backward pass:
+        it saves its inputs and recomputes the chunk's logits there."""
+
+        @staticmethod
+        def forward(ctx, h, w, targets):
+            ctx.save_for_backward(h, w, targets)  # views of the inputs: no new memory
+            logits = h @ w.T  # (C, V), freed as soon as forward returns
+            return F.cross_entropy(logits.float(), targets, reduction="sum")  # 0 if all -100
+
+        @staticmethod
+        def backward(ctx, grad_sum):
+            h, w, targets = ctx.saved_tensors
+            probs = torch.softmax((h @ w.T).float(), dim=-1)  # (C, V): recomputed, then dropped
+            rows = torch.arange(targets.shape[0])[targets != -100]  # (M,) rows with a target
+            probs[rows, targets[rows]] -= 1  # d(sum of CE) / d(logits) = softmax - one_hot
+            probs[targets == -100] = 0  # an ignored row adds nothing
+            grad_logits = (grad_sum * probs).to(w.dtype)  # (C, V)
+            return grad_logits @ w, grad_logits.T @ h, None  # (C, H), (V, H)
+
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], chunk_size):
-        logits = hidden[start : start + chunk_size] @ weight.T  # (C, V): one chunk at a time
+        h = hidden[start : start + chunk_size]  # (C, H): one chunk at a time
         targets = labels[start : start + chunk_size]  # (C,)
-        total = total + F.cross_entropy(logits.float(), targets, reduction="sum")  # 0 if all -100
+        total = total + ChunkSum.apply(h, weight, targets)  # (C, V) logits never kept
     if num_items_in_batch is not None:
         return total / num_items_in_batch
     return total / (labels != -100).sum().clamp(min=1)  # divide once, at the end

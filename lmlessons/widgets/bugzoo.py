@@ -7,12 +7,15 @@ learner's answer for that case and shows feedback that points at the evidence
 (:func:`lmlessons.exercises.check_bugzoo.feedback`); each case keeps its answer. The hidden
 state reads e.g. ``case=A diagnosis=no_bug verdict=wrong answered=1 right=0``.
 
-:func:`plot_all_cases` draws every case against its healthy run; :func:`reveal` shows a case's
-bug beside its fix (the source of the two functions that really ran).
+:func:`plot_all_cases` draws every case against its healthy run, :func:`all_symptoms_html` and
+:func:`all_examples_html` tabulate every case (what the lesson shows without a kernel);
+:func:`reveal` shows a case's bug beside its fix (the source of the two functions that really
+ran), or the setting that differs for a case without a bug in its code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import inspect
 import math
@@ -26,15 +29,10 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from lmlessons.course.bugzoo.cases import (
-    CASES,
-    DIAGNOSES,
-    METRIC_LABELS,
-    Case,
-    case_summaries,
-    get_case,
-)
+from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries, get_case
+from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
 from lmlessons.course.bugzoo.records import load_records
+from lmlessons.course.bugzoo.runs import RUNS
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
@@ -47,11 +45,12 @@ from lmlessons.widgets.display import (
 )
 
 __all__ = [
-    "FAMILY_METRICS",
     "plot_case",
     "plot_all_cases",
     "symptom_table_html",
+    "all_symptoms_html",
     "examples_html",
+    "all_examples_html",
     "diagnoses_html",
     "reveal_html",
     "reveal",
@@ -61,40 +60,9 @@ __all__ = [
 ]
 
 Records = Mapping[str, dict[str, Any]]
+Summary = Mapping[str, float]
 
-#: The symptoms shown for every case of a family (all of them, not only the telling ones).
-FAMILY_METRICS: dict[str, tuple[str, ...]] = {
-    "mlm": (
-        "final_train_loss",
-        "targets_per_step",
-        "grad_norm",
-        "first_nan_step",
-        "heldout_mlm_loss",
-        "heldout_mlm_accuracy",
-        "heldout_special_guess_rate",
-    ),
-    "clm": (
-        "final_train_loss",
-        "targets_per_step",
-        "grad_norm",
-        "heldout_clm_loss",
-        "heldout_prefix_clm_loss",
-        "heldout_next_token_accuracy",
-        "heldout_stop_rate",
-        "heldout_mean_new_tokens",
-        "gradient_error",
-        "gradient_error_fixed",
-    ),
-    "pretraining": (
-        "final_train_loss",
-        "grad_norm",
-        "train_nsp_accuracy",
-        "heldout_nsp_accuracy",
-        "heldout_nsp_accuracy_random_negatives",
-        "heldout_mlm_loss",
-    ),
-}
-_RATES = ("accuracy", "rate", "gradient_error")
+_RATES = ("accuracy", "rate", "error")
 _COUNTS = ("targets", "step", "tokens")
 CASE_COLOR, HEALTHY_COLOR = "#d7191c", "#4d4d4d"
 
@@ -109,8 +77,8 @@ def _format(metric: str, value: float | None) -> str:
         return "—"
     if math.isnan(value):
         return "NaN"
-    if metric == "gradient_error_fixed":
-        return f"{value:.0e}"
+    if metric.endswith("_error"):
+        return f"{value:.2%}"
     if any(word in metric for word in _RATES):
         return f"{value:.1%}"
     if any(word in metric for word in _COUNTS):
@@ -203,26 +171,61 @@ _TABLE = '<table style="border-collapse:collapse;margin:4px 0;font-size:12px">'
 _TD = 'style="padding:2px 8px;border:1px solid #bbb;text-align:{align}"'
 
 
-def _row(cells: list[str], head: bool = False) -> str:
+def _row(cells: list[str], head: bool = False, align: str = "right") -> str:
     tag = "th" if head else "td"
     out = [
-        f"<{tag} {_TD.format(align='left' if i == 0 else 'right')}>{c}</{tag}>"
+        f"<{tag} {_TD.format(align='left' if i == 0 else align)}>{c}</{tag}>"
         for i, c in enumerate(cells)
     ]
     return "<tr>" + "".join(out) + "</tr>"
 
 
+def _cell(instrument: Instrument, family: str, mine: Summary, healthy: Summary) -> tuple[str, ...]:
+    """``(sign, case value, healthy value)`` of one instrument (all "—" if not measured)."""
+    metric = instrument.metric(family)
+    if metric is None:
+        return NOT_MEASURED, NOT_MEASURED, NOT_MEASURED
+    values = tuple(_format(metric, s[metric]) for s in (mine, healthy))
+    if math.isnan(mine[metric]) and mine["first_nan_step"] and metric == "final_train_loss":
+        values = (f"NaN from step {mine['first_nan_step']:.0f}", values[1])
+    return (symptom(mine[metric], healthy[metric], instrument.floor), *values)
+
+
 def symptom_table_html(case: Case | str, records: Records | None = None) -> str:
-    """Every symptom of the case's family: this run against the healthy run."""
+    """Every instrument measured for the case's model family: the case's value, the healthy
+    run's, and the sign (:func:`~lmlessons.course.bugzoo.instruments.symptom`)."""
     case = get_case(case) if isinstance(case, str) else case
-    records = _records(records)
-    mine, healthy = case_summaries(case, records)
-    rows = [_row(["symptom", f"case {case.id}", "healthy run"], head=True)]
-    for metric in FAMILY_METRICS[records[case.run]["family"]]:
-        if metric in mine or metric in healthy:
-            values = [_format(metric, s.get(metric)) for s in (mine, healthy)]
-            rows.append(_row([html.escape(METRIC_LABELS[metric]), *values]))
+    mine, healthy = case_summaries(case, _records(records))
+    rows = [_row(["instrument", f"case {case.id}", "healthy run", "sign"], head=True)]
+    for instrument in INSTRUMENTS:
+        if instrument.metric(case.family) is not None:
+            sign, a, b = _cell(instrument, case.family, mine, healthy)
+            rows.append(_row([html.escape(instrument.label), a, b, sign]))
     return _TABLE + "".join(rows) + "</table>"
+
+
+def all_symptoms_html(records: Records | None = None) -> str:
+    """One table for every case: a row per case, a column per instrument; each cell the sign,
+    the case's value and, below it in grey, the healthy run's (what reads without a kernel)."""
+    records = _records(records)
+    head = ["case", *(html.escape(i.label) for i in INSTRUMENTS)]
+    rows = [_row(head, head=True)]
+    for case in CASES:
+        mine, healthy = case_summaries(case, records)
+        cells = [f"<b>{case.id}</b> {html.escape(case.family)}"]
+        for instrument in INSTRUMENTS:
+            sign, a, b = _cell(instrument, case.family, mine, healthy)
+            shown = a if sign == "NaN" else f"<b>{sign}</b> {a}"  # no "NaN NaN"
+            grey = f'<br><span style="color:#777">{b}</span>'
+            cells.append(sign if sign == NOT_MEASURED else shown + grey)
+        rows.append(_row(cells))
+    return _TABLE.replace("font-size:12px", "font-size:11px") + "".join(rows) + "</table>"
+
+
+def _examples(record: dict[str, Any]) -> list[str]:
+    if "guesses" in record:
+        return [f"{prompt} → {guess}" for prompt, guess in record["guesses"].items()]
+    return list(record.get("samples", []))
 
 
 def examples_html(case: Case | str, records: Records | None = None) -> str:
@@ -245,12 +248,25 @@ def examples_html(case: Case | str, records: Records | None = None) -> str:
     return ""
 
 
+def all_examples_html(records: Records | None = None) -> str:
+    """Every case's fill-in guesses or greedy samples beside its healthy run's, a row per case
+    ("—" where the family has none)."""
+    records = _records(records)
+    head = ["case", "guesses or samples of the case", "of its healthy run"]
+    rows = [_row(head, head=True, align="left")]
+    for case in CASES:
+        pair = [_examples(records[case.run]), _examples(records[case.reference])]
+        cells = ["<br>".join(html.escape(x) for x in ex) or NOT_MEASURED for ex in pair]
+        rows.append(_row([f"<b>{case.id}</b> {html.escape(case.family)}", *cells], align="left"))
+    return _TABLE.replace("margin", "max-width:980px;margin") + "".join(rows) + "</table>"
+
+
 def diagnoses_html() -> str:
     """The diagnoses to choose from: id (for ``check``) and what it means."""
-    rows = [_row(["diagnosis id", "the bug"], head=True)]
+    rows = [_row(["diagnosis id", "what is wrong"], head=True, align="left")]
     for d in DIAGNOSES.values():
-        rows.append(_row([f"<code>{d.id}</code>", html.escape(d.label)]))
-    return _TABLE.replace("text-align:right", "text-align:left") + "".join(rows) + "</table>"
+        rows.append(_row([f"<code>{d.id}</code>", html.escape(d.label)], align="left"))
+    return _TABLE + "".join(rows) + "</table>"
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,22 +284,40 @@ def _code_html(source: str, marker: str) -> str:
     )
 
 
+def _differences(case: Case) -> list[str]:
+    """The settings of the case's run that differ from its healthy run's, as ``name: a / b``."""
+    run, reference = RUNS[case.run], RUNS[case.reference]
+    out = []
+    for f in dataclasses.fields(run):
+        a, b = getattr(run, f.name), getattr(reference, f.name)
+        if a != b:
+            show = [getattr(v, "__name__", repr(v)) for v in (a, b)]
+            out.append(f"{f.name}: {show[0]} (healthy run: {show[1]})")
+    return out
+
+
 def reveal_html(case: Case | str) -> str:
-    """The case's bug beside its fix: the source of the two functions the runs used, the lines
-    that differ highlighted, then why the fix works and the lesson that teaches it."""
+    """The case's bug beside its fix (the source of the two functions the runs used, the lines
+    that differ highlighted) or, when the runs' code is the same, the settings that differ;
+    then why, and the lesson that teaches it."""
     case = get_case(case) if isinstance(case, str) else case
-    columns = "".join(
-        f'<td style="vertical-align:top;padding:4px 8px;border:1px solid #bbb">'
-        f'<div style="font-weight:bold;color:{color}">{name}</div>{_code_html(src, marker)}</td>'
-        for name, color, src, marker in (
-            ("bug", CASE_COLOR, inspect.getsource(case.bug), "BUG"),
-            ("fix", "#1a9641", inspect.getsource(case.fix), "FIX"),
+    if case.bug is not None and case.fix is not None:
+        columns = "".join(
+            f'<td style="vertical-align:top;padding:4px 8px;border:1px solid #bbb">'
+            f'<div style="font-weight:bold;color:{color}">{name}</div>{_code_html(src, mark)}</td>'
+            for name, color, src, mark in (
+                ("bug", CASE_COLOR, inspect.getsource(case.bug), "BUG"),
+                ("fix", "#1a9641", inspect.getsource(case.fix), "FIX"),
+            )
         )
-    )
+        body = f'<table style="border-collapse:collapse;margin:4px 0"><tr>{columns}</tr></table>'
+    else:
+        items = "".join(f"<li><code>{html.escape(d)}</code></li>" for d in _differences(case))
+        body = f'<div style="margin:4px 0">The two runs differ only in:<ul>{items}</ul></div>'
+    lesson = f"; lesson {case.lesson}" if case.lesson else ""
     return (
         f'<div style="font-size:13px"><b>Case {case.id}: {html.escape(case.title)}</b> '
-        f"(diagnosis <code>{case.diagnosis}</code>; lesson {case.lesson})"
-        f'<table style="border-collapse:collapse;margin:4px 0"><tr>{columns}</tr></table>'
+        f"(diagnosis <code>{case.diagnosis}</code>{lesson}){body}"
         f'<div style="max-width:900px">{html.escape(case.why)}</div></div>'
     )
 

@@ -10,14 +10,18 @@ guess**; the guess cannot change afterwards. The cell after the measurement reve
 
     guess.reveal(100 * share, explanation="...")
 
-which shows the measured value next to the locked guess ("you guessed 10.0%; measured 32.3%:
-22.3 percentage points too low"). Without a locked guess it says so and still shows the answer.
-Tests (and learners without widgets) commit with ``guess.commit(10)``.
+which shows the question, then, folded under "Reveal: the measured answer", the measured value
+next to the locked guess ("you guessed 10.0%; measured 32.3%: 22.3 percentage points too low").
+Without a locked guess it says so and still shows the answer. Tests (and learners without
+widgets) commit with ``guess.commit(10)``.
 
 Both pictures read without a kernel: :class:`Predict` is a
 :class:`~lmlessons.widgets.base.LessonWidget` whose ``text/html`` shows the question and the
-guess (if any), and :class:`Reveal` is plain HTML and text. Numbers are printed with a fixed
-number of decimals (at most 4), so a reveal's output is the same on every CPU for the same value.
+guess (if any), and :class:`Reveal` is plain HTML and text. The reveal's HTML keeps the answer in
+a closed ``<details>`` block, so a reader of the executed lesson or of the website meets the
+question first and opens the answer with one click (in JupyterLab too). Numbers are printed with
+a fixed number of decimals (at most 4), so a reveal's output is the same on every CPU for the same
+value.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from lmlessons.exercises._result import _inline
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import OutputRecord, html_output, state_output
 
-__all__ = ["MAX_DECIMALS", "Predict", "Reveal"]
+__all__ = ["MAX_DECIMALS", "REVEAL_SUMMARY", "Predict", "Reveal"]
 
 #: More decimals would print float noise (the course's output policy allows at most 4).
 MAX_DECIMALS = 4
@@ -45,6 +49,8 @@ CLOSE_SHARE = 0.05
 _BOX = "border-left:4px solid #4575b4;padding:4px 10px;margin:4px 0;background:#f4f8fc"
 _NOTE = "color:#555;font-size:90%"
 _STYLE = {"description_width": "90px"}
+#: The one line a reveal shows before it is opened (the answer is folded below it).
+REVEAL_SUMMARY = "Reveal: the measured answer"
 
 
 def _decimals_of(step: float) -> int:
@@ -141,7 +147,7 @@ class Reveal:
     explanation: str
 
     def __str__(self) -> str:
-        lines = [f"Predict: {self.question}", f"Measured: {self.measured}"]
+        lines = [f"Predict: {self.question}", REVEAL_SUMMARY, f"Measured: {self.measured}"]
         if self.guess is None:
             lines.append(
                 "No guess was locked before the measurement. (Run the predict cell, lock a "
@@ -167,10 +173,12 @@ class Reveal:
                 f"<b>{html.escape(self.measured)}</b>: {html.escape(self.verdict)}</div>"
             )
         why = f"<div>{_inline(self.explanation)}</div>" if self.explanation else ""
-        return (
+        return (  # the answer folded: the reader meets the question first
             f'<div class="lmlessons-reveal" style="{_BOX}">'
             f"<div><b>Predict:</b> {_inline(self.question)}</div>"
-            f"<div>Measured: <b>{html.escape(self.measured)}</b></div>{compare}{why}</div>"
+            f'<details><summary style="cursor:pointer">{REVEAL_SUMMARY}</summary>'
+            f"<div>Measured: <b>{html.escape(self.measured)}</b></div>{compare}{why}"
+            "</details></div>"
         )
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 :func:`plot_warm_start` draws :func:`lmlessons.course.checkpoints.warm_start_curves` as three
 panels (held-out MLM loss, top-5 accuracy on masked tokens, attention uniformity) against the
-optimizer step; :func:`warm_start_table` prints the same numbers at a few steps.
+optimizer step, optionally with the held-out loss of a predictor that uses no context (``floor``);
+:func:`warm_start_table` prints the same numbers at a few steps.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def _series(run: Mapping[str, Any], key: str) -> tuple[list[int], list[float]]:
     return [s for s, _ in points], [v for _, v in points]
 
 
-def plot_warm_start(curves: Mapping[str, Any]) -> Any:
-    """Three panels, both runs, the warm start shaded; returns the matplotlib figure."""
+def plot_warm_start(curves: Mapping[str, Any], *, floor: float | None = None) -> Any:
+    """Three panels, both runs, the warm start shaded; returns the matplotlib figure.
+
+    ``floor``: the held-out MLM loss of a predictor that uses no context, drawn as a dotted line
+    on the loss panel (None: not drawn)."""
     import matplotlib.pyplot as plt
 
     runs = _runs(curves)
@@ -50,9 +54,11 @@ def plot_warm_start(curves: Mapping[str, Any]) -> Any:
         ax.set_xlabel("optimizer step")
         ax.grid(alpha=0.3)
     axes[0].axhline(curves["uniform_mlm_loss"], color="gray", ls="--", lw=1, label="ln V")
+    if floor is not None:
+        axes[0].axhline(floor, color="C3", ls=":", lw=1.5, label="no context (floor)")
     axes[2].set_ylim(top=1.01)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.08))
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, -0.16))
     fig.tight_layout()
     return fig
 

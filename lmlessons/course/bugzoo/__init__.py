@@ -1,4 +1,5 @@
-"""The bug zoo of lesson 08: real training runs with one bug each, beside a healthy run.
+"""The bug zoo of lesson 08: real training runs beside a healthy run (most with one bug, one with
+a too-high learning rate, one with no bug at all).
 
 * :mod:`~lmlessons.course.bugzoo.bugs`: each bug beside its fix, as small functions of one job
   each (mask a batch, the MLM loss, a causal-LM batch, the decoder, the NSP negatives, gradient
@@ -6,6 +7,8 @@
 * :mod:`~lmlessons.course.bugzoo.data`: the sentence batches every run reads;
 * :mod:`~lmlessons.course.bugzoo.runs`: the runs (``RUNS``) and ``run``, which trains one;
 * :mod:`~lmlessons.course.bugzoo.symptoms`: what is measured on a trained model;
+* :mod:`~lmlessons.course.bugzoo.instruments`: the instruments (the columns of the symptom
+  table) and the sign of a run against its healthy run on each;
 * :mod:`~lmlessons.course.bugzoo.records`: the recorded runs shipped in
   ``lmlessons/data/bugzoo`` (``python -m tools.bugzoo`` records them anew) and their summaries;
 * :mod:`~lmlessons.course.bugzoo.cases`: the cases a learner diagnoses and the diagnoses to

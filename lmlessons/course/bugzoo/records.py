@@ -91,7 +91,8 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
     """The numbers to compare between runs: ``final_train_loss``, ``grad_norm`` (means of the
     last 20 steps; NaN if one is NaN), ``targets_per_step``, ``first_nan_step`` (0: never) and
     ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), every held-out metric as
-    ``heldout_<name>``, and ``gradient_error`` / ``gradient_error_fixed`` when measured."""
+    ``heldout_<name>``, and the one-step check (``loss_error``, ``gradient_error``,
+    ``gradient_error_fixed``) when measured."""
     h = record["history"]
     nan_steps = [i for i, v in enumerate(h["loss"]) if math.isnan(v)]
     out = {
@@ -104,7 +105,9 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
     if "nsp_accuracy" in h:
         out["train_nsp_accuracy"] = _tail_mean(h["nsp_accuracy"])
     out.update({f"heldout_{k}": float(v) for k, v in record.get("heldout", {}).items()})
-    if "gradient_error" in record:
-        out["gradient_error"] = record["gradient_error"]["this_run"]
-        out["gradient_error_fixed"] = record["gradient_error"]["with_the_fix"]
+    if "one_step_check" in record:
+        check = record["one_step_check"]
+        out["gradient_error"] = check["this_run"]
+        out["gradient_error_fixed"] = check["with_the_fix"]
+        out["loss_error"] = check["loss_this_run"]
     return out

@@ -1,9 +1,11 @@
-"""The bug zoo's training runs: each one real training code, healthy or with one bug.
+"""The bug zoo's training runs: each one real training code, healthy, with one bug, or with one
+other setting changed (the learning rate, the seed of the initial weights).
 
 A run (:class:`RunSpec`) picks a *family* and plugs one function of each role of
 :mod:`lmlessons.course.bugzoo.bugs` into it; the healthy run of a family uses every ``*_fixed``
-function, a buggy run swaps exactly one. All runs of a family see the same batches in the same
-order (one generator, seeded :data:`SEED`), so a difference between two curves is the bug's.
+function, a buggy run swaps exactly one, and a run without a bug changes one setting. All runs
+of a family see the same batches in the same order (one generator, seeded :data:`SEED`), so a
+difference between two curves comes from that one change.
 
 * ``"mlm"``: ``BertForMaskedLM`` initialised from the course's ``bert`` checkpoint, trained on
   single sentences padded to the longest of the batch (``tokenizer(texts, padding=True)``);
@@ -16,7 +18,8 @@ The loop is :func:`lmlessons.train`'s (AdamW, linear warm-up, gradient clipping 
 out, so that it can record the gradient norm before clipping and run the buggy losses. After
 training, :func:`run` measures what a practitioner would look at: held-out metrics on the
 validation documents (always with the *healthy* labels), fill-in-the-blank guesses or greedy
-samples. ``python -m tools.bugzoo`` records every run into ``lmlessons/data/bugzoo``.
+samples; for the causal runs, a check of one step against one batch. ``python -m tools.bugzoo
+--out lmlessons/data/bugzoo`` records every run.
 """
 
 from __future__ import annotations
@@ -43,9 +46,18 @@ from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.shifting import shift_labels
 
-__all__ = ["RunSpec", "RUNS", "run", "run_ids"]
+__all__ = [
+    "RunSpec",
+    "RUNS",
+    "MODEL_FAMILIES",
+    "CHECK_MICRO_BATCHES",
+    "run",
+    "run_ids",
+    "model_family",
+]
 
 WARMUP_STEPS = 20
+CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this many pieces
 MAX_GRAD_NORM = 1.0
 WEIGHT_DECAY = 0.01
 
@@ -59,6 +71,7 @@ class RunSpec:
     family: str  # "mlm", "clm" or "pretraining"
     steps: int
     lr: float
+    init_seed: int = SEED  # "clm": the random initial weights (the batches always use SEED)
     batch_size: int = 16
     micro_batches: int = 1  # "clm": the step's rows, sorted by length, in this many pieces
     mask: Callable[..., Any] = bugs.mask_fixed
@@ -69,10 +82,17 @@ class RunSpec:
     negatives: Callable[..., Any] = bugs.negatives_fixed
 
 
-_MLM = RunSpec("mlm", steps=150, lr=1e-3)
-_MLM_ONE_SENTENCE = RunSpec("mlm", steps=60, lr=1e-3, batch_size=1)
+# Runs that continue from the bert checkpoint use a small learning rate, 1e-4. At 1e-3 (the
+# peak learning rate the checkpoint was trained with) the train loss rises once warm-up is over:
+# that is the "lr_too_high" run below (pretraining: 3.58 -> 3.87 from the first 20 steps to the
+# last 20). At 1e-4 the healthy runs stay within 3% of where they start, and their bumps are the
+# batches' (measured: the healthy pretraining run at 3e-5, which barely moves the weights, has
+# the same bumps). Runs from random weights use 2e-3, as the course's causal recipes.
+_MLM = RunSpec("mlm", steps=150, lr=1e-4)
+_MLM_ONE_SENTENCE = RunSpec("mlm", steps=60, lr=1e-4, batch_size=1)
 _CLM = RunSpec("clm", steps=250, lr=2e-3)
-_PRETRAINING = RunSpec("pretraining", steps=150, lr=1e-3)
+_BERT_DECODER = replace(_CLM, decoder=bugs.decoder_fixed)
+_PRETRAINING = RunSpec("pretraining", steps=150, lr=1e-4)
 
 RUNS: dict[str, RunSpec] = {
     "healthy_mlm": _MLM,
@@ -86,16 +106,29 @@ RUNS: dict[str, RunSpec] = {
     "accumulation_mean_of_means": replace(
         _CLM, micro_batches=4, accumulate=bugs.accumulate_mean_of_means
     ),
-    "healthy_bert_decoder": replace(_CLM, decoder=bugs.decoder_fixed),
-    "decoder_sees_the_future": replace(_CLM, decoder=bugs.decoder_without_is_decoder),
+    "healthy_bert_decoder": _BERT_DECODER,
+    "decoder_sees_the_future": replace(_BERT_DECODER, decoder=bugs.decoder_without_is_decoder),
+    "bert_decoder_other_seed": replace(_BERT_DECODER, init_seed=1),  # no bug: another init
     "healthy_pretraining": _PRETRAINING,
     "nsp_random_negatives": replace(_PRETRAINING, negatives=bugs.negatives_random_ids),
+    "lr_too_high": replace(_PRETRAINING, lr=1e-3),  # 10 times the healthy run's
 }
+
+#: The model family of a run, as a case describes it (the same words for every case of it).
+MODEL_FAMILIES = ("BERT MLM", "GPT-2 causal LM", "BERT causal LM", "BERT pretraining")
 
 
 def run_ids() -> tuple[str, ...]:
     """Every run, healthy references included, in a fixed order."""
     return tuple(RUNS)
+
+
+def model_family(run_id: str) -> str:
+    """The run's model family, one of :data:`MODEL_FAMILIES`: what its code trains, not how."""
+    spec = RUNS[run_id]
+    if spec.family == "clm":
+        return "GPT-2 causal LM" if spec.decoder is None else "BERT causal LM"
+    return "BERT MLM" if spec.family == "mlm" else "BERT pretraining"
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,8 +139,8 @@ def run_ids() -> tuple[str, ...]:
 def _model(spec: RunSpec, tokenizer: Any) -> torch.nn.Module:
     if spec.family == "clm":
         if spec.decoder is not None:
-            return spec.decoder(tokenizer, SEED)
-        return tiny_gpt2(tokenizer, seed=SEED)
+            return spec.decoder(tokenizer, spec.init_seed)
+        return tiny_gpt2(tokenizer, seed=spec.init_seed)
     pretrained = load_checkpoint("bert")
     if spec.family == "pretraining":
         return pretrained
@@ -223,17 +256,19 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     record["history"] = _train(model, spec, _STEPS[spec.family](model, spec, tokenizer, g), steps)
     if symptoms:
         record.update(measure(model, spec.family, corpus, tokenizer))
-        if spec.micro_batches > 1:
-            record["gradient_error"] = _gradient_error(model, spec, corpus, tokenizer)
+        if spec.family == "clm":
+            record["one_step_check"] = _one_step_check(model, spec, corpus, tokenizer)
     return record
 
 
-def _gradient_error(
+def _one_step_check(
     model: torch.nn.Module, spec: RunSpec, corpus: Any, tokenizer: Any
 ) -> dict[str, float]:
-    """The trained model's accumulated gradient on the first step's rows against the one-batch
-    gradient (:func:`~lmlessons.course.bugzoo.symptoms.first_step_gradient_errors`)."""
+    """Every causal run's step code on the first step's rows, split by length into
+    :data:`CHECK_MICRO_BATCHES` micro-batches, against the same rows as one batch: the logged
+    loss and the gradient of the trained model
+    (:func:`~lmlessons.course.bugzoo.symptoms.first_step_gradient_errors`)."""
     rows = sentence_rows(corpus.train, tokenizer)
     first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
-    micro_rows = split_by_length(first, spec.micro_batches)
+    micro_rows = split_by_length(first, CHECK_MICRO_BATCHES)
     return first_step_gradient_errors(model, tokenizer, micro_rows, spec.clm_batch, spec.accumulate)

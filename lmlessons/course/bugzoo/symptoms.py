@@ -7,9 +7,10 @@ code reported.
 
 * MLM: held-out masked loss and accuracy, how often the top guess is a special token, and the
   guesses for :data:`FILL_MASK_PROBES`;
-* CLM: held-out next-token loss in one pass (teacher forcing) and as at generation
-  (:func:`lmlessons.causality.prefix_loss`: each prediction from its prefix only), how often a
-  greedy continuation of a validation sentence ends with [SEP], and a few greedy samples;
+* CLM: held-out next-token loss and accuracy in one pass (teacher forcing), over every target
+  and over the words only (every target but [SEP]); the loss on the words as at generation
+  (:func:`lmlessons.causality.prefix_loss`: each prediction from its prefix only); how often a
+  greedy continuation of a validation sentence ends with [SEP]; and a few greedy samples;
 * pretraining: held-out NSP accuracy on real NotNext pairs and on random-id ones, and MLM loss.
 """
 
@@ -86,20 +87,33 @@ def _fill_mask(model: torch.nn.Module, tokenizer: Any, text: str) -> str:
     return tokenizer.convert_ids_to_tokens(int(logits[position].argmax()))
 
 
+def _words_only(batch: dict[str, torch.Tensor], sep_token_id: int) -> dict[str, torch.Tensor]:
+    """``batch`` with the [SEP] targets unlabelled: the words only (the end of a sentence is
+    measured by the generations that end)."""
+    labels = batch["labels"].masked_fill(batch["labels"] == sep_token_id, IGNORE_INDEX)
+    return {**batch, "labels": labels}
+
+
 def _clm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[str, Any]:
     rows = sentence_rows(corpus.validation, tokenizer)
+    sep = tokenizer.sep_token_id
     batches = [
         bugs.clm_batch_fixed(rows[i : i + EVAL_BATCH_SIZE], tokenizer)
         for i in range(0, len(rows), EVAL_BATCH_SIZE)
     ]
     metrics = evaluate(model, batches, objective="clm")
-    first = bugs.clm_batch_fixed(rows[:GENERATION_ROWS], tokenizer)
-    as_generated = prefix_loss(model, first["input_ids"], attention_mask=first["attention_mask"])
+    words = evaluate(model, [_words_only(b, sep) for b in batches], objective="clm")
+    first = _words_only(bugs.clm_batch_fixed(rows[:GENERATION_ROWS], tokenizer), sep)
+    as_generated = prefix_loss(
+        model, first["input_ids"], first["labels"], attention_mask=first["attention_mask"]
+    )
     heldout = {
         "clm_loss": metrics["clm_loss"],
         "next_token_accuracy": metrics["next_token_accuracy"],
-        "prefix_clm_loss": float(as_generated),
         "num_targets": metrics["num_targets"],
+        "word_loss": words["clm_loss"],
+        "word_accuracy": words["next_token_accuracy"],
+        "prefix_word_loss": float(as_generated),
         **_stop_statistics(model, tokenizer, rows[:GENERATION_ROWS]),
     }
     samples = [_greedy_text(model, tokenizer, prompt) for prompt in SAMPLE_PROMPTS]
@@ -165,13 +179,14 @@ def _pretraining_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -
     return {"heldout": heldout}
 
 
-def _gradient(model: torch.nn.Module, backward: Any) -> list[torch.Tensor]:
+def _step(model: torch.nn.Module, accumulate: Any, micro: list[Any]) -> tuple[float, list]:
+    """The loss ``accumulate`` logs for one step over ``micro``, and the gradient it leaves."""
     model.zero_grad(set_to_none=True)
     with torch.enable_grad():
-        backward()
+        logged = accumulate(model, micro)
     grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
-    return grads
+    return logged, grads
 
 
 def _relative_error(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -187,14 +202,18 @@ def first_step_gradient_errors(
     clm_batch: Any,
     accumulate: Any,
 ) -> dict[str, float]:
-    """How far the gradient accumulated over ``micro_rows`` (with ``accumulate``, then with the
-    fixed one) is from the gradient of the same rows as one batch: ``||a - b|| / ||b||``."""
+    """One step over ``micro_rows`` with the step code ``accumulate`` (then with the fixed
+    one) against the same rows as one batch: ``this_run`` and ``with_the_fix`` are the
+    gradients' ``||a - b|| / ||b||``, ``loss_this_run`` and ``loss_with_the_fix`` the logged
+    losses' ``|a - b| / |b|``."""
     micro = [clm_batch(r, tokenizer) for r in micro_rows]
     whole = [clm_batch([row for rows in micro_rows for row in rows], tokenizer)]
-    reference = _gradient(model, lambda: bugs.accumulate_fixed(model, whole))
-    ours = _gradient(model, lambda: accumulate(model, micro))
-    fixed = _gradient(model, lambda: bugs.accumulate_fixed(model, micro))
+    loss, reference = _step(model, bugs.accumulate_fixed, whole)
+    ours_loss, ours = _step(model, accumulate, micro)
+    fixed_loss, fixed = _step(model, bugs.accumulate_fixed, micro)
     return {
         "this_run": _relative_error(ours, reference),
         "with_the_fix": _relative_error(fixed, reference),
+        "loss_this_run": abs(ours_loss - loss) / abs(loss),
+        "loss_with_the_fix": abs(fixed_loss - loss) / abs(loss),
     }
