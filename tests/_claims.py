@@ -119,9 +119,7 @@ def uncovered(path: Path, claims: list[Claim]) -> list[str]:
     number = path.name[:2]
     anchors = [fold(c.anchor) for c in claims if c.lesson == number]
     return [
-        p
-        for p in lesson_paragraphs(path)
-        if SYSTEMS.search(p) and not any(a in p for a in anchors)
+        p for p in lesson_paragraphs(path) if SYSTEMS.search(p) and not any(a in p for a in anchors)
     ]
 
 

@@ -6,6 +6,10 @@ import torch
 from transformers import BertConfig, GPT2Config
 
 VOCAB = 97
+# The sizes of the course's tiny models (lmlessons.course.models) in tests that train them: one
+# layer, hidden size 32. Passed as keyword overrides, e.g. tiny_gpt2(tok, **SMALL_GPT2).
+SMALL_GPT2 = dict(n_embd=32, n_layer=1, n_head=2)
+SMALL_BERT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
 
 
 def bert_config(**overrides) -> BertConfig:

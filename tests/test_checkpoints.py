@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from _tiny import SMALL_GPT2
 from safetensors import safe_open
 
 from lmlessons import checkpoint_metrics, heldout_metrics, load_checkpoint, load_corpus, tiny_gpt2
@@ -20,7 +21,6 @@ from lmlessons.course.checkpoints import (
 )
 from tools.pretrain import RECIPES
 
-SMALL_GPT2 = dict(n_embd=32, n_layer=1, n_head=2)
 EXPECTED_CLASSES = {
     "bert": "BertForPreTraining",
     "bert-causal": "BertLMHeadModel",

@@ -107,3 +107,33 @@ def test_no_frozen_progress_bar_and_no_test_plumbing(path: Path) -> None:
         assert "0%|" not in text, f"{path.name} code cell {index} stores a progress bar at 0%"
         assert "[widget]" not in text, f"{path.name} code cell {index} shows a test marker"
     assert "[widget]" not in json.dumps(cells(path)), f"{path.name} mentions [widget] markers"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_figure_has_an_alt_text_that_says_what_it_shows(path: Path) -> None:
+    """A cell with a plotted figure names what it shows in ``mystnb.image.alt`` (the website's
+    alt text): several words, not a file name."""
+    missing = []
+    for index, cell in enumerate(code_cells(path)):
+        plots = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        if not [o for o in plots if "text/html" not in o["data"]]:
+            continue
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt", "")
+        if len(alt.split()) < 6 or re.search(r"\.(png|svg)\b", alt):
+            missing.append(f"cell {index}: {alt!r}")
+    assert not missing, f"{path.name}: figures without a real alt text: {missing}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_widget_picture_has_an_alt_text(path: Path) -> None:
+    """The PNGs inside widget pictures carry an alt text of several words."""
+    bad = []
+    for index, cell in enumerate(code_cells(path)):
+        for out in cell.get("outputs", []):
+            markup = "".join(out.get("data", {}).get("text/html", ""))
+            for alt in re.findall(r"<img\b[^>]*?\balt=\"([^\"]*)\"", markup):
+                if len(alt.split()) < 3:
+                    bad.append(f"cell {index}: {alt!r}")
+            if markup.count("<img") != len(re.findall(r"<img\b[^>]*?\balt=\"", markup)):
+                bad.append(f"cell {index}: an <img> without alt")
+    assert not bad, f"{path.name}: {bad}"

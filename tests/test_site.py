@@ -230,8 +230,9 @@ AXE = Path(
 )
 AXE_JS = """async (tags) => {
   const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
+  const why = (n) => (n.failureSummary || '').split('\\n').slice(1, 2).join('');
   return result.violations.flatMap((v) => v.nodes.map((n) =>
-    `${v.id}: ${n.target.join(' ')}: ${(n.failureSummary || '').split('\\n').slice(1, 2).join('')}`));
+    `${v.id}: ${n.target.join(' ')}: ${why(n)}`));
 }"""
 #: WCAG 2.0 and 2.1, levels A and AA.
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
@@ -254,9 +255,8 @@ def bad_alt_texts(page: Any) -> list[str]:
     """Images whose alt text is missing, a file name, or fewer than three words."""
     bad = []
     for src, alt in page.evaluate(ALT_JS):
-        if len(alt.split()) < 3 and alt not in ("Open in Colab", "Launch Binder"):
-            bad.append(f"{src}: {alt!r}")
-        elif re.search(r"\.(png|svg|jpe?g|gif)\b", alt):
+        short = len(alt.split()) < 3 and alt not in ("Open in Colab", "Launch Binder")
+        if short or re.search(r"\.(png|svg|jpe?g|gif)\b", alt):
             bad.append(f"{src}: {alt!r}")
     return bad
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from _tiny import SMALL_BERT, SMALL_GPT2
 
 import lmlessons.course.training as training_module
 from lmlessons import (
@@ -24,10 +25,6 @@ from lmlessons import (
     tokenize_documents,
     train,
 )
-
-SMALL_BERT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-SMALL_GPT2 = dict(n_embd=32, n_layer=1, n_head=2)
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
@@ -387,7 +384,11 @@ def test_live_bar_ends_as_a_summary_line(tok, docs, monkeypatch) -> None:
     (summary,) = bar.updates  # ... replaced at the end by a plain summary
     assert bar.raw == [True] and set(summary) == {"text/html", "text/plain"}
     text = summary["text/plain"]
-    assert text == f"tiny: 3/3 steps \u00b7 {h.wall_time[-1]:.1f} s \u00b7 loss {h.loss[-1]:.3f}"
+    mean = sum(h.loss) / len(h.loss)
+    assert (
+        text
+        == f"tiny: 3/3 steps \u00b7 {h.wall_time[-1]:.1f} s \u00b7 loss {mean:.3f} (last 3 steps)"
+    )
     assert "lmlessons-progress" in summary["text/html"] and "3/3 steps" in summary["text/html"]
     assert "\u2714" in summary["text/html"]  # finished: a check mark
     assert bar.shown.children[1].value == 3  # the widget bar itself ended full

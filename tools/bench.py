@@ -182,6 +182,15 @@ def bench_masking(cfg: BenchConfig) -> BenchRow:
     )
 
 
+def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradients of ``params`` after a backward pass (every one must have received one)."""
+    grads = [p.grad for p in params]
+    missing = [i for i, g in enumerate(grads) if g is None]
+    if missing:
+        raise RuntimeError(f"parameters {missing} received no gradient")
+    return [g for g in grads if g is not None]
+
+
 def _time_heads(kind: str, candidate: str, cfg: BenchConfig) -> tuple[list, list, float, int]:
     """Interleaved timings of dense and ``candidate``; the largest difference of loss and
     gradients between them (checked on the first repeat); the number of labelled rows."""
@@ -194,11 +203,11 @@ def _time_heads(kind: str, candidate: str, cfg: BenchConfig) -> tuple[list, list
     for r in range(cfg.repeats):
         t, loss_d = forward_backward(dense_fn, params)
         t_dense.append(t)
-        grads_d = [p.grad for p in params]
+        grads_d = _grads(params)
         t, loss_c = forward_backward(cand_fn, params)
         t_cand.append(t)
         if r == 0:  # check once that the two agree (value and gradients)
-            diffs = [float((a - p.grad).abs().max()) for a, p in zip(grads_d, params)]
+            diffs = [float((a - b).abs().max()) for a, b in zip(grads_d, _grads(params))]
             diff = max([float((loss_d - loss_c).abs()), *diffs])
         del grads_d
     labelled = int((x["labels"] != IGNORE_INDEX).sum())
@@ -354,7 +363,7 @@ def _plot_memory(ax: Any, result: BenchResult, labels: list[str]) -> None:
         for i, v in zip(xs, values):
             ax.text(i + shift, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [lab for lab, _ in rows])
-    ax.set_ylim(0, max(r.baseline_peak_mib for _, r in rows) * 1.3)
+    ax.set_ylim(0, max(r.baseline_peak_mib or 0.0 for _, r in rows) * 1.3)
     ax.set_ylabel("peak MiB above inputs")
     ax.legend(fontsize=8, loc="upper center", ncol=2)
 
@@ -401,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="also save a plot (e.g. docs/bench.png)")
     args = parser.parse_args(argv)
-    over: dict[str, object] = {"memory": not args.no_memory}
+    over: dict[str, Any] = {"memory": not args.no_memory}
     if args.repeats is not None:
         over["repeats"] = args.repeats
     if args.chunk_size is not None:

@@ -341,7 +341,7 @@ VIEWPORT = {"width": 1280, "height": 900}
 
 def new_context(browser: Browser) -> BrowserContext:
     """One context for all lessons: pages share the HTTP cache (JupyterLab's bundles load once)."""
-    return browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+    return browser.new_context(viewport=VIEWPORT, device_scale_factor=1)  # type: ignore[arg-type]
 
 
 #: Console errors that are harmless, each with the reason. Matched with re.search on the text.

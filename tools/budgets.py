@@ -102,6 +102,7 @@ def _run(kind: str, seconds: float, seed: int, live: bool) -> dict[str, Any]:
     model_kw, batch_kw, train_kw, _ = RUNS[kind]
     corpus, tok = load_corpus("course"), load_tokenizer()
     g = torch.Generator().manual_seed(seed)
+    model: torch.nn.Module
     if kind.startswith("mlm"):
         model, batches = (
             tiny_bert_mlm(tok, seed=seed, **model_kw),

@@ -187,10 +187,12 @@ def stale(write: bool) -> list[str]:
         nb = nbformat.read(path, as_version=4)
         (cell,) = [c for c in nb.cells if c.cell_type == "markdown" and STATEMENT.search(c.source)]
         wanted = estimate(nb, times[path.stem], _quiz_questions(path)).statement()
-        if STATEMENT.search(cell.source).group(0) != wanted:
+        found = STATEMENT.search(cell.source)
+        assert found is not None  # the cell was chosen for holding it
+        if found.group(0) != wanted:
             out.append(path.name)
             if write:
-                start, end = STATEMENT.search(cell.source).span()
+                start, end = found.span()
                 cell.source = cell.source[:start] + wanted + cell.source[end:]
                 nbformat.write(nb, path)
     return out
