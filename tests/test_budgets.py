@@ -13,6 +13,7 @@ from lmlessons import load_tokenizer
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
+@pytest.mark.slow
 def test_only_loads(tmp_path, capsys) -> None:
     out = tmp_path / "budgets.json"
     assert budgets.main(["--only-loads", "--json", str(out)]) == 0  # loads are < 1 s each

@@ -69,6 +69,7 @@ def test_the_recording_holds_every_run_in_full(records):
         assert {len(v) for v in history.values()} == {spec.steps}, run_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run_id", list(RUNS))
 def test_the_first_steps_re_run_to_the_recording(run_id, records):
     again = run(run_id, steps=PREFIX, symptoms=False)["history"]
@@ -81,6 +82,7 @@ def test_the_first_steps_re_run_to_the_recording(run_id, records):
             assert values == pytest.approx(recorded[key][:PREFIX], **TOLERANCE), key
 
 
+@pytest.mark.slow
 def test_the_nan_run_turns_nan_at_the_recorded_step_on_an_empty_mask(records):
     loss = records["nan_on_empty_mask"]["history"]["loss"]
     first = next(i for i, v in enumerate(loss) if math.isnan(v)) + 1
@@ -278,6 +280,7 @@ def test_random_negatives_touch_only_notnext_segment_b(tokenizer):
     assert bugs.negatives_fixed(pairs, tokenizer, g) is pairs
 
 
+@pytest.mark.slow
 def test_mean_of_means_differs_only_for_unequal_micro_batches(tokenizer):
     model = bugs.decoder_fixed(tokenizer, 0)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -409,6 +412,7 @@ def test_reveal_shows_the_code_that_ran_or_the_settings_that_differ():
         assert "BUG" in inspect.getsource(case.bug) and "FIX" in inspect.getsource(case.fix)
 
 
+@pytest.mark.slow
 def test_the_tool_records_into_a_folder_it_is_given(tmp_path, capsys):
     from tools import bugzoo
 

@@ -60,6 +60,7 @@ def _trainer(model: Any, **kwargs: Any) -> Any:
 # ------------------------------------------------------------------ the Trainer, as it is
 
 
+@pytest.mark.slow
 def test_claim_07_trainer_bert_step_too_large() -> None:
     for name in ("BertForMaskedLM", "BertForPreTraining"):
         assert measured(name).norm_ratio > 3.5, name
@@ -71,6 +72,7 @@ def test_claim_07_summary_trainer() -> None:
         assert m.gradient_accumulation_steps == 4 and m.norm_ratio > 4.0, (name, m)
 
 
+@pytest.mark.slow
 def test_claim_07_trainer_models_measured() -> None:
     assert all(measured(n).norm_ratio > 3.5 for n in ("BertForMaskedLM", "BertForPreTraining"))
     assert all(0.9 < measured(n).norm_ratio < 1.0 for n in tga.CAUSAL)
@@ -106,6 +108,7 @@ def test_claim_07_trainer_accepts_loss_kwargs() -> None:
     assert not _trainer(NoKwargs()).model_accepts_loss_kwargs
 
 
+@pytest.mark.slow
 def test_claim_07_trainer_no_division() -> None:
     """GPT-2 with loss_type ForCausalLM: the Trainer's step equals the whole-batch gradient only
     because it passes the step's count to every forward and divides by nothing; a model that

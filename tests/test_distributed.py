@@ -16,6 +16,9 @@ from lmlessons.course.distributed import (
     run_distributed_demo,
 )
 
+# Starting two real processes takes seconds: the module is slow (make test runs it).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def result() -> DistributedDemoResult:

@@ -521,6 +521,7 @@ def test_new_solutions_match_the_package_and_transformers():
     )
 
 
+@pytest.mark.slow
 def test_whole_word_probabilities_the_checker_states():
     """The select_whole_words checker's numbers: twelve 2-piece words with a count of 6 are each
     selected 1/4 of the time; a 3-piece word among six 1-piece words with a count of 3, 1/7 of the
@@ -790,6 +791,15 @@ def test_quiz_numbers():
     assert runs["every_token_a_target"]["heldout_special_guess_rate"] == 0  # "never guesses"
     for run in ("special_tokens_masked", "every_token_a_target"):  # both lower the train loss
         assert runs[run]["final_train_loss"] < runs["healthy_mlm"]["final_train_loss"]
+    # 08.3: the mean of micro-batch means moves the held-out loss by less than 0.2%
+    assert "held-out loss is within 0.2% of the healthy run's" in text
+    for key in ("heldout_clm_loss", "heldout_word_loss"):
+        ratio = runs["accumulation_mean_of_means"][key] / runs["healthy_clm"][key]
+        assert abs(ratio - 1) < 0.002, (key, ratio)
+    # 08.1: pad = eos leaves the train loss a little (under 10%) above the healthy run's
+    assert "leaves the train loss a little above the healthy run's" in text
+    ratio = runs["pad_is_eos"]["final_train_loss"] / runs["healthy_clm"]["final_train_loss"]
+    assert 1 < ratio < 1.1, ratio
 
 
 def test_quiz_claims_about_losses():

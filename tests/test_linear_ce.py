@@ -315,6 +315,7 @@ def test_bad_inputs(kwargs, exc, match):
     seed=st.integers(0, 2**16),
     use_count=st.booleans(),
 )
+@pytest.mark.slow
 def test_property_matches_dense(n_rows, hidden, vocab, chunk_size, ignore, bias, seed, use_count):
     h, w, b, y = make(
         n_rows=n_rows, hidden=hidden, vocab=vocab, ignore=ignore, bias=bias, seed=seed

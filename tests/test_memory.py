@@ -45,6 +45,7 @@ def test_inputs_are_seeded() -> None:
     assert not torch.equal(a["labels"], c["labels"])
 
 
+@pytest.mark.slow
 def test_peak_memory_subprocess_sees_the_logits() -> None:
     """Fresh-process measurements: dense holds about three (N, V) tensors, chunked one chunk."""
     cfg = BenchConfig.tiny(
@@ -60,6 +61,7 @@ def test_peak_memory_subprocess_sees_the_logits() -> None:
     assert chunked < dense / 3
 
 
+@pytest.mark.slow
 def test_many_cases_in_one_process_from_another_folder(tmp_path, monkeypatch) -> None:
     """The child is ``python -m lmlessons.course.memory``: it runs from any working directory
     (lesson 07 runs in notebooks/), and nothing is written there."""

@@ -88,6 +88,7 @@ def _has_avx2() -> bool:
 @pytest.mark.skipif(
     not _has_avx2(), reason="needs an x86-64 CPU with AVX2 (and Linux /proc/cpuinfo)"
 )
+@pytest.mark.slow
 def test_the_two_passes_really_run_different_kernels() -> None:
     """A renamed or misspelt variable would silently do nothing, and the second pass would prove
     nothing: a kernel started with SCALAR_KERNELS runs torch's scalar code, one without a SIMD
@@ -162,6 +163,7 @@ def test_the_sanitizer_blanks_only_the_png_bytes() -> None:
     )
 
 
+@pytest.mark.slow
 def test_nbval_fails_a_widget_cell_whose_picture_changed(tmp_path: Path) -> None:
     """The mechanism itself: a stored picture that the re-executed cell does not reproduce fails
     strict nbval (text/html is compared, the live widget view is not)."""

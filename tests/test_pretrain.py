@@ -28,6 +28,7 @@ def test_unknown_name() -> None:
         pretrain.pretrain("roberta")
 
 
+@pytest.mark.slow
 def test_pretrain_command_writes_only_where_asked(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path / "cache"))
     assert pretrain.default_out_dir() == tmp_path / "cache" / "checkpoints"

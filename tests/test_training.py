@@ -349,6 +349,7 @@ def _fake_notebook(monkeypatch) -> list[_Handle]:
     return handles
 
 
+@pytest.mark.slow
 def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> None:
     import matplotlib.pyplot as plt
 

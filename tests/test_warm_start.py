@@ -45,6 +45,7 @@ def test_the_warm_start_wins_on_every_measure_lesson_02_names() -> None:
     assert warm["attention_uniformity"] < scratch["attention_uniformity"]
 
 
+@pytest.mark.slow
 def test_a_200_step_prefix_reproduces_the_recorded_probe() -> None:
     total = RUNS["scratch"]["steps"][-1]
     rerun = warm_start._run("scratch", 0, total, 200, seed=0, prefix=200)

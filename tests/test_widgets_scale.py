@@ -51,6 +51,7 @@ def test_estimate_by_hand():
         estimate_peak_bytes(n, h, v, chunk_size=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RSS high-water mark via /proc")
 def test_estimate_matches_measured_memory():
     cfg = BenchConfig.tiny(

@@ -1024,9 +1024,8 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "`pad_token = eos_token`, with padding labels set by id.",
                 False,
-                "That bug leaves the loss curve ordinary; its symptom is generations that never "
-                "end, "
-                "not a loss far below healthy.",
+                "That bug leaves the train loss a little above the healthy run's; its symptom is "
+                "generations that never end, not a loss far below healthy.",
             ),
             (
                 "The learning rate is too high.",
@@ -1091,8 +1090,7 @@ QUIZZES: dict[str, tuple[Question, ...]] = {
             (
                 "Compare held-out losses.",
                 False,
-                "In the recorded run the held-out loss is the same to two decimals as the healthy "
-                "run's.",
+                "In the recorded run the held-out loss is within 0.2% of the healthy run's.",
             ),
             (
                 "Read a few generated samples.",
