@@ -3,7 +3,7 @@
 Trains every run of :data:`lmlessons.course.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
 references included, with one thread, and writes their histories and symptoms to
 ``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`), and nothing else:
-``--out`` is required. Naming runs replaces only those in an existing file. About 4 minutes on
+``--out`` is required. Naming runs replaces only those in an existing file. About 3 minutes on
 one core. The shipped file was made with::
 
     python -m tools.bugzoo --out lmlessons/data/bugzoo

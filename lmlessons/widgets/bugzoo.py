@@ -235,15 +235,15 @@ def examples_html(case: Case | str, records: Records | None = None) -> str:
     records = _records(records)
     mine, healthy = records[case.run], records[case.reference]
     if "guesses" in mine:
-        rows = [_row(["fill in [MASK]", f"case {case.id}", "healthy run"], head=True)]
+        rows = [_row(["fill in [MASK]", f"case {case.id}", "healthy run"], head=True, align="left")]
         for prompt, guess in mine["guesses"].items():
             cells = [prompt, guess, healthy["guesses"][prompt]]
-            rows.append(_row([html.escape(c) for c in cells]))
+            rows.append(_row([html.escape(c) for c in cells], align="left"))
         return _TABLE + "".join(rows) + "</table>"
     if "samples" in mine:
-        rows = [_row(["greedy samples", f"case {case.id}", "healthy run"], head=True)]
+        rows = [_row(["greedy samples", f"case {case.id}", "healthy run"], head=True, align="left")]
         for i, (a, b) in enumerate(zip(mine["samples"], healthy["samples"], strict=True)):
-            rows.append(_row([str(i + 1), html.escape(a), html.escape(b)]))
+            rows.append(_row([str(i + 1), html.escape(a), html.escape(b)], align="left"))
         return _TABLE.replace("margin", "max-width:900px;margin") + "".join(rows) + "</table>"
     return ""
 

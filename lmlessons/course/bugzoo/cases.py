@@ -433,9 +433,9 @@ CASES: tuple[Case, ...] = (
         lesson="",
         why="The code is the healthy run's; the learning rate is 1e-3 instead of 1e-4. The "
         "bert checkpoint was trained with a peak of 1e-3 that decayed to 0 (a cosine "
-        "schedule); starting again at 1e-3 moves the weights away from where it ended faster "
-        "than 150 steps can teach anything new, so the train loss rises and every held-out "
-        "metric gets worse. Continuing from a checkpoint wants a smaller learning rate.",
+        "schedule). Starting again at 1e-3 moves the weights away from where it ended: the "
+        "train loss rises once the warm-up is over, and every held-out metric gets worse. "
+        "Continuing from a checkpoint wants a smaller learning rate (here 1e-4).",
     ),
 )
 
