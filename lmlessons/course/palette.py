@@ -45,6 +45,16 @@ INK = "#1a1a1a"
 MUTED = "color:var(--jp-content-font-color2,var(--pst-color-text-muted,#595959));"
 
 
+#: The pygments style of code shown in pictures: every token colour passes AA (4.5:1) on the
+#: light backgrounds of the course's boxes ("default" gives comments 4.4:1).
+CODE_STYLE = "xcode"
+
+
+def ink_on(color: str) -> str:
+    """The CSS of a box coloured ``color``: its background and dark ink."""
+    return f"background:{color};color:{INK};"
+
+
 def on_color(color: str) -> str:
-    """The CSS of a cell, chip or box coloured ``color``: its background, dark ink, its cue."""
-    return f"background:{color};color:{INK};{CUES.get(color, '')}"
+    """The CSS of a token cell or legend chip of a category colour: background, ink, its cue."""
+    return ink_on(color) + CUES.get(color, "")

@@ -15,6 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from lmlessons.course.palette import MUTED
 from lmlessons.exercises._result import _inline
 from lmlessons.exercises.quizzes import QUIZZES, Question
 
@@ -36,8 +37,16 @@ def feedback_text(question: Question, index: int) -> str:
 def _feedback_html(text: str, correct: bool | None) -> str:
     if not text:
         return ""
-    color = {True: "#1a9641", False: "#d7191c", None: "#555555"}[correct]
-    return f'<div style="color:{color};margin:4px 0 8px 0">{html.escape(text)}</div>'
+    # dark text on a light box: AA (4.5:1) in a light and a dark theme alike
+    color, background = {
+        True: ("#137a33", "#eef8ee"),
+        False: ("#b8141a", "#fdf0f0"),
+        None: ("#4a4a4a", "#f6f6f6"),
+    }[correct]
+    return (
+        f'<div style="color:{color};background:{background};padding:2px 6px;margin:4px 0 8px 0">'
+        f"{html.escape(text)}</div>"
+    )
 
 
 def _prompt_html(prompt: str) -> str:
@@ -174,7 +183,7 @@ class Quiz:
                 f"{self._feedback[qi].value}"
             )
         parts.append(
-            '<p style="color:#555;font-size:90%">Run the notebook to answer in the widget, or '
+            f'<p style="{MUTED}font-size:90%">Run the notebook to answer in the widget, or '
             'use <code>.answer("B", question=1)</code>.</p></div>'
         )
         return "".join(parts)

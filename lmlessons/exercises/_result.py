@@ -15,6 +15,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from lmlessons.course.palette import CODE_STYLE, INK
+
 _STATUS_STYLE = {
     # status: (symbol, border colour, background)
     "passed": ("✓", "#1a9641", "#eef8ee"),
@@ -132,7 +134,7 @@ class CheckResult:
         if footer:
             body += f'<p style="margin:6px 0 0 0;color:#555">{_inline(footer)}</p>'
         return (
-            f'<div style="border-left:4px solid {border};background:{background};'
+            f'<div style="border-left:4px solid {border};background:{background};color:{INK};'
             'padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:13px;line-height:1.4">'
             f'<div style="font-weight:bold;margin-bottom:2px">{symbol} '
             f"<code>{html.escape(self.exercise)}</code>: {_inline(self.title)}</div>{body}</div>"
@@ -167,7 +169,8 @@ class Hint:
             else ""
         )
         return (
-            '<div style="border-left:4px solid #2c7bb6;background:#eef4fa;padding:6px 10px;'
+            f'<div style="border-left:4px solid #2c7bb6;background:#eef4fa;color:{INK};'
+            "padding:6px 10px;"
             'margin:4px 0;font-family:sans-serif;font-size:13px;line-height:1.4">'
             f'<div style="font-weight:bold">Hint {self.level}/{self.levels} for '
             f"<code>{html.escape(self.exercise)}</code></div>"
@@ -188,9 +191,11 @@ class Solution:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        code = highlight(self.source, PythonLexer(), HtmlFormatter(noclasses=True, nowrap=True))
+        formatter = HtmlFormatter(noclasses=True, nowrap=True, style=CODE_STYLE)
+        code = highlight(self.source, PythonLexer(), formatter)
         return (
-            '<div style="border-left:4px solid #7b3294;background:#f7f2fa;padding:6px 10px;'
+            f'<div style="border-left:4px solid #7b3294;background:#f7f2fa;color:{INK};'
+            "padding:6px 10px;"
             'margin:4px 0;font-family:sans-serif;font-size:13px">'
             '<div style="font-weight:bold">Reference solution for '
             f"<code>{html.escape(self.exercise)}</code></div>"

@@ -19,6 +19,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from lmlessons.course.palette import MUTED
 from lmlessons.widgets.display import OutputRecord, outputs_html, shown_state
 
 #: What a widget draws: the records that replace its output, in one assignment.
@@ -58,7 +59,7 @@ def control_text(control: widgets.Widget) -> str:
 
 def _controls_html(controls: Mapping[str, widgets.Widget]) -> str:
     items = "".join(
-        '<span style="margin-right:14px"><span style="color:#555">'
+        f'<span style="margin-right:14px"><span style="{MUTED}">'
         f"{html.escape(str(getattr(c, 'description', '') or name))}</span> "
         f"<b>{html.escape(control_text(c))}</b></span>"
         for name, c in controls.items()

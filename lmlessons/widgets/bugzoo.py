@@ -33,6 +33,7 @@ from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries
 from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
 from lmlessons.course.bugzoo.records import load_records
 from lmlessons.course.bugzoo.runs import RUNS
+from lmlessons.course.palette import CODE_STYLE, INK, MUTED
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
@@ -216,7 +217,7 @@ def all_symptoms_html(records: Records | None = None) -> str:
         for instrument in INSTRUMENTS:
             sign, a, b = _cell(instrument, case.family, mine, healthy)
             shown = a if sign == "NaN" else f"<b>{sign}</b> {a}"  # no "NaN NaN"
-            grey = f'<br><span style="color:#777">{b}</span>'
+            grey = f'<br><span style="{MUTED}">{b}</span>'
             cells.append(sign if sign == NOT_MEASURED else shown + grey)
         rows.append(_row(cells))
     return _TABLE.replace("font-size:12px", "font-size:11px") + "".join(rows) + "</table>"
@@ -276,7 +277,7 @@ def diagnoses_html() -> str:
 
 def _code_html(source: str, marker: str) -> str:
     lines = [i + 1 for i, line in enumerate(source.splitlines()) if f"# {marker}" in line]
-    formatter = HtmlFormatter(noclasses=True, nowrap=True, hl_lines=lines)
+    formatter = HtmlFormatter(noclasses=True, nowrap=True, hl_lines=lines, style=CODE_STYLE)
     code = highlight(source, PythonLexer(), formatter)
     return (
         '<pre style="margin:0;font-size:11.5px;line-height:1.35;background:transparent;'
@@ -342,10 +343,11 @@ def bug_zoo_marker(case: str, diagnosis: str, verdict: str, answered: int, right
 
 def _feedback_html(right: bool | None, text: str) -> str:
     if right is None:
-        return '<div style="color:#555;margin:4px 0">Choose a diagnosis for this case.</div>'
+        return f'<div style="{MUTED}margin:4px 0">Choose a diagnosis for this case.</div>'
     color, background = ("#1a9641", "#eef8ee") if right else ("#d7191c", "#fdf0f0")
     return (
-        f'<div style="border-left:4px solid {color};background:{background};padding:4px 8px;'
+        f'<div style="border-left:4px solid {color};background:{background};color:{INK};'
+        "padding:4px 8px;"
         f'margin:4px 0;max-width:900px;font-size:13px">{html.escape(text)}</div>'
     )
 
@@ -425,7 +427,7 @@ def bug_zoo_widget(records: Records | None = None, *, case: str = "A") -> BugZoo
         progress = f"{len(answers)} of {len(CASES)} cases answered, {n_right} right."
         verdict = "none" if right is None else ("right" if right else "wrong")
         marker = bug_zoo_marker(shown.id, chosen, verdict, len(answers), n_right)
-        note = f'<div style="color:#555;font-size:12px">{progress}</div>'
+        note = f'<div style="{MUTED}font-size:12px">{progress}</div>'
         return [
             *_case_outputs(shown, records, pictures[shown.id]),
             html_output(_feedback_html(right, text) + note, plain=text or progress),

@@ -25,24 +25,13 @@ from typing import Any
 from IPython.display import HTML
 from matplotlib.figure import Figure
 
+from lmlessons.course.palette import COLORS, on_color  # noqa: F401  (lessons import COLORS here)
+
 #: One output record of a notebook cell or an ``ipywidgets.Output`` (nbformat's output dict).
 OutputRecord = dict[str, Any]
 
 #: Resolution of every widget figure (small, sharp enough in a notebook).
 FIGURE_DPI = 80
-
-# One palette for the whole course (colour-blind friendly, light enough for black text).
-COLORS: dict[str, str] = {
-    "special": "#d9d9d9",  # [CLS], [SEP], [PAD]
-    "mask": "#f4a582",  # replaced by [MASK]
-    "random": "#92c5de",  # replaced by a random token
-    "kept": "#b8e186",  # selected but kept
-    "target": "#fee08b",  # a position that has a label
-    "ignored": "#f0f0f0",  # label -100
-    "segment_a": "#c6dbef",
-    "segment_b": "#fdd0a2",
-}
-
 
 _CELL_STYLE = (
     "padding:2px 6px;border:1px solid #bbb;text-align:center;font-family:monospace;"
@@ -54,7 +43,7 @@ def _cell(value: object, color: str | None, head: bool = False) -> str:
     tag = "th" if head else "td"
     style = _CELL_STYLE
     if color:
-        style += f"background:{color};"
+        style += on_color(color)
     return f'<{tag} style="{style}">{html.escape(str(value))}</{tag}>'
 
 
@@ -94,7 +83,7 @@ def _row_html(
 
 def _legend_html(legend: Mapping[str, str]) -> str:
     items = "".join(
-        f'<span style="background:{c};padding:1px 6px;margin-right:6px;border:1px solid #bbb">'
+        f'<span style="{on_color(c)}padding:1px 6px;margin-right:6px;border:1px solid #bbb">'
         f"{html.escape(k)}</span>"
         for k, c in legend.items()
     )

@@ -21,6 +21,7 @@ import ipywidgets as widgets
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.course.palette import MUTED
 from lmlessons.masking import mask_tokens
 from lmlessons.widgets.base import LessonWidget, float_slider
 from lmlessons.widgets.display import (
@@ -207,12 +208,12 @@ def _rates_html(measured: dict[str, float], requested: dict[str, float], n_draws
     body = "".join(
         f'<tr><th style="{cell};text-align:left">{html.escape(label)}</th>'
         f'<td style="{cell}">{requested[key]:.3f} '
-        f'<span style="color:#777">({html.escape(arg)})</span></td>'
+        f'<span style="{MUTED}">({html.escape(arg)})</span></td>'
         f'<td style="{cell}">{measured[key]:.3f}</td></tr>'
         for label, arg, key in rows
     )
     note = (
-        f'<div style="font-size:11px;color:#555">{int(measured["n_selected"]):,} selected of '
+        f'<div style="font-size:11px;{MUTED}">{int(measured["n_selected"]):,} selected of '
         f"{int(measured['n_eligible']):,} eligible positions; the measured shares move towards the "
         "requested ones as the number of draws grows (law of large numbers).</div>"
     )

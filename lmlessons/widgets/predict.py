@@ -36,6 +36,7 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
+from lmlessons.course.palette import INK, MUTED
 from lmlessons.exercises._result import _inline
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import OutputRecord, html_output, state_output
@@ -46,8 +47,9 @@ __all__ = ["MAX_DECIMALS", "REVEAL_SUMMARY", "Predict", "Reveal"]
 MAX_DECIMALS = 4
 #: A guess this close to the measured value, as a share of the guess's range, is "close".
 CLOSE_SHARE = 0.05
-_BOX = "border-left:4px solid #4575b4;padding:4px 10px;margin:4px 0;background:#f4f8fc"
-_NOTE = "color:#555;font-size:90%"
+_BOX = f"border-left:4px solid #4575b4;padding:4px 10px;margin:4px 0;background:#f4f8fc;color:{INK}"
+_NOTE = f"{MUTED}font-size:90%"  # on the page's own background
+_BOX_NOTE = "color:#4a4a4a;font-size:90%"  # inside _BOX, whose background is always light
 _STYLE = {"description_width": "90px"}
 #: The one line a reveal shows before it is opened (the answer is folded below it).
 REVEAL_SUMMARY = "Reveal: the measured answer"
@@ -164,7 +166,7 @@ class Reveal:
     def _repr_html_(self) -> str:
         if self.guess is None:
             compare = (
-                f'<div style="{_NOTE}">No guess was locked before the measurement. (Run the '
+                f'<div style="{_BOX_NOTE}">No guess was locked before the measurement. (Run the '
                 "predict cell, lock a guess, then run the cells below it one by one.)</div>"
             )
         else:
@@ -368,5 +370,5 @@ class Predict(LessonWidget):
             f'<div class="lmlessons-static lmlessons-predict" style="{_BOX}">'
             f"<div><b>Predict:</b> {_inline(self.question)}</div>"
             f'<ul style="list-style:none;padding-left:8px;margin:2px 0">{items}</ul>'
-            f'<div style="{_NOTE}">{html.escape(self._status())}</div></div>'
+            f'<div style="{_BOX_NOTE}">{html.escape(self._status())}</div></div>'
         )

@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.course.palette import ink_on
 from lmlessons.losses import mlm_loss, nsp_loss
 from lmlessons.widgets.base import LessonWidget, float_slider
 from lmlessons.widgets.display import OutputRecord, html_output, state_output
@@ -176,7 +177,7 @@ def _bar(parts: list[tuple[str, float, str]], title: str) -> str:
         label = f"{name} {pct:.0f}%"
         inside = pct >= _SHORT_PCT
         cells.append(
-            f'<div title="{label}" style="width:{pct:.1f}%;background:{color};height:18px;'
+            f'<div title="{label}" style="width:{pct:.1f}%;{ink_on(color)}height:18px;'
             "line-height:18px;vertical-align:top;display:inline-block;font-size:11px;"
             'overflow:hidden;white-space:nowrap">'
             f"{'&nbsp;' + label if inside else ''}</div>"
