@@ -23,9 +23,10 @@ settings.load_profile("lmlessons")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# Fixtures shared by several modules. Module-scoped, as they were in each module; a module that
-# defines a fixture of the same name uses its own. torch and lmlessons are imported only when a
-# fixture is used, so collecting the other modules does not import them.
+# Fixtures shared by several modules, module-scoped. Each fixture name has one meaning in the
+# whole suite: ``tok`` is always the course tokenizer (a module with a small tokenizer of its own
+# calls it ``toy_tok``). torch and lmlessons are imported only when a fixture is used, so
+# collecting the other modules does not import them.
 
 
 @pytest.fixture(scope="module")

@@ -51,11 +51,6 @@ def records():
     return load_records()
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return course_data()[1]
-
-
 # --------------------------------------------------------------------------------------------
 # The recordings are real runs
 # --------------------------------------------------------------------------------------------
@@ -217,23 +212,23 @@ def test_settings_are_the_same_for_every_case_of_a_family():
 # --------------------------------------------------------------------------------------------
 
 
-def _padded(tokenizer):
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+def _padded(tok):
+    cls, sep = tok.cls_token_id, tok.sep_token_id
     rows = [[cls, *range(10, 30), sep], [cls, 40, 41, sep]]
-    return bugs.pad_rows(rows, tokenizer.pad_token_id)
+    return bugs.pad_rows(rows, tok.pad_token_id)
 
 
-def test_masking_bugs(tokenizer):
-    ids, mask = _padded(tokenizer)
-    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+def test_masking_bugs(tok):
+    ids, mask = _padded(tok)
+    special = torch.isin(ids, torch.tensor(tok.all_special_ids))
     g = lambda: torch.Generator().manual_seed(0)  # noqa: E731
-    _, fixed = bugs.mask_fixed(ids.repeat(50, 1), mask.repeat(50, 1), tokenizer, g())
+    _, fixed = bugs.mask_fixed(ids.repeat(50, 1), mask.repeat(50, 1), tok, g())
     _, special_too = bugs.mask_special_tokens_too(
-        ids.repeat(50, 1), mask.repeat(50, 1), tokenizer, g()
+        ids.repeat(50, 1), mask.repeat(50, 1), tok, g()
     )
     assert not (fixed[special.repeat(50, 1)] != -100).any()
     assert (special_too[special.repeat(50, 1)] != -100).any()
-    _, every = bugs.mask_every_token_a_target(ids, mask, tokenizer, g())
+    _, every = bugs.mask_every_token_a_target(ids, mask, tok, g())
     assert torch.equal(every != -100, mask == 1)
 
 
@@ -251,43 +246,43 @@ def test_loss_bug_is_nan_only_on_an_empty_mask():
     )
 
 
-def test_clm_batch_bugs(tokenizer):
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+def test_clm_batch_bugs(tok):
+    cls, sep = tok.cls_token_id, tok.sep_token_id
     rows = [[cls, 10, 11, 12, sep], [cls, 20, sep]]
-    fixed = bugs.clm_batch_fixed(rows, tokenizer)
-    twice = bugs.clm_batch_shifted_twice(rows, tokenizer)
+    fixed = bugs.clm_batch_fixed(rows, tok)
+    twice = bugs.clm_batch_shifted_twice(rows, tok)
     assert torch.equal(twice["labels"][:, :-1], fixed["labels"][:, 1:])
-    eos = bugs.clm_batch_pad_is_eos(rows, tokenizer)
+    eos = bugs.clm_batch_pad_is_eos(rows, tok)
     assert (fixed["labels"] == sep).sum() == 2 and (eos["labels"] == sep).sum() == 0
 
 
-def test_decoder_bug_is_not_causal(tokenizer):
-    assert bugs.decoder_fixed(tokenizer, 0).config.is_decoder
-    assert not bugs.decoder_without_is_decoder(tokenizer, 0).config.is_decoder
+def test_decoder_bug_is_not_causal(tok):
+    assert bugs.decoder_fixed(tok, 0).config.is_decoder
+    assert not bugs.decoder_without_is_decoder(tok, 0).config.is_decoder
 
 
-def test_random_negatives_touch_only_notnext_segment_b(tokenizer):
+def test_random_negatives_touch_only_notnext_segment_b(tok):
     corpus = course_data()[0]
     from lmlessons import nsp_batches
 
     g = torch.Generator().manual_seed(0)
-    pairs = next(nsp_batches(corpus, tokenizer, mlm_probability=0.0, generator=g))
-    noisy = bugs.negatives_random_ids(pairs, tokenizer, g)
+    pairs = next(nsp_batches(corpus, tok, mlm_probability=0.0, generator=g))
+    noisy = bugs.negatives_random_ids(pairs, tok, g)
     changed = noisy["input_ids"] != pairs["input_ids"]
     notnext = pairs["next_sentence_label"] == 1
     assert changed[notnext].any() and not changed[~notnext].any()
     assert not changed[pairs["token_type_ids"] == 0].any()
-    assert bugs.negatives_fixed(pairs, tokenizer, g) is pairs
+    assert bugs.negatives_fixed(pairs, tok, g) is pairs
 
 
 @pytest.mark.slow
-def test_mean_of_means_differs_only_for_unequal_micro_batches(tokenizer):
-    model = bugs.decoder_fixed(tokenizer, 0)
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    equal = [bugs.clm_batch_fixed([[cls, 10, 11, sep]], tokenizer)] * 2
+def test_mean_of_means_differs_only_for_unequal_micro_batches(tok):
+    model = bugs.decoder_fixed(tok, 0)
+    cls, sep = tok.cls_token_id, tok.sep_token_id
+    equal = [bugs.clm_batch_fixed([[cls, 10, 11, sep]], tok)] * 2
     unequal = [
-        bugs.clm_batch_fixed([[cls, 10, sep]], tokenizer),
-        bugs.clm_batch_fixed([[cls, *range(10, 30), sep]], tokenizer),
+        bugs.clm_batch_fixed([[cls, 10, sep]], tok),
+        bugs.clm_batch_fixed([[cls, *range(10, 30), sep]], tok),
     ]
     assert bugs.accumulate_mean_of_means(model, equal) == pytest.approx(
         bugs.accumulate_fixed(model, equal), rel=1e-5

@@ -179,13 +179,15 @@ def test_build_writes_the_course_and_keeps_a_config_the_teacher_took_over(tmp_pa
 # ---------------------------------------------------------------------- nbgrader itself
 
 
-def _nbgrader_cli(course: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _nbgrader_cli(
+    classroom_dir: Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """``nbgrader ARGS`` run in the course folder, as a teacher types it (in the course's
     environment: nbgrader runs its ``alembic`` from the PATH)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course}"],
-        cwd=course,
+        [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={classroom_dir}"],
+        cwd=classroom_dir,
         env=env,
         capture_output=True,
         text=True,
@@ -194,7 +196,7 @@ def _nbgrader_cli(course: Path, *args: str, timeout: float = 600) -> subprocess.
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory) -> Path:
+def classroom_dir(tmp_path_factory) -> Path:
     pytest.importorskip("nbgrader", reason="nbgrader is in the teach extra")
     root = tmp_path_factory.mktemp("classroom")
     classroom.build(ROOT / "notebooks", root, timeout=30)
@@ -203,15 +205,15 @@ def course(tmp_path_factory) -> Path:
     return root
 
 
-def _release(course: Path, stem: str) -> nbformat.NotebookNode:
-    return nbformat.read(course / "release" / stem / f"{stem}.ipynb", as_version=4)
+def _release(classroom_dir: Path, stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(classroom_dir / "release" / stem / f"{stem}.ipynb", as_version=4)
 
 
 @pytest.mark.classroom
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
-def test_release_shows_what_the_student_copy_shows(course: Path, lesson: Path) -> None:
-    release = _release(course, lesson.stem)
+def test_release_shows_what_the_student_copy_shows(classroom_dir: Path, lesson: Path) -> None:
+    release = _release(classroom_dir, lesson.stem)
     student = nbformat.read(ROOT / "student" / lesson.name, as_version=4)
     assert [(c.cell_type, c.source) for c in release.cells] == [
         (c.cell_type, c.source) for c in student.cells
@@ -219,8 +221,8 @@ def test_release_shows_what_the_student_copy_shows(course: Path, lesson: Path) -
     assert not any(c.get("outputs") for c in release.cells)
 
 
-def _submit(course: Path, student: str, nb: nbformat.NotebookNode, stem: str) -> None:
-    folder = course / "submitted" / student / stem
+def _submit(classroom_dir: Path, student: str, nb: nbformat.NotebookNode, stem: str) -> None:
+    folder = classroom_dir / "submitted" / student / stem
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{stem}.ipynb")
 
@@ -258,58 +260,60 @@ SUBMISSIONS = {
 
 
 @pytest.fixture(scope="module")
-def graded(course: Path) -> dict:
+def graded(classroom_dir: Path) -> dict:
     """Autograde every submission of SUBMISSIONS; the seconds each lesson's run took."""
     seconds = {}
     for stem, students in SUBMISSIONS.items():
-        source = nbformat.read(course / "source" / stem / f"{stem}.ipynb", as_version=4)
+        source = nbformat.read(classroom_dir / "source" / stem / f"{stem}.ipynb", as_version=4)
         for student, make in students.items():
-            _submit(course, student, make(source, _release(course, stem)), stem)
+            _submit(classroom_dir, student, make(source, _release(classroom_dir, stem)), stem)
         start = time.perf_counter()
-        run = _nbgrader_cli(course, "autograde", stem)
+        run = _nbgrader_cli(classroom_dir, "autograde", stem)
         seconds[stem] = time.perf_counter() - start
         assert run.returncode == 0, run.stderr[-3000:]
-        run = _nbgrader_cli(course, "generate_feedback", stem)
+        run = _nbgrader_cli(classroom_dir, "generate_feedback", stem)
         assert run.returncode == 0, run.stderr[-3000:]
     print(f"autograding took {seconds}")
     return seconds
 
 
-def _scores(course: Path, stem: str, student: str) -> dict[str, float]:
+def _scores(classroom_dir: Path, stem: str, student: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(f"sqlite:///{classroom_dir / 'gradebook.db'}") as gb:
         submission = gb.find_submission_notebook(stem, stem, student)
         return {g.name.removeprefix("check-"): g.score for g in submission.grades}
 
 
-def _feedback(course: Path, stem: str, student: str) -> str:
-    return (course / "feedback" / student / stem / f"{stem}.html").read_text(encoding="utf8")
+def _feedback(classroom_dir: Path, stem: str, student: str) -> str:
+    return (classroom_dir / "feedback" / student / stem / f"{stem}.html").read_text(encoding="utf8")
 
 
 @pytest.mark.classroom
 @pytest.mark.slow
-def test_the_instructor_notebook_gets_full_marks(course, graded) -> None:
+def test_the_instructor_notebook_gets_full_marks(classroom_dir, graded) -> None:
     stem = "01_mlm_masking"
     full = {name: classroom.POINTS[name] for name in GRADED[stem]}
-    assert _scores(course, stem, "instructor") == full
+    assert _scores(classroom_dir, stem, "instructor") == full
 
 
 @pytest.mark.classroom
 @pytest.mark.slow
-def test_an_untouched_release_gets_zero_without_crashing(course, graded) -> None:
-    assert _scores(course, "01_mlm_masking", "untouched") == {
+def test_an_untouched_release_gets_zero_without_crashing(classroom_dir, graded) -> None:
+    assert _scores(classroom_dir, "01_mlm_masking", "untouched") == {
         "select_whole_words": 0,
         "mask_tokens": 0,
     }
-    feedback = _feedback(course, "01_mlm_masking", "untouched")
+    feedback = _feedback(classroom_dir, "01_mlm_masking", "untouched")
     assert "not_attempted" in feedback and "not attempted yet" in feedback
 
 
 @pytest.mark.classroom
 @pytest.mark.slow
-def test_a_wrong_exercise_gets_zero_and_its_feedback_names_the_mistake(course, graded) -> None:
-    assert _scores(course, "01_mlm_masking", "one_wrong") == {
+def test_a_wrong_exercise_gets_zero_and_its_feedback_names_the_mistake(
+    classroom_dir, graded
+) -> None:
+    assert _scores(classroom_dir, "01_mlm_masking", "one_wrong") == {
         "select_whole_words": classroom.POINTS["select_whole_words"],
         "mask_tokens": 0,
     }
@@ -317,22 +321,24 @@ def test_a_wrong_exercise_gets_zero_and_its_feedback_names_the_mistake(course, g
     exec(NAIVE_MASK_TOKENS, namespace)
     expected = check("mask_tokens", namespace["my_mask_tokens"])
     assert not expected.passed
-    feedback = html.unescape(_feedback(course, "01_mlm_masking", "one_wrong"))
+    feedback = html.unescape(_feedback(classroom_dir, "01_mlm_masking", "one_wrong"))
     assert expected.title in feedback and f"[mask_tokens: {expected.mistake}]" in feedback
 
 
 @pytest.mark.classroom
 @pytest.mark.slow
-def test_an_endless_loop_or_a_broken_import_gets_zero_and_stops_nothing(course, graded) -> None:
-    assert _scores(course, "01_mlm_masking", "hostile") == {
+def test_an_endless_loop_or_a_broken_import_gets_zero_and_stops_nothing(
+    classroom_dir, graded
+) -> None:
+    assert _scores(classroom_dir, "01_mlm_masking", "hostile") == {
         "select_whole_words": 0,
         "mask_tokens": 0,
     }
-    feedback = html.unescape(_feedback(course, "01_mlm_masking", "hostile"))
+    feedback = html.unescape(_feedback(classroom_dir, "01_mlm_masking", "hostile"))
     assert "ModuleNotFoundError" in feedback
     assert "KeyboardInterrupt" in feedback or "CellTimeoutError" in feedback
     # graded in the same run as the other submissions, which it did not stop
-    assert _scores(course, "01_mlm_masking", "instructor")["mask_tokens"] > 0
+    assert _scores(classroom_dir, "01_mlm_masking", "instructor")["mask_tokens"] > 0
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -28,17 +28,21 @@ TOPICS = {
 
 
 @pytest.fixture(scope="module")
-def course() -> Corpus:
+def course_corpus() -> Corpus:
     return load_corpus("course")
 
 
-def test_course_corpus_size_and_topics(course: Corpus) -> None:
-    assert len(course) >= 300
-    assert course.num_words >= 40_000
-    assert set(course.topics) == TOPICS
-    assert len(course.topics) == len(course.documents)
-    assert min(len(doc) for doc in course.documents) >= 4  # every document has >= 4 sentences
-    assert all(isinstance(s, str) and s == s.strip() and s for doc in course.documents for s in doc)
+def test_course_corpus_size_and_topics(course_corpus: Corpus) -> None:
+    assert len(course_corpus) >= 300
+    assert course_corpus.num_words >= 40_000
+    assert set(course_corpus.topics) == TOPICS
+    assert len(course_corpus.topics) == len(course_corpus.documents)
+    assert (
+        min(len(doc) for doc in course_corpus.documents) >= 4
+    )  # every document has >= 4 sentences
+    assert all(
+        isinstance(s, str) and s == s.strip() and s for doc in course_corpus.documents for s in doc
+    )
 
 
 def test_course_files_are_one_sentence_per_line() -> None:
@@ -49,24 +53,24 @@ def test_course_files_are_one_sentence_per_line() -> None:
         assert text.strip(), path.name
 
 
-def test_split_is_by_document_deterministic_and_stratified(course: Corpus) -> None:
-    train, val = set(course.train_indices), set(course.validation_indices)
+def test_split_is_by_document_deterministic_and_stratified(course_corpus: Corpus) -> None:
+    train, val = set(course_corpus.train_indices), set(course_corpus.validation_indices)
     assert not train & val
-    assert train | val == set(range(len(course)))
-    assert 0.07 < len(val) / len(course) < 0.13
-    assert set(course.validation_topics) == TOPICS  # every topic is held out
+    assert train | val == set(range(len(course_corpus)))
+    assert 0.07 < len(val) / len(course_corpus) < 0.13
+    assert set(course_corpus.validation_topics) == TOPICS  # every topic is held out
     again = load_corpus("course")
-    assert again.validation_indices == course.validation_indices
-    assert again.validation == course.validation
+    assert again.validation_indices == course_corpus.validation_indices
+    assert again.validation == course_corpus.validation
     other = load_corpus("course", seed=1)
-    assert other.validation_indices != course.validation_indices
+    assert other.validation_indices != course_corpus.validation_indices
     assert load_corpus("course", validation_fraction=0.0).validation == []
 
 
-def test_returned_documents_are_fresh_copies(course: Corpus) -> None:
+def test_returned_documents_are_fresh_copies(course_corpus: Corpus) -> None:
     fresh = load_corpus("course")
     fresh.documents[0].append("A sentence a learner added.")
-    assert load_corpus("course").documents[0] == course.documents[0]
+    assert load_corpus("course").documents[0] == course_corpus.documents[0]
 
 
 def test_the_course_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,8 +88,8 @@ def test_the_course_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert again.documents == first.documents
 
 
-def test_repr_summarises(course: Corpus) -> None:
-    text = repr(course)
+def test_repr_summarises(course_corpus: Corpus) -> None:
+    text = repr(course_corpus)
     assert "course" in text and "documents" in text and "12 topics" in text
 
 

@@ -41,7 +41,6 @@ def _check_questions(name: str, questions: tuple[Question, ...]) -> None:
     seen: set[str] = set()
     for number, q in enumerate(questions, start=1):
         assert q.id.endswith(f".{number}"), f"{name}: question {number} is numbered {q.id}"
-        assert sum(c.correct for c in q.choices) == 1, f"{q.id} needs one correct choice"
         assert len(q.choices) >= 3, f"{q.id} needs at least 3 choices"
         for c in q.choices:
             assert c.text.strip() and c.why.strip(), f"{q.id}: choice {c.text!r} explains nothing"
@@ -86,3 +85,11 @@ def test_the_checks_catch_a_thin_quiz():
     shuffled = Question(q.id, q.prompt, (*q.choices[:-1], pointing), q.order)
     with pytest.raises(AssertionError, match="points at a shuffled choice"):
         _check_questions("positional", (shuffled, *QUIZZES["03"][1:]))
+
+
+def test_a_question_with_two_correct_choices_is_refused_when_it_is_written():
+    """The guarantee every quiz relies on, enforced by quizzes.py itself at import."""
+    from lmlessons.exercises.quizzes import _q
+
+    with pytest.raises(ValueError, match="exactly one correct choice"):
+        _q("99.1", "?", ("a", True, "x"), ("b", True, "y"), ("c", False, "z"))

@@ -67,7 +67,7 @@ def lesson() -> nbformat.NotebookNode:
 
 
 @pytest.fixture
-def course(tmp_path):
+def lesson_dirs(tmp_path):
     src, dest = tmp_path / "notebooks", tmp_path / "student"
     src.mkdir()
     nbformat.write(lesson(), src / "01_tiny.ipynb")
@@ -120,8 +120,8 @@ def test_broken_markers_are_errors(source, problem):
         strip_solutions(source, "01_x.ipynb, cell 3")
 
 
-def test_generated_copy(course):
-    src, dest = course
+def test_generated_copy(lesson_dirs):
+    src, dest = lesson_dirs
     before = digest(src / "01_tiny.ipynb")
     assert run(src, dest) == 0
     assert digest(src / "01_tiny.ipynb") == before  # the source is never touched
@@ -143,8 +143,8 @@ def test_generated_copy(course):
     assert "/tmp" not in text and str(src) not in text
 
 
-def test_second_run_changes_nothing(course, capsys):
-    src, dest = course
+def test_second_run_changes_nothing(lesson_dirs, capsys):
+    src, dest = lesson_dirs
     assert run(src, dest) == 0
     first = digest(dest / "01_tiny.ipynb")
     assert run(src, dest) == 0
@@ -152,8 +152,8 @@ def test_second_run_changes_nothing(course, capsys):
     assert "unchanged" in capsys.readouterr().out
 
 
-def test_check_mode_detects_stale_and_missing_copies(course, capsys):
-    src, dest = course
+def test_check_mode_detects_stale_and_missing_copies(lesson_dirs, capsys):
+    src, dest = lesson_dirs
     assert run(src, dest, "--check") == 1  # missing
     assert not dest.exists()  # --check writes nothing
     assert "missing" in capsys.readouterr().err
@@ -173,8 +173,8 @@ def test_check_mode_detects_stale_and_missing_copies(course, capsys):
     assert "no longer exists" in capsys.readouterr().err
 
 
-def test_learner_edits_are_never_overwritten_without_force(course, capsys):
-    src, dest = course
+def test_learner_edits_are_never_overwritten_without_force(lesson_dirs, capsys):
+    src, dest = lesson_dirs
     assert run(src, dest) == 0
     target = dest / "01_tiny.ipynb"
     work = nbformat.read(target, as_version=4)
@@ -196,8 +196,8 @@ def test_learner_edits_are_never_overwritten_without_force(course, capsys):
     )
 
 
-def test_an_executed_but_unedited_copy_is_regenerated(course):
-    src, dest = course
+def test_an_executed_but_unedited_copy_is_regenerated(lesson_dirs):
+    src, dest = lesson_dirs
     assert run(src, dest) == 0
     target = dest / "01_tiny.ipynb"
     ran = nbformat.read(target, as_version=4)
@@ -211,8 +211,8 @@ def test_an_executed_but_unedited_copy_is_regenerated(course):
     assert "A fix." in target.read_text()
 
 
-def test_a_file_the_generator_did_not_write_is_kept(course, capsys):
-    src, dest = course
+def test_a_file_the_generator_did_not_write_is_kept(lesson_dirs, capsys):
+    src, dest = lesson_dirs
     dest.mkdir()
     (dest / "01_tiny.ipynb").write_text("my notes, not a notebook")
     assert run(src, dest) == 1
@@ -224,8 +224,8 @@ def test_a_file_the_generator_did_not_write_is_kept(course, capsys):
     assert nbformat.read(dest / "01_tiny.ipynb", as_version=4).cells[0].source == "x = 1"
 
 
-def test_broken_markers_fail_the_command(course, capsys):
-    src, dest = course
+def test_broken_markers_fail_the_command(lesson_dirs, capsys):
+    src, dest = lesson_dirs
     nb = nbformat.read(src / "01_tiny.ipynb", as_version=4)
     nb.cells[1].source = nb.cells[1].source.replace("    # END SOLUTION\n", "")
     nbformat.write(nb, src / "01_tiny.ipynb")
@@ -257,8 +257,8 @@ def _texts(nb: nbformat.NotebookNode) -> str:
 
 
 @pytest.mark.slow
-def test_student_copy_of_an_exercise_runs_and_reports_not_attempted(course):
-    src, dest = course
+def test_student_copy_of_an_exercise_runs_and_reports_not_attempted(lesson_dirs):
+    src, dest = lesson_dirs
     assert run(src, dest) == 0
     nb = _execute(dest / "01_tiny.ipynb")
     text = _texts(nb)

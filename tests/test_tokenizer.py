@@ -10,11 +10,6 @@ from lmlessons.course import tokenizer as tokenizer_module
 from lmlessons.course.tokenizer import COURSE_WHOLE_WORDS, SPECIAL_TOKENS
 
 
-@pytest.fixture(scope="module")
-def tok() -> BertTokenizer:
-    return load_tokenizer()
-
-
 def test_the_file_is_read_once_and_each_call_gets_its_own_tokenizer() -> None:
     tokenizer_module._tokenizer_json.cache_clear()
     first = load_tokenizer()

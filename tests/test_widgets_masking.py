@@ -25,7 +25,7 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
+def toy_tok():
     texts = SENTENCES * 3 + [
         "A small garden needs water, sun and patience.",
         "Music fills the quiet room.",
@@ -33,16 +33,16 @@ def tokenizer():
     return train_tokenizer(texts, vocab_size=200, min_frequency=1)
 
 
-def _expected(tokenizer, sentence, p, pm, pr, seed):
+def _expected(toy_tok, sentence, p, pm, pr, seed):
     ids, special, masked, labels = mask_sentence(
-        tokenizer, sentence, seed, mlm_probability=p, mask_replace_prob=pm, random_replace_prob=pr
+        toy_tok, sentence, seed, mlm_probability=p, mask_replace_prob=pm, random_replace_prob=pr
     )
-    cats = token_categories(ids, masked, labels, special, tokenizer.mask_token_id)
+    cats = token_categories(ids, masked, labels, special, toy_tok.mask_token_id)
     return {c: cats.count(c) for c in ("mask", "random", "kept", "special", "plain")}, ids, special
 
 
-def test_initial_marker_matches_mask_tokens(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES)
+def test_initial_marker_matches_mask_tokens(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES)
     f = marker_fields(shown_marker(box))
     assert (
         f["mlm_probability"],
@@ -51,7 +51,7 @@ def test_initial_marker_matches_mask_tokens(tokenizer):
         f["seed"],
         f["sentence"],
     ) == ("0.15", "0.80", "0.10", "0", "0")
-    exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.15, 0.8, 0.1, 0)
+    exp, _, _ = _expected(toy_tok, SENTENCES[0], 0.15, 0.8, 0.1, 0)
     assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
     assert (int(f["mask"]), int(f["random"]), int(f["kept"])) == (
         exp["mask"],
@@ -60,8 +60,8 @@ def test_initial_marker_matches_mask_tokens(tokenizer):
     )
 
 
-def test_first_slider_is_mlm_probability_and_one_step_is_0_05(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES)
+def test_first_slider_is_mlm_probability_and_one_step_is_0_05(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES)
     first = next(c for c in box.children if hasattr(c, "step"))
     assert first.description == "mlm_probability" and first.step == pytest.approx(0.05)
     before = shown_marker(box)
@@ -70,17 +70,17 @@ def test_first_slider_is_mlm_probability_and_one_step_is_0_05(tokenizer):
     assert after != before
     assert "mlm_probability=0.20 " in after
     f = marker_fields(shown_marker(box))
-    exp, _, _ = _expected(tokenizer, SENTENCES[0], 0.20, 0.8, 0.1, 0)
+    exp, _, _ = _expected(toy_tok, SENTENCES[0], 0.20, 0.8, 0.1, 0)
     assert int(f["selected"]) == exp["mask"] + exp["random"] + exp["kept"]
 
 
-def test_extreme_probabilities(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES)
+def test_extreme_probabilities(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES)
     c = box.controls
     c["mlm_probability"].value = 0.0
     assert marker_fields(shown_marker(box))["selected"] == "0"
     c["mlm_probability"].value = 1.0
-    _, _, special = _expected(tokenizer, SENTENCES[0], 1.0, 0.8, 0.1, 0)
+    _, _, special = _expected(toy_tok, SENTENCES[0], 1.0, 0.8, 0.1, 0)
     assert int(marker_fields(shown_marker(box))["selected"]) == int((~special).sum()), (
         "p = 1 selects every non-special token"
     )
@@ -93,8 +93,8 @@ def test_extreme_probabilities(tokenizer):
     assert int(f["mask"]) == int((~special).sum()) and f["kept"] == "0"
 
 
-def test_random_slider_is_capped_by_mask_slider(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES)
+def test_random_slider_is_capped_by_mask_slider(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES)
     c = box.controls
     c["random_replace_prob"].value = 0.2  # max is 1 - 0.8
     assert c["random_replace_prob"].value == pytest.approx(0.2)
@@ -105,8 +105,8 @@ def test_random_slider_is_capped_by_mask_slider(tokenizer):
     assert float(f["mask_replace_prob"]) + float(f["random_replace_prob"]) <= 1.0
 
 
-def test_sentence_and_seed_change_the_table(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.5)
+def test_sentence_and_seed_change_the_table(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES, mlm_probability=0.5)
     html0 = shown_html(box)
     box.controls["sentence"].value = 2
     assert marker_fields(shown_marker(box))["sentence"] == "2"
@@ -119,8 +119,8 @@ def test_sentence_and_seed_change_the_table(tokenizer):
     assert len(markers) > 1, "different seeds give different draws"
 
 
-def test_table_shows_labels_and_measured_rates(tokenizer):
-    box = masking_widget(tokenizer, SENTENCES, mlm_probability=0.4, n_draws=3000)
+def test_table_shows_labels_and_measured_rates(toy_tok):
+    box = masking_widget(toy_tok, SENTENCES, mlm_probability=0.4, n_draws=3000)
     html = shown_html(box)
     assert "labels" in html and "-100" in html and "[CLS]" in html
     assert "measured over 3,000 draws" in html
@@ -134,14 +134,14 @@ def test_table_shows_labels_and_measured_rates(tokenizer):
     assert abs(float(rows["[MASK] (of selected)"]) - 0.8) < 0.03
 
 
-def test_measure_rates_match_requested(tokenizer):
-    ids = torch.tensor(tokenizer(SENTENCES[1])["input_ids"])
-    special = torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+def test_measure_rates_match_requested(toy_tok):
+    ids = torch.tensor(toy_tok(SENTENCES[1])["input_ids"])
+    special = torch.isin(ids, torch.tensor(toy_tok.all_special_ids))
     r = measure_rates(
         ids,
         special,
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
+        mask_token_id=toy_tok.mask_token_id,
+        vocab_size=len(toy_tok),
         mlm_probability=0.3,
         mask_replace_prob=0.5,
         random_replace_prob=0.3,
@@ -160,7 +160,7 @@ def test_measure_rates_match_requested(tokenizer):
             ids,
             special,
             mask_token_id=4,
-            vocab_size=len(tokenizer),
+            vocab_size=len(toy_tok),
             mlm_probability=0.1,
             mask_replace_prob=0.8,
             random_replace_prob=0.1,
@@ -176,14 +176,14 @@ def test_binomial_pmf():
         binomial_pmf(-1, 0.5)
 
 
-def test_bad_arguments(tokenizer):
+def test_bad_arguments(toy_tok):
     with pytest.raises(ValueError, match="sentences"):
-        masking_widget(tokenizer, [])
+        masking_widget(toy_tok, [])
     with pytest.raises(ValueError, match="sentences"):
-        masking_widget(tokenizer, "one sentence")
+        masking_widget(toy_tok, "one sentence")
     with pytest.raises(TypeError, match="sentences"):
-        masking_widget(tokenizer, ["ok", ""])
+        masking_widget(toy_tok, ["ok", ""])
     with pytest.raises(ValueError, match="n_draws"):
-        masking_widget(tokenizer, SENTENCES, n_draws=0)
+        masking_widget(toy_tok, SENTENCES, n_draws=0)
     with pytest.raises(ValueError, match="mask_token_id"):
         masking_widget(object(), SENTENCES)

@@ -21,13 +21,15 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tok():
+def toy_tok():
     return train_tokenizer(TEXTS * 3, vocab_size=150, min_frequency=1)
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return tiny_bert_mlm(tok, seed=0, hidden_size=32, num_attention_heads=2, intermediate_size=64)
+def model(toy_tok):
+    return tiny_bert_mlm(
+        toy_tok, seed=0, hidden_size=32, num_attention_heads=2, intermediate_size=64
+    )
 
 
 def test_normalize_mask_text():
@@ -36,35 +38,35 @@ def test_normalize_mask_text():
         normalize_mask_text(3)
 
 
-def test_fill_mask_is_the_softmax_at_each_mask(tok, model):
-    preds = fill_mask(model, tok, "the dog chased the [MASK] across the [mask] .", top_k=4)
+def test_fill_mask_is_the_softmax_at_each_mask(toy_tok, model):
+    preds = fill_mask(model, toy_tok, "the dog chased the [MASK] across the [mask] .", top_k=4)
     assert len(preds) == 2 and all(len(p) == 4 for p in preds)
-    enc = tok("the dog chased the [MASK] across the [MASK] .", return_tensors="pt")
+    enc = toy_tok("the dog chased the [MASK] across the [MASK] .", return_tensors="pt")
     with torch.no_grad():
         logits = model(**enc).logits[0]
-    pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero().flatten()
+    pos = (enc["input_ids"][0] == toy_tok.mask_token_id).nonzero().flatten()
     for p, t in zip(preds, pos):
         probs = logits[t].softmax(-1)
         top = probs.topk(4)
-        assert [x for x, _ in p] == tok.convert_ids_to_tokens(top.indices.tolist())
+        assert [x for x, _ in p] == toy_tok.convert_ids_to_tokens(top.indices.tolist())
         assert [v for _, v in p] == pytest.approx(top.values.tolist(), abs=1e-6)
         assert p[0][1] >= p[-1][1]
-    assert fill_mask(model, tok, "no mask here") == []
+    assert fill_mask(model, toy_tok, "no mask here") == []
     with pytest.raises(ValueError, match="top_k"):
-        fill_mask(model, tok, "a [MASK]", top_k=0)
+        fill_mask(model, toy_tok, "a [MASK]", top_k=0)
 
 
-def test_fill_mask_keeps_the_training_mode(tok, model):
+def test_fill_mask_keeps_the_training_mode(toy_tok, model):
     model.train()
-    fill_mask(model, tok, "a [MASK] .")
+    fill_mask(model, toy_tok, "a [MASK] .")
     assert model.training
     model.eval()
 
 
-def test_typing_a_sentence_redraws(tok, model):
-    box = mlm_widget(model, tok, text="the cat slept in the [MASK] .", top_k=3)
+def test_typing_a_sentence_redraws(toy_tok, model):
+    box = mlm_widget(model, toy_tok, text="the cat slept in the [MASK] .", top_k=3)
     before = shown_marker(box)
-    preds = fill_mask(model, tok, "the cat slept in the [MASK] .", top_k=3)
+    preds = fill_mask(model, toy_tok, "the cat slept in the [MASK] .", top_k=3)
     assert before == mlm_marker("the cat slept in the [MASK] .", preds)
     assert before.startswith("masks=1 top1=")
     png = box.output.outputs[1]["data"]["image/png"]
@@ -77,7 +79,7 @@ def test_typing_a_sentence_redraws(tok, model):
     assert after.startswith("masks=2 top1=") and after.endswith(
         "text=a [MASK] sang in the [MASK] tree ."
     )
-    preds2 = fill_mask(model, tok, "a [MASK] sang in the [MASK] tree .", top_k=3)
+    preds2 = fill_mask(model, toy_tok, "a [MASK] sang in the [MASK] tree .", top_k=3)
     assert after == mlm_marker("a [MASK] sang in the [MASK] tree .", preds2)
 
     box.text.value = "nothing to guess"
@@ -85,8 +87,8 @@ def test_typing_a_sentence_redraws(tok, model):
     assert "No [MASK]" in box.output.outputs[1]["text"]
 
 
-def test_bad_arguments(tok, model):
+def test_bad_arguments(toy_tok, model):
     with pytest.raises(TypeError, match="text"):
-        mlm_widget(model, tok, text=None)
+        mlm_widget(model, toy_tok, text=None)
     with pytest.raises(ValueError, match="top_k"):
-        mlm_widget(model, tok, top_k=0)
+        mlm_widget(model, toy_tok, top_k=0)

@@ -15,22 +15,22 @@ EXAMPLES = [
 
 
 @pytest.fixture(scope="module")
-def tok():
+def toy_tok():
     return train_tokenizer([s for e in EXAMPLES for s in e] * 2, vocab_size=150, min_frequency=1)
 
 
-def test_controls_redraw(tok):
-    box = objectives_widget(tok, EXAMPLES)
+def test_controls_redraw(toy_tok):
+    box = objectives_widget(toy_tok, EXAMPLES)
     f = marker_fields(shown_marker(box))
     assert (f["example"], f["objective"], f["seed"]) == ("0", "MLM", "0")
-    ids, _, _, labels = mask_sentence(tok, EXAMPLES[0][0], 0)
+    ids, _, _, labels = mask_sentence(toy_tok, EXAMPLES[0][0], 0)
     assert int(f["targets"]) == int((labels != -100).sum()) and int(f["tokens"]) == len(ids)
 
     first = box.children[0]
     assert first.description == "example"
     first.value = 1  # one ArrowRight
     f = marker_fields(shown_marker(box))
-    assert f["example"] == "1" and int(f["tokens"]) == len(tok(EXAMPLES[1][0])["input_ids"])
+    assert f["example"] == "1" and int(f["tokens"]) == len(toy_tok(EXAMPLES[1][0])["input_ids"])
 
     box.controls["objective"].value = "CLM"
     f = marker_fields(shown_marker(box))
@@ -40,30 +40,30 @@ def test_controls_redraw(tok):
     box.controls["objective"].value = "NSP"
     f = marker_fields(shown_marker(box))
     assert f["targets"] == "1" and "next_sentence_label = 0" in shown_html(box)
-    assert int(f["tokens"]) == len(tok(EXAMPLES[1][0], EXAMPLES[1][1])["input_ids"])
+    assert int(f["tokens"]) == len(toy_tok(EXAMPLES[1][0], EXAMPLES[1][1])["input_ids"])
     box.controls["seed"].value = 1
     assert "next_sentence_label = 1" in shown_html(box)
     assert int(marker_fields(shown_marker(box))["tokens"]) == len(
-        tok(EXAMPLES[1][0], EXAMPLES[1][2])["input_ids"]
+        toy_tok(EXAMPLES[1][0], EXAMPLES[1][2])["input_ids"]
     )
 
 
-def test_tables(tok):
-    html, n = clm_example(tok, "The dog chased the ball.")
-    assert n == len(tok("The dog chased the ball.")["input_ids"]) - 1 and "-100" in html
-    html, n = nsp_example(tok, "Cats sleep a lot.", "They wake up in the evening.", 0)
+def test_tables(toy_tok):
+    html, n = clm_example(toy_tok, "The dog chased the ball.")
+    assert n == len(toy_tok("The dog chased the ball.")["input_ids"]) - 1 and "-100" in html
+    html, n = nsp_example(toy_tok, "Cats sleep a lot.", "They wake up in the evening.", 0)
     assert n == 1 and "token_type_ids" in html and "IsNext" in html
     with pytest.raises(ValueError, match="next_sentence_label"):
-        nsp_example(tok, "a", "b", 2)
-    html, n = mlm_example(tok, "The dog chased the ball across the park.", mlm_probability=1.0)
-    assert n == len(tok("The dog chased the ball across the park.")["input_ids"]) - 2
+        nsp_example(toy_tok, "a", "b", 2)
+    html, n = mlm_example(toy_tok, "The dog chased the ball across the park.", mlm_probability=1.0)
+    assert n == len(toy_tok("The dog chased the ball across the park.")["input_ids"]) - 2
 
 
-def test_bad_examples(tok):
+def test_bad_examples(toy_tok):
     with pytest.raises(ValueError, match="examples"):
-        objectives_widget(tok, [])
+        objectives_widget(toy_tok, [])
     with pytest.raises(TypeError, match="examples"):
-        objectives_widget(tok, [("a", "b")])
+        objectives_widget(toy_tok, [("a", "b")])
 
 
 def test_start_quiz():
@@ -76,12 +76,12 @@ def test_start_quiz():
     assert "Quick check: lesson 00" in str(q)
 
 
-def test_lesson_widget_is_a_vbox_with_typed_handles(tok):
+def test_lesson_widget_is_a_vbox_with_typed_handles(toy_tok):
     import ipywidgets as widgets
 
     from lmlessons.widgets.base import LessonWidget
 
-    box = objectives_widget(tok, EXAMPLES)
+    box = objectives_widget(toy_tok, EXAMPLES)
     assert isinstance(box, LessonWidget) and isinstance(box, widgets.VBox)
     assert list(box.children) == [*box.controls.values(), box.output]
     before = box.output.outputs
