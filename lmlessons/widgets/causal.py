@@ -262,11 +262,20 @@ def _heatmap_png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: 
     return figure_png(fig, crop=True)
 
 
-def _outputs(marker: str, table: str, png: bytes | None) -> tuple[OutputRecord, ...]:
+def _outputs(marker: str, table: str, png: bytes | None, alt: str) -> tuple[OutputRecord, ...]:
+    """The hidden state, the table, and the heatmap with ``alt`` as its text (the picture's alt)."""
     outs = [state_output(marker), html_output(table)]
     if png is not None:
-        outs.append(png_output(png, "<heatmap>"))
+        outs.append(png_output(png, alt))
     return tuple(outs)
+
+
+def _heatmap_alt(what: str, t: int, token: str, sees: int) -> str:
+    """Words for the heatmap: what it shows and which row is outlined."""
+    return (
+        f"Heatmap of {what}: one row per query position, one column per key position; "
+        f"row {t} (token {token}) is outlined and has weight on {sees} key position(s)"
+    )
 
 
 def _position_slider(n: int, position: int | None) -> widgets.IntSlider:
@@ -317,7 +326,8 @@ def position_widget(
             f"token(s) and must predict {view['predicts']!r}",
         )
         png = _heatmap_png(weights, toks, t, f"causal mask, row {t}") if heatmap else None
-        return _outputs(position_marker(view), table, png)
+        alt = _heatmap_alt("the causal mask", t, toks[t], view["sees"])
+        return _outputs(position_marker(view), table, png, alt)
 
     return LessonWidget({"position": slider}, draw)
 
@@ -349,7 +359,8 @@ def _is_decoder_outputs(
         f"{view['predicts']!r}; {verdict}",
     )
     png = _heatmap_png(weights, toks, t, f"attention, is_decoder={dec}") if heatmap else None
-    return _outputs(position_marker(view, is_decoder=dec), table, png)
+    alt = _heatmap_alt(f"the attention with is_decoder={dec}", t, toks[t], view["sees"])
+    return _outputs(position_marker(view, is_decoder=dec), table, png, alt)
 
 
 def is_decoder_widget(

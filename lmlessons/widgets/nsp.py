@@ -24,6 +24,7 @@ import ipywidgets as widgets
 import torch
 
 from lmlessons._checks import check_int, check_probability
+from lmlessons.course.palette import on_color
 from lmlessons.pairs import make_nsp_pairs
 from lmlessons.widgets.base import LessonWidget, float_slider
 from lmlessons.widgets.display import (
@@ -191,7 +192,7 @@ def _text_html(tokenizer: Any, a: Sequence[int], b: Sequence[int]) -> str:
         text = html.escape(tokenizer.decode(list(ids)))
         return (
             f'<div style="margin:2px 0"><b>{name}</b> '
-            f'<span style="background:{color};padding:1px 4px">{text}</span></div>'
+            f'<span style="{on_color(color)}padding:1px 4px">{text}</span></div>'
         )
 
     return span(a, COLORS["segment_a"], "A:") + span(b, COLORS["segment_b"], "B:")
