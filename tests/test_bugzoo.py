@@ -223,9 +223,7 @@ def test_masking_bugs(tok):
     special = torch.isin(ids, torch.tensor(tok.all_special_ids))
     g = lambda: torch.Generator().manual_seed(0)  # noqa: E731
     _, fixed = bugs.mask_fixed(ids.repeat(50, 1), mask.repeat(50, 1), tok, g())
-    _, special_too = bugs.mask_special_tokens_too(
-        ids.repeat(50, 1), mask.repeat(50, 1), tok, g()
-    )
+    _, special_too = bugs.mask_special_tokens_too(ids.repeat(50, 1), mask.repeat(50, 1), tok, g())
     assert not (fixed[special.repeat(50, 1)] != -100).any()
     assert (special_too[special.repeat(50, 1)] != -100).any()
     _, every = bugs.mask_every_token_a_target(ids, mask, tok, g())
