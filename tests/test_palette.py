@@ -7,7 +7,18 @@ import re
 import pytest
 from pygments.styles import get_style_by_name
 
-from lmlessons.course.palette import CODE_STYLE, COLORS, CUES, INK, MUTED, ink_on, on_color
+from lmlessons.course.palette import (
+    BAD,
+    CODE_BOX,
+    CODE_STYLE,
+    COLORS,
+    CUES,
+    GOOD,
+    INK,
+    MUTED,
+    ink_on,
+    on_color,
+)
 from lmlessons.widgets.display import token_table_html
 
 #: The light backgrounds of the course's boxes (check results, hints, solutions, reveals).
@@ -61,3 +72,8 @@ def test_code_in_pictures_passes_aa_on_every_box() -> None:
     colors = {s["color"] for _, s in get_style_by_name(CODE_STYLE) if s["color"]}
     worst = min(contrast(f"#{c}", box) for c in colors for box in BOXES)
     assert worst >= 4.5, worst
+
+
+def test_right_and_wrong_text_passes_aa_on_white_and_every_box() -> None:
+    assert min(contrast(c, box) for c in (GOOD, BAD) for box in BOXES) >= 4.5
+    assert contrast(INK, CODE_BOX) >= 7

@@ -40,6 +40,9 @@ CUES: dict[str, str] = {
 #: Text on a fixed light background: dark whatever the theme.
 INK = "#1a1a1a"
 
+#: Right and wrong as text colours: AA (4.5:1) on white and on every light box of the course.
+GOOD, BAD = "#137a33", "#b8141a"
+
 #: Secondary text: JupyterLab's, else the website theme's muted colour, else a grey with a
 #: contrast of 7:1 on white.
 MUTED = "color:var(--jp-content-font-color2,var(--pst-color-text-muted,#595959));"
@@ -48,6 +51,8 @@ MUTED = "color:var(--jp-content-font-color2,var(--pst-color-text-muted,#595959))
 #: The pygments style of code shown in pictures: every token colour passes AA (4.5:1) on the
 #: light backgrounds of the course's boxes ("default" gives comments 4.4:1).
 CODE_STYLE = "xcode"
+#: The background of code shown outside a coloured box (light in every theme).
+CODE_BOX = "#fcfcfc"
 
 
 def ink_on(color: str) -> str:

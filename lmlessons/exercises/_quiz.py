@@ -15,7 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from lmlessons.course.palette import MUTED
+from lmlessons.course.palette import BAD, GOOD, MUTED
 from lmlessons.exercises._result import _inline
 from lmlessons.exercises.quizzes import QUIZZES, Question
 
@@ -39,8 +39,8 @@ def _feedback_html(text: str, correct: bool | None) -> str:
         return ""
     # dark text on a light box: AA (4.5:1) in a light and a dark theme alike
     color, background = {
-        True: ("#137a33", "#eef8ee"),
-        False: ("#b8141a", "#fdf0f0"),
+        True: (GOOD, "#eef8ee"),
+        False: (BAD, "#fdf0f0"),
         None: ("#4a4a4a", "#f6f6f6"),
     }[correct]
     return (

@@ -33,7 +33,7 @@ from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries
 from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
 from lmlessons.course.bugzoo.records import load_records
 from lmlessons.course.bugzoo.runs import RUNS
-from lmlessons.course.palette import CODE_STYLE, INK, MUTED
+from lmlessons.course.palette import BAD, CODE_BOX, CODE_STYLE, GOOD, INK, MUTED, ink_on
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
@@ -303,12 +303,13 @@ def reveal_html(case: Case | str) -> str:
     then why, and the lesson that teaches it."""
     case = get_case(case) if isinstance(case, str) else case
     if case.bug is not None and case.fix is not None:
+        cell = f"vertical-align:top;padding:4px 8px;border:1px solid #bbb;{ink_on(CODE_BOX)}"
         columns = "".join(
-            f'<td style="vertical-align:top;padding:4px 8px;border:1px solid #bbb">'
+            f'<td style="{cell}">'
             f'<div style="font-weight:bold;color:{color}">{name}</div>{_code_html(src, mark)}</td>'
             for name, color, src, mark in (
-                ("bug", CASE_COLOR, inspect.getsource(case.bug), "BUG"),
-                ("fix", "#1a9641", inspect.getsource(case.fix), "FIX"),
+                ("bug", BAD, inspect.getsource(case.bug), "BUG"),
+                ("fix", GOOD, inspect.getsource(case.fix), "FIX"),
             )
         )
         body = f'<table style="border-collapse:collapse;margin:4px 0"><tr>{columns}</tr></table>'
