@@ -647,7 +647,8 @@ def lesson_files(notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
 DARK_THEME, LIGHT_THEME = "JupyterLab Dark", "JupyterLab Light"
 
 #: Text elements under ``root`` whose contrast with their background is under WCAG AA (4.5:1,
-#: 3:1 for large text). The background is the first opaque one up the tree.
+#: 3:1 for large text). The background is the first opaque one up the tree. JupyterLab's own
+#: prompts are its theme's business, not the course's.
 _JS_LOW_CONTRAST = """(root) => {
   const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
   const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255;
@@ -665,6 +666,7 @@ _JS_LOW_CONTRAST = """(root) => {
     const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
     const style = getComputedStyle(el);
     if (!own || !el.getClientRects().length || style.visibility === 'hidden') continue;
+    if (el.closest('.jp-OutputPrompt, .jp-InputPrompt')) continue;  // JupyterLab's own "[2]:"
     const [a, b] = [lum(rgb(style.color)), lum(background(el))];
     const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
     const large = parseFloat(style.fontSize) >= 24 ||
