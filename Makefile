@@ -22,7 +22,7 @@ SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
+.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -97,6 +97,14 @@ classroom: setup
 
 screenshots: setup
 	$(PY) -m tools.screenshots
+
+# Mutation testing of the core ([tool.mutmut] in pyproject.toml) with the fast tests, in a
+# temporary copy of the repository (mutmut writes its mutants/ folder where it runs).
+mutants: setup
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git ls-files -z | xargs -0 cp --parents -t "$$tmp"; \
+	cd "$$tmp" && $(CURDIR)/$(VENV)/bin/mutmut run --max-children 2 >/dev/null; \
+	$(CURDIR)/$(VENV)/bin/mutmut results --all true | $(PYTHON) $(CURDIR)/tools/mutants.py
 
 bench: setup
 	$(PY) -m tools.bench $(BENCH_ARGS)
