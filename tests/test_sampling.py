@@ -151,3 +151,98 @@ def test_a_draw_follows_softmax_of_the_logits_over_the_temperature(temperature):
     untempered = torch.softmax(scores.double(), dim=0)
     assert (freq - expected).abs().max() < 0.03
     assert (freq - untempered).abs().max() > 0.1
+
+
+class _DefaultsTok:
+    """A tokenizer with transformers' defaults: special tokens added and kept unless asked."""
+
+    def __init__(self, cls: int | None = 2, sep: int | None = 3) -> None:
+        self.cls_token_id, self.sep_token_id = cls, sep
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [int(w) for w in text.split()]
+        return {"input_ids": [2, *ids, 3] if add_special_tokens else ids}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(str(i) for i in ids if not (skip_special_tokens and i in (2, 3)))
+
+
+def _recording_sample(monkeypatch, out):
+    import lmlessons.sampling as sampling_module
+
+    calls = []
+
+    def fake(model, ids, **kwargs):
+        calls.append((ids.tolist(), kwargs))
+        return torch.tensor(out)
+
+    monkeypatch.setattr(sampling_module, "sample", fake)
+    return calls
+
+
+def test_sample_text_passes_its_settings_and_defaults_to_sample(monkeypatch):
+    calls = _recording_sample(monkeypatch, [2, 10, 11, 12, 40, 3])
+    g = torch.Generator()
+    text = sample_text(_gpt2(), _DefaultsTok(), "10 11 12", generator=g)
+    assert text == "10 11 12 40"  # special tokens dropped
+    ((ids, kwargs),) = calls
+    assert ids == [2, 10, 11, 12]  # [CLS], then the prompt without special tokens of its own
+    assert kwargs == dict(max_new_tokens=30, temperature=0.8, top_k=40, eos_token_id=3, generator=g)
+    sample_text(_gpt2(), _DefaultsTok(), "7", max_new_tokens=4, temperature=0.5, top_k=None)
+    assert calls[1][1]["max_new_tokens"] == 4 and calls[1][1]["temperature"] == 0.5
+    assert calls[1][1]["top_k"] is None
+
+
+def test_sample_text_falls_back_to_the_model_config_for_start_and_end(monkeypatch):
+    calls = _recording_sample(monkeypatch, [5, 10, 6])
+    model = _gpt2()
+    model.config.bos_token_id, model.config.eos_token_id = 5, 6
+    sample_text(model, _DefaultsTok(cls=None, sep=None), "10")
+    ((ids, kwargs),) = calls
+    assert ids == [5, 10] and kwargs["eos_token_id"] == 6
+    model.config.bos_token_id = None
+    with pytest.raises(ValueError) as raised:
+        sample_text(model, _DefaultsTok(cls=None, sep=None), "10")
+    assert str(raised.value) == (
+        "neither the tokenizer (cls_token_id) nor the model config (bos_token_id) names a "
+        "start token"
+    )
+    with pytest.raises(TypeError) as raised:
+        sample_text(model, _DefaultsTok(), 12)
+    assert str(raised.value) == "prompt must be a str, got int"
+
+
+class _Window(_FixedLogits):
+    """Records the length of every input it is given; its config names a position limit."""
+
+    def __init__(self, **config: int) -> None:
+        super().__init__(torch.tensor([0.0, 1.0, 0.0]))
+        self.config = type("Config", (), config)()
+        self.lengths: list[int] = []
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: object) -> object:
+        self.lengths.append(input_ids.shape[1])
+        return super().forward(input_ids, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("config", "longest"),
+    [
+        (dict(max_position_embeddings=4), 4),  # BERT's name for it
+        (dict(n_positions=3), 3),  # GPT-2's
+        (dict(max_position_embeddings=1), 1),
+        (dict(max_position_embeddings=0, n_positions=2), 2),  # 0 names no limit
+        (dict(), 8),  # no limit: the whole sequence so far
+    ],
+)
+def test_the_model_sees_at_most_its_position_limit(config, longest):
+    model = _Window(**config)
+    sample(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=6, temperature=0)
+    assert max(model.lengths) == longest
+
+
+def test_a_model_without_config_has_no_position_limit():
+    model = _Window()
+    del model.config
+    out = sample(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, temperature=0)
+    assert out.tolist() == [[0, 0, 0, 1, 1]] and model.lengths == [3, 4]
