@@ -65,5 +65,31 @@ def test_the_shape_message_states_the_expected_shape() -> None:
         nsp_loss(NSP, torch.tensor([0, 1]))
     assert "must have shape (1,)" in str(raised.value)
     with pytest.raises(ValueError) as raised:
-        _pretraining(nsp_logits=torch.zeros(2, 2), nsp_labels=torch.tensor([0, 1]))
-    assert "must share B, got 1 and 2" in str(raised.value)
+        _pretraining(nsp_logits=torch.zeros(3, 2), nsp_labels=torch.tensor([0, 1, 0]))
+    assert str(raised.value).endswith("must share B, got 1 and 3")
+
+
+def test_whole_messages_of_the_type_and_rank_checks() -> None:
+    with pytest.raises(TypeError) as raised:
+        _mask(special_tokens_mask="no")
+    assert str(raised.value) == "special_tokens_mask must be a torch.Tensor or None, got str"
+    with pytest.raises(ValueError) as raised:
+        shift_labels(torch.tensor(3))
+    assert str(raised.value) == "labels must have at least 1 dimension (..., T), got a scalar"
+    with pytest.raises(TypeError) as raised:
+        nsp_loss([[0.0, 0.0]], NSP_LABELS)
+    assert str(raised.value).startswith("logits ")
+
+
+def test_random_replacements_keep_the_dtype_of_the_input() -> None:
+    ids = IDS.to(torch.int32)
+    masked, labels = mask_tokens(
+        ids,
+        mask_token_id=4,
+        vocab_size=11,
+        mlm_probability=1.0,
+        mask_replace_prob=0.0,
+        random_replace_prob=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert masked.dtype == torch.int32 and labels.dtype == torch.int32

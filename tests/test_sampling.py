@@ -246,3 +246,31 @@ def test_a_model_without_config_has_no_position_limit():
     del model.config
     out = sample(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, temperature=0)
     assert out.tolist() == [[0, 0, 0, 1, 1]] and model.lengths == [3, 4]
+
+
+class _BareTok:
+    """A tokenizer with no special-token attributes at all."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [int(w) for w in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(map(str, ids))
+
+
+def test_sample_text_reads_start_and_end_only_where_they_exist(monkeypatch):
+    calls = _recording_sample(monkeypatch, [5, 10, 6])
+    model = _gpt2()
+    model.config.bos_token_id, model.config.eos_token_id = 5, 6
+    sample_text(model, _BareTok(), "10")
+    assert calls[0][0] == [5, 10] and calls[0][1]["eos_token_id"] == 6
+    del model.config  # no config either: no start token to begin with
+    with pytest.raises(ValueError, match="names a start token"):
+        sample_text(model, _BareTok(), "10")
+
+
+def test_sample_text_with_the_course_tokenizer(tok):
+    from lmlessons.course.models import tiny_gpt2
+
+    text = sample_text(tiny_gpt2(tok, seed=0), tok, "the dog", max_new_tokens=3, temperature=0)
+    assert text.startswith("the dog") and "[CLS]" not in text
