@@ -10,14 +10,14 @@ import math
 
 import torch
 import torch.nn.functional as F
-from transformers import BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
+from transformers import BertForMaskedLM, ModernBertForMaskedLM
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 
 from lmlessons import mlm_loss
 from lmlessons.course.checkpoints import checkpoint_metrics
 from lmlessons.course.models import tiny_bert_mlm
 from lmlessons.course.tokenizer import load_tokenizer
-from tests._tiny import VOCAB, bert_config, seeded
+from tests._tiny import VOCAB, bert_config, modernbert_config, seeded
 
 
 def _batch(seed: int = 0, rows: int = 3, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,20 +40,7 @@ def _bert_mlm_loss_and_logits(labels_like=None) -> tuple[torch.Tensor, torch.Ten
 
 
 def _modern_bert() -> ModernBertForMaskedLM:
-    config = ModernBertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
-    )
-    return seeded(ModernBertForMaskedLM, config)
+    return seeded(ModernBertForMaskedLM, modernbert_config())
 
 
 def test_claim_02_bert_mlm_loss_equals() -> None:

@@ -7,10 +7,7 @@ warnings captured. No test reads or compares source text.
 
 from __future__ import annotations
 
-import logging
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -30,32 +27,18 @@ from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
 from transformers.masking_utils import create_causal_mask
 from transformers.models.bert import modeling_bert
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
-from transformers.utils import logging as hf_logging
 
 from lmlessons import clm_loss
-from tests._tiny import VOCAB, bert_config, gpt2_config, seeded
+from tests._tiny import (
+    VOCAB,
+    bert_config,
+    gpt2_config,
+    next_token_ce,
+    seeded,
+    transformers_log,
+)
 
 PAD, START = 0, 2  # pad_token_id of the tiny configs; a decoder start id that is not PAD
-
-
-@contextmanager
-def _transformers_log() -> Iterator[list[str]]:
-    """The messages transformers logs inside the block (warnings included), in a list."""
-    messages: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    keep, level = Keep(), hf_logging.get_verbosity()
-    hf_logging.set_verbosity_warning()
-    hf_logging.get_logger().addHandler(keep)
-    hf_logging.warning_once.cache_clear()  # a message already logged once is logged again
-    try:
-        yield messages
-    finally:
-        hf_logging.get_logger().removeHandler(keep)
-        hf_logging.set_verbosity(level)
 
 
 def _ids(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor:
@@ -65,11 +48,6 @@ def _ids(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor:
 
 def _lm_head(is_decoder: bool) -> BertLMHeadModel:
     return seeded(BertLMHeadModel, bert_config(is_decoder=is_decoder))
-
-
-def _next_token_ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of position t against token t + 1, written out."""
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
 
 def _logit_change(model: Any, ids: torch.Tensor, position: int) -> torch.Tensor:
@@ -89,7 +67,7 @@ def test_claim_04_lmhead_shifts_labels() -> None:
     with torch.no_grad():
         out = model(input_ids=ids, labels=ids.clone())
     assert torch.allclose(out.loss, clm_loss(out.logits, ids), atol=1e-6)
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
+    assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)
     pre_shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)  # (B, T)
     with torch.no_grad():
         double = model(input_ids=ids, labels=pre_shifted).loss
@@ -102,7 +80,7 @@ def test_claim_04_loss_like_gpt2() -> None:
     for model in (_lm_head(True), seeded(GPT2LMHeadModel, gpt2_config())):
         with torch.no_grad():
             out = model(input_ids=ids, labels=ids.clone())
-        assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
+        assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)
 
 
 def test_claim_04_same_forcausallmloss_as_gpt2() -> None:
@@ -110,12 +88,12 @@ def test_claim_04_same_forcausallmloss_as_gpt2() -> None:
     assert bert.loss_function is ForCausalLMLoss and gpt2.loss_function is ForCausalLMLoss
     logits, ids = torch.randn(2, 10, VOCAB, generator=torch.Generator().manual_seed(1)), _ids()
     shifted_inside = ForCausalLMLoss(logits, ids, vocab_size=VOCAB)
-    assert torch.allclose(shifted_inside, _next_token_ce(logits, ids), atol=1e-6)
+    assert torch.allclose(shifted_inside, next_token_ce(logits, ids), atol=1e-6)
 
 
 def test_claim_04_loss_mapping_fallback() -> None:
     assert not [key for key in LOSS_MAPPING if key in "BertLMHeadModel"]
-    with _transformers_log() as log:
+    with transformers_log() as log:
         model = _lm_head(True)
         loss_function = model.loss_function
     assert model.loss_type is None and loss_function is ForCausalLMLoss
@@ -124,10 +102,10 @@ def test_claim_04_loss_mapping_fallback() -> None:
 
 def test_claim_04_default_loss_message() -> None:
     model, ids = _lm_head(False), _ids()
-    with _transformers_log() as log, torch.no_grad():
+    with transformers_log() as log, torch.no_grad():
         out = model(input_ids=ids, labels=ids.clone())
     assert any("Using the default loss: `ForCausalLMLoss`" in m for m in log), log
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
+    assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)
 
 
 def test_claim_04_forward_calls_loss_function() -> None:
@@ -147,9 +125,9 @@ def test_claim_04_forward_calls_loss_function() -> None:
 
 
 def test_claim_04_standalone_warning() -> None:
-    with _transformers_log() as without_flag:
+    with transformers_log() as without_flag:
         naive = _lm_head(False)
-    with _transformers_log() as with_flag:
+    with transformers_log() as with_flag:
         causal = _lm_head(True)
     assert any("standalone" in m and "is_decoder=True" in m for m in without_flag), without_flag
     assert not any("standalone" in m for m in with_flag)
@@ -163,7 +141,7 @@ def test_claim_04_no_flag_only_warns() -> None:
     with torch.no_grad():
         out = model(input_ids=ids, labels=ids.clone())
     assert torch.isfinite(out.loss)
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)  # shifted as usual
+    assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)  # shifted as usual
     p = 5
     assert _logit_change(model, ids, p)[p - 1] > 1e-5  # position p - 1 sees its target, token p
 

@@ -9,10 +9,7 @@ No test reads or compares source text.
 
 from __future__ import annotations
 
-import logging
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -26,15 +23,21 @@ from transformers import (
     EncoderDecoderConfig,
     EncoderDecoderModel,
     GPT2LMHeadModel,
-    ModernBertConfig,
     ModernBertForMaskedLM,
 )
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
-from transformers.utils import logging as hf_logging
 
 from lmlessons.course.tokenizer import load_tokenizer
 from tests._claims import Claim, quiz_lessons, read_ledger, uncovered_quiz
-from tests._tiny import VOCAB, bert_config, gpt2_config, seeded
+from tests._tiny import (
+    VOCAB,
+    bert_config,
+    gpt2_config,
+    modernbert_config,
+    next_token_ce,
+    seeded,
+    transformers_log,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -50,31 +53,6 @@ SENTENCES = [
 
 def _ids(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
     return torch.randint(5, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
-
-
-@contextmanager
-def _transformers_log() -> Iterator[list[str]]:
-    """The messages transformers logs inside the block, in a list."""
-    messages: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    keep, level = Keep(), hf_logging.get_verbosity()
-    hf_logging.set_verbosity_warning()
-    hf_logging.get_logger().addHandler(keep)
-    hf_logging.warning_once.cache_clear()
-    try:
-        yield messages
-    finally:
-        hf_logging.get_logger().removeHandler(keep)
-        hf_logging.set_verbosity(level)
-
-
-def _next_token_ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of position t against token t + 1."""
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
 
 
 def _moved_positions(model: torch.nn.Module, ids: torch.Tensor, at: int) -> list[int]:
@@ -136,7 +114,7 @@ def test_claim_quiz_03_causal_lm_shift() -> None:
     ):
         with torch.no_grad():
             out = model(input_ids=ids, labels=ids.clone())
-        assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
+        assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)
     logits = torch.randn(2, 10, VOCAB, generator=torch.Generator().manual_seed(2))
     padded = torch.cat([ids[:, 1:], torch.full((2, 1), -100)], dim=1)  # labels[..., 1:], -100
     expected = F.cross_entropy(logits.reshape(-1, VOCAB), padded.reshape(-1))
@@ -172,7 +150,7 @@ def test_claim_quiz_04_shift_regardless() -> None:
     model = seeded(BertLMHeadModel, bert_config())  # is_decoder=False
     with torch.no_grad():
         out = model(input_ids=ids, labels=ids)
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
+    assert torch.allclose(out.loss, next_token_ce(out.logits, ids), atol=1e-6)
 
 
 def test_claim_quiz_04_cross_attention() -> None:
@@ -187,7 +165,7 @@ def test_claim_quiz_04_same_head(tmp_path) -> None:
     decoder = seeded(BertLMHeadModel, bert_config(is_decoder=True), seed=1)
     assert type(mlm.cls) is type(decoder.cls) and type(mlm.cls).__name__ == "BertOnlyMLMHead"
     mlm.save_pretrained(tmp_path)
-    with _transformers_log():
+    with transformers_log():
         warm = BertLMHeadModel.from_pretrained(tmp_path, is_decoder=True)
     for name, value in mlm.cls.state_dict().items():  # the MLM head's weights, loaded as they are
         assert torch.equal(warm.cls.state_dict()[name], value), name
@@ -195,7 +173,7 @@ def test_claim_quiz_04_same_head(tmp_path) -> None:
 
 def test_claim_quiz_04_standalone_warning() -> None:
     ids = _ids((1, 6))
-    with _transformers_log() as messages:
+    with transformers_log() as messages:
         model = seeded(BertLMHeadModel, bert_config())
         with torch.no_grad():
             loss = model(input_ids=ids, labels=ids).loss  # runs: no exception
@@ -209,7 +187,7 @@ def test_claim_quiz_04_prefix_only() -> None:
 
 
 def test_claim_quiz_04_encoder_decoder_labels() -> None:
-    with _transformers_log():
+    with transformers_log():
         model = EncoderDecoderModel(
             encoder=seeded(BertModel, bert_config()),
             decoder=seeded(BertLMHeadModel, bert_config(is_decoder=True, add_cross_attention=True)),
@@ -228,7 +206,7 @@ def test_claim_quiz_04_encoder_decoder_labels() -> None:
 
 
 def test_claim_quiz_08_bert_lm_head_leak() -> None:
-    with _transformers_log():
+    with transformers_log():
         leaky = seeded(BertLMHeadModel, bert_config())  # no is_decoder=True
     assert {0, 1, 2, 3} <= set(_moved_positions(leaky, _ids((1, 8)), at=4))  # 3 reads token 4
 
@@ -269,17 +247,13 @@ def test_claim_quiz_06_token_weights() -> None:
 
 
 def test_claim_quiz_07_modernbert_sparse() -> None:
-    special = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
-    config = ModernBertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
+    config = modernbert_config(
         sparse_prediction=True,
         attn_implementation="eager",
-        **special,
+        bos_token_id=2,
+        eos_token_id=3,
+        cls_token_id=2,
+        sep_token_id=3,
     )
     model = seeded(ModernBertForMaskedLM, config)
     ids = _ids((2, 9))
