@@ -225,7 +225,20 @@ def warm_up(kind: str, variants: Sequence[str], seed: int = 0) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class TensorPeak(TorchDispatchMode):
+class WatchMode(TorchDispatchMode):
+    """A dispatch mode that watches tensors in eager code: no torch._dynamo import.
+
+    torch wraps a mode's ``__torch_dispatch__`` in ``torch._dynamo.disable`` unless
+    ``_should_skip_dynamo`` is False, which imports torch._dynamo (seconds on the first use);
+    no compiled code runs under these modes.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class TensorPeak(WatchMode):
     """Peak bytes of the tensors created while the mode is active, and the current bytes.
 
     A storage counts from the operation that creates it until it is freed (a view of it adds
@@ -240,12 +253,6 @@ class TensorPeak(TorchDispatchMode):
         self._live: dict[int, tuple[StorageWeakRef, int]] = {}
         self.current_bytes = 0
         self.peak_bytes = 0
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ in torch._dynamo.disable unless this is False,
-        # which imports torch._dynamo (seconds); no compiled code runs under this mode.
-        return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))

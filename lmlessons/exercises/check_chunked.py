@@ -36,11 +36,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.course.memory import TensorPeak, tensor_peak_bytes
+from lmlessons.course.memory import TensorPeak, WatchMode, tensor_peak_bytes
 from lmlessons.exercises._cases import gen
 from lmlessons.exercises._loss_checks import (
     LossCall,
@@ -61,20 +60,13 @@ PEAK_ROWS = 96  # hidden case 6: 12 chunks of CHUNK rows
 PEAK_SHARE = 0.25  # forward + backward may peak at this share of the dense loss's peak
 
 
-class LargestTensor(TorchDispatchMode):
+class LargestTensor(WatchMode):
     """Records the largest storage (in elements) behind any tensor an operation returns."""
 
     def __init__(self) -> None:
         super().__init__()
         self.numel: int = 0
         self.shape: tuple[int, ...] = ()
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ in torch._dynamo.disable unless this is False;
-        # that costs a 1.5 s import of torch._dynamo on the first check, and no compiled code
-        # runs inside a check.
-        return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
