@@ -22,7 +22,7 @@ SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student classroom screenshots bench budgets lesson-times clean
+.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,12 +40,14 @@ $(AXE):
 lab: setup
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
-# ruff (lint and format check) and mypy over all the code (config in pyproject.toml); the GitHub
-# workflows against their schema and zizmor's security audit, both offline.
+# ruff (lint and format check) and mypy over all the code (config in pyproject.toml); the lessons'
+# What-if answer cells against their data (tools/content.py); the GitHub workflows against their
+# schema and zizmor's security audit, both offline.
 lint: setup
 	$(VENV)/bin/ruff check lmlessons tools tests site
 	$(VENV)/bin/ruff format --check lmlessons tools tests site
 	$(VENV)/bin/mypy
+	$(PY) -m tools.content --check
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
@@ -89,6 +91,11 @@ execute: setup
 
 student: setup
 	$(PY) -m tools.student
+
+# Write the What-if model answers (lmlessons/data/content/whatif/) into the lessons' answer cells
+# and regenerate the student copies of the lessons that changed.
+content: setup
+	$(PY) -m tools.content --write
 
 # An nbgrader course folder (docs/teaching.md): every lesson an assignment, in the ignored _build/.
 CLASSROOM ?= _build/classroom

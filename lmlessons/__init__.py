@@ -4,6 +4,7 @@ The core (masking, label shifting, NSP pairs, losses) mirrors Hugging Face trans
 Google's original BERT code; every loss equals transformers' to 1e-5 (see tests/).
 """
 
+from lmlessons.answer_only import assistant_only_labels, completion_only_labels
 from lmlessons.collator import MLMCollator
 from lmlessons.course.batches import (
     clm_batches,
@@ -29,10 +30,12 @@ from lmlessons.course.training import History, evaluate, train
 from lmlessons.linear_ce import linear_cross_entropy
 from lmlessons.losses import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss
 from lmlessons.masking import mask_tokens
+from lmlessons.packing import flatten_documents, group_texts, pad_documents
 from lmlessons.pairs import make_nsp_pairs, make_sop_pairs, truncate_seq_pair
+from lmlessons.perplexity import pseudo_perplexity
 from lmlessons.shifting import shift_labels
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # The public API: the core first, then what the lessons run on (lmlessons.course).
 __all__ = [
@@ -47,6 +50,12 @@ __all__ = [
     "bert_pretraining_loss",
     "linear_cross_entropy",
     "MLMCollator",
+    "pad_documents",
+    "group_texts",
+    "flatten_documents",
+    "pseudo_perplexity",
+    "assistant_only_labels",
+    "completion_only_labels",
     "Corpus",
     "load_corpus",
     "split_sentences",

@@ -1137,7 +1137,12 @@ def wwm_valid_random_keys(
             if taken + len(words[w]) <= count:
                 selected[row, words[w]] = True
                 taken += len(words[w])
-    return selected.long()  # 0/1 integers are accepted too
+    return selected
+
+
+def wwm_int_mask(special_tokens_mask, is_continuation, **kwargs):
+    """Right positions, but a 0/1 ``torch.long`` mask where the task states a bool one."""
+    return wwm_valid_random_keys(special_tokens_mask, is_continuation, **kwargs).long()
 
 
 # ----------------------------------------------------------------------------- truncate_seq_pair
@@ -1445,8 +1450,8 @@ def raises_key_error(*args, **kwargs):
 
 EXPECTED: dict[str, dict[str, object]] = {
     "mask_tokens": {
-        "mask_draft_as_written": "labels_are_boolean_mask",
-        "mask_draft_with_labels": "masks_special_tokens",
+        "mask_draft_as_written": "uses_global_rng",
+        "mask_draft_with_labels": "uses_global_rng",
         "mask_specials": "masks_special_tokens",
         "mask_hard_coded_ids": "masks_special_tokens",
         "mask_fixed_replace_probs": "ignores_replace_probs",
@@ -1458,15 +1463,15 @@ EXPECTED: dict[str, dict[str, object]] = {
         "mask_global_rng": "uses_global_rng",
         "mask_own_generator": "ignores_generator",
         "mask_random_unconditional": "random_not_conditional",
-        "mask_tilde_on_long": "raised_exception",
+        "mask_tilde_on_long": "int_mask_not_bool",
         "mask_none_crashes": "special_tokens_mask_none",
         "mask_int32": "wrong_dtype",
-        "mask_unguarded_division": "raised_exception",
-        "mask_single_tensor": "wrong_return",
+        "mask_unguarded_division": "divides_by_zero",
+        "mask_single_tensor": "wrong_type",
     },
     "mlm_loss": {
         "mlm_draft_as_written": "returns_tuple",
-        "mlm_draft_loss_only": "nan_when_nothing_masked",
+        "mlm_draft_loss_only": "nan_when_no_targets",
         "mlm_counts_unmasked": "counts_unmasked_positions",
         "mlm_clamped_labels": "minus100_not_ignored",
         "mlm_per_row_mean": "per_row_mean",
@@ -1484,28 +1489,28 @@ EXPECTED: dict[str, dict[str, object]] = {
     },
     "clm_loss": {
         "clm_draft_as_written": "returns_tuple",
-        "clm_draft_loss_only": "not_ignoring_padding",
+        "clm_draft_loss_only": "minus100_not_ignored",
         "clm_not_shifted": "not_shifted",
         "clm_shifted_twice": "shifted_twice",
         "clm_wrong_way": "shifted_wrong_way",
         "clm_counts_padding": "counts_padding_positions",
-        "clm_pad_as_token": "not_ignoring_padding",
+        "clm_pad_as_token": "minus100_not_ignored",
         "clm_mean_nan": "nan_when_no_targets",
         "clm_ignores_num_items": "ignores_num_items_in_batch",
     },
     "bert_pretraining_loss": {
-        "bert_draft_as_written": "nan_when_nothing_masked",
+        "bert_draft_as_written": "nan_when_no_targets",
         "bert_unweighted": "unweighted",
         "bert_swapped_weights": "misweighted",
         "bert_normalised": "misweighted",
         "bert_averaged": "averages_losses",
         "bert_swapped_nsp_labels": "swapped_nsp_labels",
         "bert_missing_nsp": "missing_nsp",
-        "bert_mlm_counts_unmasked": "mlm_counts_unmasked_positions",
+        "bert_mlm_counts_unmasked": "counts_unmasked_positions",
     },
     "make_nsp_pairs": {
-        "nsp_draft_as_written": "returns_tuple",
-        "nsp_draft_as_dict": "hard_coded_special_ids",
+        "nsp_draft_as_written": "uses_global_rng",
+        "nsp_draft_as_dict": "uses_global_rng",
         "nsp_flat_positives": "positive_from_other_document",
         "nsp_hard_coded_ids": "hard_coded_special_ids",
         "nsp_random_negatives": "negative_random_ids",
@@ -1520,9 +1525,9 @@ EXPECTED: dict[str, dict[str, object]] = {
         "nsp_int32": "wrong_dtype",
     },
     "select_whole_words": {
-        "wwm_draft_as_written": "splits_words",
+        "wwm_draft_as_written": "uses_global_rng",
         "wwm_pieces_exact_count": "splits_words",
-        "wwm_selects_specials": "selects_special_tokens",
+        "wwm_selects_specials": "masks_special_tokens",
         "wwm_selects_padding": "selects_padding",
         "wwm_bernoulli_words": "count_not_exact",
         "wwm_int_count": "wrong_count_formula",
@@ -1534,6 +1539,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "wwm_by_piece": "weights_words_by_length",
         "wwm_global_rng": "uses_global_rng",
         "wwm_none_crashes": "attention_mask_none",
+        "wwm_int_mask": "wrong_dtype",
     },
     "truncate_seq_pair": {
         "truncate_draft_as_written": "modifies_input",
@@ -1552,7 +1558,7 @@ EXPECTED: dict[str, dict[str, object]] = {
         "rank_local_count": "divides_by_local_count",
         "rank_missing_world_size": "missing_world_size",
         "rank_counts_before_shift": "counts_before_shift",
-        "rank_counts_padding": "counts_padding",
+        "rank_counts_padding": "counts_padding_positions",
         "rank_not_shifted": "not_shifted",
         "rank_all_reduces_the_loss": "detached",
         "rank_skips_empty_rank": "mismatched_all_reduce",
@@ -1562,10 +1568,10 @@ EXPECTED: dict[str, dict[str, object]] = {
         "chunked_draft_as_written": "builds_full_logits",
         "chunked_mean_of_means": "averages_chunk_means",
         "chunked_drops_last": "drops_last_chunk",
-        "chunked_counts_ignored": "counts_ignored_tokens",
+        "chunked_counts_ignored": "counts_padding_positions",
         "chunked_nan_chunk": "nan_on_ignored_chunk",
         "chunked_fixed_chunk": "chunk_too_large",
-        "chunked_detached_weight": "wrong_weight_gradient",
+        "chunked_detached_weight": "wrong_gradient",
         "chunked_ignores_num_items": "ignores_num_items_in_batch",
         "chunked_plain_autograd": "keeps_chunks_for_backward",
     },

@@ -1,4 +1,4 @@
-"""tools.bench runs at a tiny size and reports the three ratios (speed targets are not asserted)."""
+"""tools.bench runs at a tiny size and reports its five ratios (speed targets are not asserted)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,18 @@ def result() -> BenchResult:
     return run_benchmarks(BenchConfig.tiny(memory=False))
 
 
-def test_three_rows_timed_as_configured(result):
+def test_five_rows_timed_as_configured(result):
     cfg = result.config
-    assert [r.name[0] for r in result.rows] == ["1", "2", "3"]
-    for r, repeats in zip(result.rows, (cfg.mask_repeats, cfg.repeats, cfg.repeats)):
+    assert [r.name[0] for r in result.rows] == ["1", "2", "3", "4", "5"]
+    repeats_of = (cfg.mask_repeats, cfg.repeats, cfg.repeats, cfg.repeats, cfg.repeats)
+    for r, repeats in zip(result.rows, repeats_of):
         assert len(r.baseline_times) == len(r.candidate_times) == repeats
         assert all(t > 0 for t in r.baseline_times + r.candidate_times)
         assert r.baseline_s == statistics.median(r.baseline_times)
         assert r.candidate_s == statistics.median(r.candidate_times)
-    mask, mlm, clm = result.rows
+    mask, mlm, clm, grouped, flattened = result.rows
     assert (mask.speedup_target, mlm.speedup_target, clm.speedup_target) == (1.3, 6.0, 1.0)
+    assert (grouped.speedup_target, flattened.speedup_target) == (1.0, 0.8)
     assert clm.memory_target == 0.2
     assert mlm.baseline_peak_mib is None and mlm.memory_fraction is None  # memory=False
 
@@ -37,8 +39,18 @@ def test_mlm_row_counts_the_labelled_rows(result):
     assert 0.05 * int(rows) < int(labelled) < 0.3 * int(rows)  # about 15% of them
 
 
+def test_packing_rows_compare_tokens_per_cpu_second(result):
+    grouped, flattened = result.rows[3:]
+    assert grouped.baseline_times == flattened.baseline_times  # one padded baseline, timed once
+    assert "group_texts" in grouped.candidate and "flattened" in flattened.candidate
+    assert grouped.baseline.startswith("padded")
+    # padded and flattened hold the same real tokens: their ratio is one of times
+    assert flattened.speedup == pytest.approx(flattened.baseline_s / flattened.candidate_s)
+    assert grouped.speedup > 0 and grouped.max_abs_diff is None
+
+
 def test_candidates_agree_with_dense(result):
-    for r in result.rows[1:]:  # loss and gradients checked inside the benchmark
+    for r in result.rows[1:3]:  # loss and gradients checked inside the benchmark
         assert r.max_abs_diff is not None and r.max_abs_diff < 1e-4
 
 
@@ -59,7 +71,7 @@ def test_table_and_json(result):
     table = format_table(result)
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["benchmark", "baseline", "candidate"]
-    for r, line in zip(result.rows, lines[2:5]):
+    for r, line in zip(result.rows, lines[2:7]):
         assert line.startswith(r.name) and f"{r.speedup:.2f}x" in line
         assert line.rstrip().endswith("yes" if r.met else "NO")
     data = json.loads(json.dumps(result.to_dict()))

@@ -23,13 +23,13 @@ from lmlessons.course.bugzoo.cases import (
     evidence,
     get_case,
 )
-from lmlessons.course.bugzoo.data import course_data
+from lmlessons.course.bugzoo.data import chat_data, course_data, prompt_length
 from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
 from lmlessons.course.bugzoo.instruments import symptoms as signs
 from lmlessons.course.bugzoo.records import load_records, save_records, summary
 from lmlessons.course.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
 from lmlessons.exercises import check
-from lmlessons.exercises.check_bugzoo import check_bug_zoo, feedback
+from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.bugzoo import (
     all_examples_html,
     all_symptoms_html,
@@ -154,7 +154,11 @@ def test_cases_are_consistent():
     assert len(CASES) >= 7 and len({c.id for c in CASES}) == len(CASES)
     assert all(c.run in RUNS and c.reference in RUNS for c in CASES)
     assert all(c.diagnosis in DIAGNOSES for c in CASES)
-    assert len({c.diagnosis for c in CASES}) == len(CASES)  # no two cases with one diagnosis
+    assert len({c.run for c in CASES}) == len(CASES)
+    # two cases share a diagnosis only as the same bug in two model families
+    for d in DIAGNOSES:
+        families = [c.family for c in CASES if c.diagnosis == d]
+        assert len(families) == len(set(families)), d
     assert all(model_family(c.run) == model_family(c.reference) for c in CASES)
     assert [c.diagnosis for c in CASES] != list(DIAGNOSES)[: len(CASES)]  # letters give nothing
 
@@ -203,6 +207,12 @@ def test_settings_are_the_same_for_every_case_of_a_family():
         "learning rate",
         "seed",
         "one sentence",
+        "Trainer",
+        "pack",
+        "position",
+        "prompt",
+        "label",
+        "end-of-turn",
     )
     assert not [(f, w) for f, text in SETTINGS.items() for w in words if w in text]
 
@@ -290,6 +300,79 @@ def test_mean_of_means_differs_only_for_unequal_micro_batches(tok):
     )
 
 
+def test_answer_label_bug_trains_on_the_prompt_too():
+    ids, mask = (torch.tensor(x) for x in chat_data()[1][0])  # (T,)
+    fixed = bugs.answer_labels_fixed(ids, mask)
+    everything = bugs.answer_labels_everything(ids, mask)
+    assert torch.equal(fixed != -100, mask == 1) and fixed[-1] == chat_data()[2].eos_token_id
+    assert torch.equal(everything, ids)
+
+
+def test_prompt_length_is_the_generation_prompt():
+    from lmlessons.course.chat import instruction_set
+
+    _, validation, chat_tok = chat_data()
+    for example, conversation in zip(instruction_set("validation"), validation, strict=True):
+        prompt = chat_tok.apply_chat_template(example["prompt"], add_generation_prompt=True)
+        assert conversation[0][: prompt_length(conversation)] == list(prompt["input_ids"])
+
+
+def _labelled(rows):
+    return [
+        (ids, bugs.answer_labels_fixed(torch.tensor(ids), torch.tensor(m)).tolist())
+        for ids, m in rows
+    ]
+
+
+def test_chat_batch_bug_drops_the_label_of_every_end_of_turn():
+    _, validation, chat_tok = chat_data()
+    rows = _labelled(validation[:2] + validation[-2:])
+    eos = chat_tok.eos_token_id
+    (fixed,) = bugs.chat_batch_fixed(rows, chat_tok)
+    (bug,) = bugs.chat_batch_pad_is_eos(rows, chat_tok)
+    assert (fixed["labels"] == eos).sum() == 4 and (bug["labels"] == eos).sum() == 0
+    assert torch.equal(fixed["attention_mask"], bug["attention_mask"])
+    assert torch.equal(fixed["labels"].masked_fill(fixed["labels"] == eos, -100), bug["labels"])
+
+
+def test_packs_keep_conversations_apart_only_with_their_position_ids(tok):
+    from lmlessons.course.models import tiny_gpt2
+
+    _, validation, chat_tok = chat_data()
+    rows = _labelled(validation[:3])
+    (fixed,) = bugs.chat_packs_fixed(rows, chat_tok)
+    (leaky,) = bugs.chat_packs_no_boundaries(rows, chat_tok)
+    assert torch.equal(fixed["labels"], leaky["labels"]) and "position_ids" not in leaky
+    model = tiny_gpt2(tok, seed=0)
+    first = len(rows[0][0])
+    second = slice(first, first + len(rows[1][0]))
+    with torch.no_grad():
+        alone = bugs.model_logits(model, {"input_ids": torch.tensor([rows[1][0]])})[0]
+        packed = bugs.model_logits(model, fixed)[0, second]
+        leaked = bugs.model_logits(model, leaky)[0, second]
+    assert torch.allclose(packed, alone, atol=1e-5)
+    assert not torch.allclose(leaked, alone, atol=1e-2)
+    assert len(bugs.chat_packs_fixed(_labelled(validation[:16]), chat_tok)) > 1  # 128 tokens
+
+
+@pytest.mark.slow
+def test_the_trainer_bug_scales_one_step_by_the_accumulation_steps(tok):
+    from lmlessons.course import trainer_ga
+    from lmlessons.course.models import tiny_bert_mlm
+
+    texts = ["The dog ran.", "It rained all day long on the farm.", "Cats sleep.", "A ship."] * 2
+    batch = trainer_ga.model_inputs("BertForMaskedLM", trainer_ga.ga_batch(tok, texts))
+    reference = trainer_ga.reference_gradient(tiny_bert_mlm(tok, seed=0), batch)
+    ratios = {}
+    for factory in (bugs.trainer_model_loss, bugs.trainer_fixed):
+        grads = trainer_ga.trainer_gradient(
+            tiny_bert_mlm(tok, seed=0), batch, gradient_accumulation_steps=4, trainer_class=factory
+        )
+        ratios[factory.__name__] = trainer_ga.compare(grads, reference)
+    assert ratios["trainer_model_loss"][0] > 2.5  # about 4: four means added up
+    assert ratios["trainer_fixed"][1] < 1e-5
+
+
 # --------------------------------------------------------------------------------------------
 # The checker
 # --------------------------------------------------------------------------------------------
@@ -305,7 +388,8 @@ def test_one_wrong_fails_naming_the_case_and_the_evidence(records):
     answers = {**RIGHT, "C": "labels_shifted_twice"}
     result = check("bug_zoo", answers)
     assert result.status == "failed" and result.mistake == "wrong_diagnosis"
-    assert "case C" in result.title and "case A" not in result.title
+    head = result.message.split("\n\n")[0]  # the verdict's first line names the wrong cases
+    assert head == f"1 of {len(CASES)} diagnoses wrong: case C."
     assert DIAGNOSES["labels_shifted_twice"].would_show in result.message
     assert evidence(get_case("C"), records) in result.message
     assert f"Right so far: {', '.join(c for c in LETTERS if c != 'C')}." in result.message
@@ -313,13 +397,13 @@ def test_one_wrong_fails_naming_the_case_and_the_evidence(records):
 
 
 def test_partial_answers_say_which_are_right():
-    result = check_bug_zoo({"A": RIGHT["A"], "B": None, "F": RIGHT["F"]})
+    result = check("bug_zoo", {"A": RIGHT["A"], "B": None, "F": RIGHT["F"]})
     assert result.status == "failed" and result.mistake == "incomplete"
     missing = ", ".join(c for c in LETTERS if c not in "AF")
     assert "Right so far: A, F." in result.message
     assert f"Not answered yet: {missing}." in result.message
-    assert check_bug_zoo({}).status == "not_attempted"
-    assert check_bug_zoo({c: None for c in RIGHT}).status == "not_attempted"
+    assert check("bug_zoo", {}).status == "not_attempted"
+    assert check("bug_zoo", {c: None for c in RIGHT}).status == "not_attempted"
 
 
 def test_a_function_returning_the_answers_is_checked_and_a_stub_is_not_attempted():

@@ -21,6 +21,7 @@ from transformers import (
     set_seed,
 )
 
+from lmlessons import mask_tokens
 from tests._tiny import VOCAB, bert_config, gpt2_config, seeded
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -170,6 +171,45 @@ def test_claim_01_transformers_coin_flips(tok) -> None:
 
 def test_claim_01_transformers_draw_order(tok) -> None:
     _assert_replay(tok)
+
+
+def _fate_counts(masked, labels, ids, special, mask_id: int) -> list[int]:
+    """Positions that became [MASK], a random id, stayed (selected) and were left alone."""
+    sel = labels != -100
+    to_mask, kept = sel & (masked == mask_id), sel & (masked == ids)
+    return [
+        int(to_mask.sum()),
+        int((sel & ~to_mask & ~kept).sum()),
+        int(kept.sum()),
+        int((~sel & ~special).sum()),
+    ]
+
+
+def test_claim_01_three_draws_same_distribution(tok) -> None:
+    """The collator's draws are the three Bernoulli matrices and uniform ids (exact replay); over
+    many positions its fates and those of lmlessons' one-draw ``mask_tokens`` (seeded apart) both
+    sit within binomial noise of p m, p r, p (1 - m - r) and 1 - p (a random id is the original
+    or [MASK] with 1 / V each)."""
+    _assert_replay(tok)
+    features = _features(tok, repeat=1000)
+    ids, _, special = _padded(tok, features)
+    hf = _collate(DataCollatorForLanguageModeling(tok, seed=21), features)
+    masked, labels = mask_tokens(
+        ids,
+        mask_token_id=tok.mask_token_id,
+        vocab_size=len(tok),
+        special_tokens_mask=special,
+        generator=torch.Generator().manual_seed(22),
+    )
+    n, v, (p, m, r) = int((~special).sum()), len(tok), (0.15, 0.8, 0.1)
+    expected = [p * (m + r / v), p * r * (1 - 2 / v), p * (1 - m - r + r / v), 1 - p]
+    both = zip(
+        _fate_counts(hf["input_ids"], hf["labels"], ids, special, tok.mask_token_id),
+        _fate_counts(masked, labels, ids, special, tok.mask_token_id),
+    )
+    for q, (three, one) in zip(expected, both):
+        sd = math.sqrt(n * q * (1 - q))
+        assert abs(three - n * q) < 5 * sd and abs(one - n * q) < 5 * sd
 
 
 def test_claim_01_transformers_bernoulli_is_rand(tok) -> None:

@@ -77,3 +77,67 @@ def test_claim_08_collator_drops_eos_labels_when_pad_is_eos() -> None:
     own_pad = copy.deepcopy(load_tokenizer())
     fixed = DataCollatorForLanguageModeling(own_pad, mlm=False)(rows)["labels"]
     assert (fixed[real_end] == own_pad.sep_token_id).all()
+
+
+def test_claim_08_some_runs_use_the_trainer() -> None:
+    import tempfile
+
+    from transformers import Trainer
+
+    from lmlessons.course.bugzoo import loops
+    from lmlessons.course.trainer_ga import _quiet_and_seeded
+
+    spec = RUNS["healthy_mlm_trainer"]
+    assert spec.batch_size == 16 and spec.micro_batches == 4
+    model = seeded(BertForMaskedLM, bert_config())
+    row = {"input_ids": load_tokenizer()("The dog ran.")["input_ids"]}
+    with tempfile.TemporaryDirectory() as out, _quiet_and_seeded():
+        args = loops._trainer_arguments(out, spec, 1)
+        assert args.gradient_accumulation_steps == 4 and args.per_device_train_batch_size == 4
+        for run_id in ("healthy_mlm_trainer", "trainer_drops_num_items"):
+            optimizers = loops.optimizer_and_warmup(model, spec.lr)
+            trainer = RUNS[run_id].trainer(
+                model=model,
+                args=args,
+                train_dataset=[row],
+                optimizers=optimizers,
+            )
+            assert isinstance(trainer, Trainer)
+            assert trainer.optimizer is optimizers[0] and trainer.lr_scheduler is optimizers[1]
+
+
+def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
+    from lmlessons.course.bugzoo.data import chat_data
+
+    model = _model(RUNS["healthy_chat"], chat_data()[2])
+    assert type(model) is GPT2LMHeadModel
+    pretrained = load_checkpoint("gpt2").state_dict()
+    mine = model.state_dict()
+    assert set(mine) == set(pretrained) and all(torch.equal(mine[k], pretrained[k]) for k in mine)
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(m.p == 0 for m in dropouts)  # the checkpoint's 0.1, off
+
+
+def test_claim_08_trainer_adds_up_bert_mlm_micro_batch_means() -> None:
+    from lmlessons.course import trainer_ga
+    from lmlessons.course.bugzoo import bugs
+    from lmlessons.course.models import tiny_bert_mlm
+
+    tokenizer = load_tokenizer()
+    texts = ["The dog chased the cat out of the garden.", "It rained."] * 4
+    batch = trainer_ga.model_inputs("BertForMaskedLM", trainer_ga.ga_batch(tokenizer, texts))
+    reference = trainer_ga.reference_gradient(tiny_bert_mlm(tokenizer, seed=0), batch)
+    measured = {}
+    for factory in (bugs.trainer_model_loss, bugs.trainer_fixed):
+        grads = trainer_ga.trainer_gradient(
+            tiny_bert_mlm(tokenizer, seed=0),
+            batch,
+            gradient_accumulation_steps=4,
+            trainer_class=factory,
+        )
+        measured[factory] = trainer_ga.compare(grads, reference)
+    ratio, _ = measured[bugs.trainer_model_loss]
+    assert 3.0 < ratio < 5.0  # about 4: four micro-batch means added up
+    assert (
+        measured[bugs.trainer_fixed][1] < 1e-5
+    )  # sum / num_items_in_batch: the one-batch gradient

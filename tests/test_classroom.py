@@ -40,6 +40,8 @@ GRADED = {
     "06_combined_loss": ["bert_pretraining_loss"],
     "07_loss_at_scale": ["clm_loss", "rank_loss", "chunked_cross_entropy"],
     "08_bug_zoo": ["bug_zoo"],
+    "09_packing_and_perplexity": ["flatten_documents"],
+    "10_answer_only": ["assistant_labels"],
 }
 
 

@@ -1,8 +1,7 @@
-"""lmlessons.course.corpus: the course corpus, python-docs, any text file; splits and errors."""
+"""lmlessons.course.corpus: the course corpus, any text file; splits and errors."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -146,7 +145,7 @@ def test_split_sentences_rejects_non_text() -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"no such file.*built-in corpora"):
+    with pytest.raises(FileNotFoundError, match=r"no such file.*built-in corpora: 'course'"):
         load_corpus(tmp_path / "nope.txt")
     with pytest.raises(FileNotFoundError):
         load_corpus("corse")  # a typo of "course" is a missing file, with the hint
@@ -179,61 +178,3 @@ def test_directory_and_bad_arguments(tmp_path: Path) -> None:
         load_corpus("course", validation_fraction="0.1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="seed"):
         load_corpus("course", seed=1.5)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------------------------------
-# python-docs
-
-
-def test_python_docs_cached_and_never_imported(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Docstrings are read with ast: the modules are never imported. The result is cached in
-    the user cache dir (here a temp dir) and read back fast and identical."""
-    real_files = corpus_module._stdlib_files
-    watched = {"tkinter", "turtle", "smtplib", "imaplib", "mailbox", "xmlrpc"}
-    monkeypatch.setattr(
-        corpus_module,
-        "_stdlib_files",
-        lambda root: [(m, p) for m, p in real_files(root) if m in watched | {"json", "textwrap"}],
-    )
-    monkeypatch.setenv("LMLESSONS_CACHE_DIR", str(tmp_path))
-    corpus_module._python_docs_documents.cache_clear()
-    before = set(sys.modules)
-    try:
-        c = load_corpus("python-docs")
-        assert not {m for m in set(sys.modules) - before if m.split(".")[0] in watched}
-        assert {"reference", "json", "textwrap", "turtle", "smtplib"} <= set(c.topics)
-        assert min(len(d) for d in c.documents) >= 2
-        assert list(tmp_path.glob("python-docs-*.json")), "the parsed docs were not cached"
-        corpus_module._python_docs_documents.cache_clear()
-        monkeypatch.setattr(corpus_module, "_stdlib_files", lambda root: 1 / 0)  # cache only
-        again = load_corpus("python-docs")
-        assert again.documents == c.documents and again.validation_indices == c.validation_indices
-    finally:
-        corpus_module._python_docs_documents.cache_clear()
-
-
-def test_python_docs_full() -> None:
-    """The real thing (parsed once into the user cache folder, a few seconds the first time)."""
-    c = load_corpus("python-docs")
-    assert len(c) > 1000 and c.num_words > 50_000
-    assert {"reference", "json", "collections"} <= set(c.topics)
-    assert len(c.validation) > 50
-
-
-def test_prose_filter_drops_code_and_markup() -> None:
-    doc = (
-        "Title\n=====\n\n"
-        "This function does a thing. It is useful for many reasons.\n\n"
-        ">>> f(1)\n2\n\n"
-        "   indented_code = True\n\n"
-        ":param x: the value\n\n"
-        "expr ::= atom | call\n\n"
-        "The result is returned as a new list.\n"
-    )
-    assert corpus_module._prose_sentences(doc) == [
-        "This function does a thing.",
-        "It is useful for many reasons.",
-        "The result is returned as a new list.",
-    ]

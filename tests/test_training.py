@@ -1,5 +1,5 @@
 """lmlessons.course.batches and lmlessons.course.training: seeded batches, the loop, gradient
-accumulation, the live plot, evaluation."""
+accumulation, the display hook, evaluation."""
 
 from __future__ import annotations
 
@@ -319,136 +319,75 @@ def test_train_argument_errors(tok, docs) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Live display
+# Display: train and History.plot call the installed one (lmlessons.widgets installs the lessons'
+# display; its own tests are in test_widgets_training_view.py)
 
 
-class _Handle:
-    def __init__(self, obj) -> None:
-        self.shown = obj
-        self.updates: list = []
-        self.raw: list[bool] = []
+class _Recorder:
+    """A display that records what :func:`train` and :meth:`History.plot` ask of it."""
 
-    def update(self, obj, raw: bool = False) -> None:
-        self.updates.append(obj)
-        self.raw.append(raw)
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
 
+    def progress(self, history, budget, title, plot_every):
+        self.calls.append(("progress", title, budget.total, plot_every))
+        calls = self.calls
 
-def _fake_notebook(monkeypatch) -> list[_Handle]:
-    """Pretend to be in a notebook: every ``display(obj, display_id=True)`` returns a handle."""
-    import IPython.display
+        class _Progress:
+            def update(self) -> None:
+                calls.append(("update", history.num_steps, history.loss[-1]))
 
-    handles: list[_Handle] = []
+            def close(self) -> None:
+                calls.append(("close", history.stopped_by))
 
-    def fake_display(obj, display_id=None):
-        assert display_id is True
-        handles.append(_Handle(obj))
-        return handles[-1]
+        return _Progress()
 
-    monkeypatch.setattr(training_module, "in_notebook", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", fake_display)
-    return handles
+    def plot(self, history, ax, *, x, reference):
+        self.calls.append(("plot", ax, x, reference))
+        return "the axes"
 
 
-@pytest.mark.slow
-def test_live_plot_is_one_figure_updated_in_place(tok, docs, monkeypatch) -> None:
-    import matplotlib.pyplot as plt
-
-    handles = _fake_notebook(monkeypatch)
-    figures_before = plt.get_fignums()
-    model = tiny_bert_pretraining(tok, **SMALL_BERT)
-    train(
-        model,
-        nsp_batches(docs, tok, batch_size=8, max_length=32, generator=g()),
-        max_steps=4,
-        live=True,
-        plot_every=0.0,
-    )
-    bar, plot = handles  # two displays: the progress bar, then the figure ...
-    assert len(plot.updates) == 5  # ... redrawn after each of the 4 steps and once at the end
-    png = plot.updates[-1].data
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plt.get_fignums() == figures_before  # no pyplot figure left to pop up
-    assert len(bar.updates) == 1  # the bar is replaced once, at the end
-
-
-def test_live_bar_ends_as_a_summary_line(tok, docs, monkeypatch) -> None:
-    """In a notebook the tqdm widget moves while training, then its display is replaced by one
-    line of HTML and text with the final state (what a stored notebook shows without a kernel);
-    the numbers are those of a run without any display."""
-    import ipywidgets
-
-    handles = _fake_notebook(monkeypatch)
+def test_train_drives_the_installed_display(tok, docs, monkeypatch) -> None:
+    monkeypatch.setattr(training_module, "_DISPLAY", None)  # restored after the test
+    recorder = _Recorder()
+    assert training_module.install_display(recorder) is None
     batches = clm_batches(docs, tok, batch_size=4, max_length=16, generator=g())
-    h = train(tiny_gpt2(tok, **SMALL_GPT2), batches, max_steps=3, live=True, title="tiny")
-    bar = handles[0]
-    assert isinstance(bar.shown, ipywidgets.HBox)  # the live tqdm widget ...
-    (summary,) = bar.updates  # ... replaced at the end by a plain summary
-    assert bar.raw == [True] and set(summary) == {"text/html", "text/plain"}
-    text = summary["text/plain"]
-    mean = sum(h.loss) / len(h.loss)
-    assert (
-        text
-        == f"tiny: 3/3 steps \u00b7 {h.wall_time[-1]:.1f} s \u00b7 loss {mean:.3f} (last 3 steps)"
-    )
-    assert "lmlessons-progress" in summary["text/html"] and "3/3 steps" in summary["text/html"]
-    assert "\u2714" in summary["text/html"]  # finished: a check mark
-    assert bar.shown.children[1].value == 3  # the widget bar itself ended full
-
-    quiet = train(
-        tiny_gpt2(tok, **SMALL_GPT2),
-        clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()),
-        max_steps=3,
-        live=False,
-    )
-    assert quiet.loss == h.loss  # the display changes no number
+    h = train(tiny_gpt2(tok, **SMALL_GPT2), batches, max_steps=2, live=True, plot_every=0.5)
+    assert recorder.calls == [
+        ("progress", "GPT2LMHeadModel", 2, 0.5),
+        ("update", 1, h.loss[0]),
+        ("update", 2, h.loss[1]),
+        ("close", "max_steps"),
+    ]
+    assert h.plot(x="wall_time") == "the axes"
+    assert recorder.calls[-1] == ("plot", None, "wall_time", True)
+    recorder.calls.clear()
+    quick_train(tiny_gpt2(tok, **SMALL_GPT2), batches, 1)  # live=False
+    assert recorder.calls == []
+    assert training_module.install_display(None) is recorder
 
 
-def test_progress_summary_lines() -> None:
-    from lmlessons.course.training import _Budget, progress_summary
-
-    h = History(objective="clm", vocab_size=10, step=[1, 2], loss=[2.5, 2.25])
-    h.wall_time = [0.4, 9.84]
-    steps = _Budget(max_steps=5, max_seconds=None, grad_accum_steps=1, total=5, by_time=False)
-    assert (
-        progress_summary(h, steps, "m")
-        == "m: 2/5 steps \u00b7 9.8 s \u00b7 loss 2.375 (last 2 steps) \u00b7 interrupted"
-    )
-    h.stopped_by = "batches"
-    assert progress_summary(h, steps, "m").endswith("(last 2 steps) \u00b7 batches ran out")
-    h.stopped_by = "max_seconds"
-    timed = _Budget(max_steps=None, max_seconds=10, grad_accum_steps=1, total=10, by_time=True)
-    assert (
-        progress_summary(h, timed, "m")
-        == "m: 2 steps in 10 s budget \u00b7 9.8 s \u00b7 loss 2.375 (last 2 steps)"
-    )
-    h.loss = [float(i) for i in range(30)]  # the mean of the last 10 steps, as the plot's title
-    assert "loss 24.500 (last 10 steps)" in progress_summary(h, timed, "m")
-
-
-def test_not_in_a_notebook_no_plot(tok, docs, capsys) -> None:
-    assert training_module.in_notebook() is False
-    model = tiny_gpt2(tok, **SMALL_GPT2)
-    train(
-        model,
-        clm_batches(docs, tok, batch_size=4, max_length=16, generator=g()),
-        max_steps=2,
-        live=True,
-    )
+def test_without_a_display_a_tqdm_bar(tok, docs, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(training_module, "_DISPLAY", None)
+    batches = clm_batches(docs, tok, batch_size=4, max_length=16, generator=g())
+    train(tiny_gpt2(tok, **SMALL_GPT2), batches, max_steps=2, live=True, title="tiny")
     err = capsys.readouterr().err
-    assert "GPT2LMHeadModel" in err and "2/2" in err  # the tqdm bar, on stderr
+    assert "tiny" in err and "2/2 step" in err  # the tqdm bar, on stderr
+    train(tiny_gpt2(tok, **SMALL_GPT2), batches, max_seconds=0.2, live=True, title="timed")
+    assert "timed" in (timed := capsys.readouterr().err) and "1/1 s" in timed  # ends full
+    with pytest.raises(RuntimeError, match=r"import lmlessons\.widgets"):
+        History(objective="clm", vocab_size=10, step=[1], loss=[2.0]).plot()
 
 
 def test_history_helpers(tok, docs) -> None:
-    import matplotlib.pyplot as plt
-
     h = History(objective="clm", vocab_size=100, step=[1, 2, 3], loss=[4.0, 2.0, 3.0])
     assert h.final(window=2) == 2.5 and h.uniform_loss == pytest.approx(math.log(100))
-    assert h.smoothed()[0] == pytest.approx(4.0)
+    assert h.smoothed()[0] == pytest.approx(4.0)  # bias-corrected: the first value itself
+    assert h.smoothed(beta=0.5)[1] == pytest.approx((0.25 * 4.0 + 0.5 * 2.0) / 0.75)
+    nan = float("nan")
+    assert [math.isnan(v) for v in training_module.smoothed([1.0, nan, 2.0])] == [False, True, True]
     with pytest.raises(ValueError, match="no 'nsp_loss' values"):
         h.final("nsp_loss")
-    ax = h.plot()
-    assert len(ax.get_lines()) >= 3
-    plt.close(ax.figure)
     assert History(**h.to_dict()) == h  # to_dict keeps every field
 
 

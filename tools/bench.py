@@ -1,4 +1,4 @@
-"""Three benchmarks, side by side in one run: ``python -m tools.bench`` (``make bench``).
+"""Four benchmarks (five rows), side by side in one run: ``python -m tools.bench`` (``make bench``).
 
 1. Masking: :func:`lmlessons.mask_tokens` (one uniform draw per token) against transformers'
    ``DataCollatorForLanguageModeling.torch_mask_tokens`` (three Bernoulli draws) on 64 x 512 ids.
@@ -8,6 +8,9 @@
    masked rows first).
 3. CLM head + loss, 8,192 rows (16 x 512), same H and V: dense (:func:`lmlessons.clm_loss`, as
    transformers' ``ForCausalLMLoss``) against chunked :func:`lmlessons.linear_cross_entropy`.
+4. and 5. Training throughput of the course GPT-2 on 96 course sentences (lesson 09): padded
+   batches of 16 against ``group_texts`` blocks of 128 tokens (4) and against padding-free
+   flattened rows (5), in real tokens per CPU second (:mod:`lmlessons.course.throughput`).
 
 Times are medians over repeats, with the two variants interleaved (A, B, A, B, ...) so that load
 from other processes hits both alike; on a shared machine only the *ratios* mean much.
@@ -46,6 +49,7 @@ from lmlessons.course.memory import (
     trainable,
     warm_up,
 )
+from lmlessons.course.throughput import packing_throughput, sentence_documents
 from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE
 from lmlessons.masking import mask_tokens
 
@@ -243,22 +247,67 @@ def bench_head(kind: str, cfg: BenchConfig) -> BenchRow:
     return row
 
 
+PACKING_BATCH = 16  # documents per padded or flattened batch, as in lesson 09
+PACKING_TARGETS = {"grouped": 1.0, "flattened": 0.8}  # flattened: at most 20% slower on a CPU
+
+
+def bench_packing(cfg: BenchConfig) -> list[BenchRow]:
+    """Lesson 09's throughput: real tokens per CPU second of the course GPT-2 (forward +
+    backward) on padded batches against ``group_texts`` blocks and flattened rows. Six batches of
+    16 sentences at the default size, one at the tiny size."""
+    from lmlessons.course.checkpoints import load_checkpoint
+    from lmlessons.course.corpus import load_corpus
+    from lmlessons.course.tokenizer import load_tokenizer
+
+    tok, corpus = load_tokenizer(), load_corpus("course")
+    sentences = [s for doc in corpus.train for s in doc]
+    count = PACKING_BATCH * max(1, min(6, cfg.head_rows // 1024))
+    docs = sentence_documents(
+        sentences, tok, count=count, generator=torch.Generator().manual_seed(cfg.seed)
+    )
+    speed = packing_throughput(
+        load_checkpoint("gpt2"),
+        docs,
+        batch_size=PACKING_BATCH,
+        pad_token_id=tok.pad_token_id,
+        repeats=cfg.repeats,
+    )
+    rows = []
+    for number, (layout, target) in enumerate(PACKING_TARGETS.items(), start=4):
+        rows.append(
+            BenchRow(
+                name=f"{number} GPT-2 training, {count} sentences, tokens/CPU s",
+                baseline=f"padded batches of {PACKING_BATCH}",
+                candidate="group_texts blocks of 128" if layout == "grouped" else "flattened rows",
+                baseline_s=speed.seconds("padded"),
+                candidate_s=speed.seconds(layout),
+                speedup=speed.ratio(layout),
+                speedup_target=target,
+                baseline_times=list(speed.times["padded"]),
+                candidate_times=list(speed.times[layout]),
+            )
+        )
+    return rows
+
+
 def run_benchmarks(
     config: BenchConfig | None = None, *, log: Callable[[str], None] | None = None
 ) -> BenchResult:
-    """Run the three benchmarks and return their rows (printed only through ``log``)."""
+    """Run the benchmarks and return their rows (printed only through ``log``)."""
     cfg = config if config is not None else BenchConfig()
     if not isinstance(cfg, BenchConfig):
         raise TypeError(f"config must be a BenchConfig or None, got {type(cfg).__name__}")
     say = log or (lambda s: None)
     start = time.perf_counter()
     rows = []
-    say("[1/3] masking ...")
+    say("[1/4] masking ...")
     rows.append(bench_masking(cfg))
-    say("[2/3] MLM head, dense vs sparse ...")
+    say("[2/4] MLM head, dense vs sparse ...")
     rows.append(bench_head("mlm", cfg))
-    say("[3/3] CLM head, dense vs chunked ...")
+    say("[3/4] CLM head, dense vs chunked ...")
     rows.append(bench_head("clm", cfg))
+    say("[4/4] GPT-2 training, padded vs group_texts vs flattened ...")
+    rows.extend(bench_packing(cfg))
     env = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -328,7 +377,8 @@ def format_table(result: BenchResult) -> str:
     env, cfg = result.environment, result.config
     out += [
         "",
-        f"medians of {cfg.repeats} (heads) / {cfg.mask_repeats} (masking) interleaved runs; "
+        f"medians of {cfg.repeats} (heads, packing) / {cfg.mask_repeats} (masking) interleaved "
+        "runs; packing rows in CPU seconds of one pass; "
         f"torch {env['torch']}, {env['threads']} threads, {env['cpus']} CPUs; "
         f"total {result.seconds:.0f} s",
         "peak MiB = resident memory above the inputs during one forward+backward, "
@@ -339,7 +389,9 @@ def format_table(result: BenchResult) -> str:
 
 def _plot_speed(ax: Any, result: BenchResult, labels: list[str]) -> None:
     speed = [r.speedup for r in result.rows]
-    ax.bar(labels, speed, color=["#4c72b0", "#55a868", "#c44e52"][: len(speed)])
+    ax.bar(
+        labels, speed, color=["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974"][: len(speed)]
+    )
     for i, r in enumerate(result.rows):
         ax.hlines(r.speedup_target, i - 0.4, i + 0.4, colors="k", linestyles="--")
         ax.text(i, r.speedup, f"{r.speedup:.1f}x", ha="center", va="bottom")
@@ -373,13 +425,14 @@ def plot_results(result: BenchResult, path: str | os.PathLike[str] | None = None
     if path is None:  # interactive: a pyplot figure shown by the notebook
         import matplotlib.pyplot as plt
 
-        fig = plt.figure(figsize=(9, 3.2), dpi=80)
+        fig = plt.figure(figsize=(11, 3.2), dpi=80)
     else:  # file only: no pyplot, so no GUI backend and no global state touched
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(9, 3.2), dpi=80)
+        fig = Figure(figsize=(11, 3.2), dpi=80)
     ax1, ax2 = fig.subplots(1, 2)
-    labels = ["1 masking", "2 MLM sparse", "3 CLM chunked"][: len(result.rows)]
+    labels = ["1 masking", "2 MLM sparse", "3 CLM chunked", "4 grouped", "5 flattened"]
+    labels = labels[: len(result.rows)]
     _plot_speed(ax1, result, labels)
     _plot_memory(ax2, result, labels)
     fig.tight_layout()

@@ -612,7 +612,22 @@ class Dropdown(_Labelled):
         return f"dropdown {self.label!r}: choose {self.option!r}"
 
 
-WidgetSpec = Slider | TextInput | Dropdown
+@dataclass(frozen=True)
+class Toggle(_Labelled):
+    """An ipywidgets ToggleButtons found by its description ``label``; the button whose text is
+    ``option`` is clicked."""
+
+    option: str
+    css: ClassVar[str] = ".widget-toggle-buttons"
+
+    def move(self, widget: Locator) -> None:
+        widget.get_by_role("button", name=self.option, exact=True).first.click()
+
+    def describe(self) -> str:
+        return f"toggle buttons {self.label!r}: click {self.option!r}"
+
+
+WidgetSpec = Slider | TextInput | Dropdown | Toggle
 
 
 def find_widget(page: Page, spec: WidgetSpec, *, timeout: float = 30.0) -> Locator:

@@ -13,6 +13,8 @@ How to fill a row (see ``tools/browser.py`` for the widget kinds):
   its handle is focused and ``key`` pressed N times (one ``step`` each; "ArrowLeft" goes down).
 - ``TextInput(label, text)``: the Text box labelled ``label`` is filled with ``text`` + Enter.
 - ``Dropdown(label, option)``: the Dropdown labelled ``label`` is set to the option ``option``.
+- ``Toggle(label, option)``: in the ToggleButtons labelled ``label``, the button ``option``
+  is clicked.
 - ``expected``: the whole state after the move, e.g.
   ``"mlm_probability=0.30 seed=0"``. It must differ from every state shown before the
   move (the test checks), so the test can fail.
@@ -26,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.browser import NOTEBOOKS_DIR, Dropdown, Slider, TextInput, WidgetSpec
+from tools.browser import NOTEBOOKS_DIR, Dropdown, Slider, TextInput, Toggle, WidgetSpec
 
-__all__ = ["LESSONS", "Lesson", "Slider", "TextInput", "Dropdown"]
+__all__ = ["LESSONS", "Lesson", "Slider", "TextInput", "Dropdown", "Toggle"]
 
 
 @dataclass(frozen=True)
@@ -84,5 +86,9 @@ LESSONS: list[Lesson] = [
            "vocab_size=50257 chunk_size=1024 peak_MiB=717 dense_MiB=9944"),
     Lesson("08_bug_zoo.ipynb",        Dropdown("case", "case B"),    # case A -> B
            "case=B diagnosis=none verdict=none answered=0 right=0"),
+    Lesson("09_packing_and_perplexity.ipynb", Slider("position", presses=1),
+           "layout=flattened position=10 document=1 sees=4 target=427 sees_other_documents=False"),
+    Lesson("10_answer_only.ipynb",    Toggle("train on", "completion only"),
+           "train_on=completion_only pad_is_eos=False targets=2 prompt_targets=0 eos_targets=1"),
 ]
 # fmt: on

@@ -67,16 +67,12 @@ def _load_times() -> dict[str, float]:
     start = time.perf_counter()
     corpus_module.load_corpus("course")
     corpus_s = time.perf_counter() - start
-    start = time.perf_counter()
-    corpus_module.load_corpus("python-docs")  # from the user cache after the first time
-    pydocs_s = time.perf_counter() - start
     tokenizer_module._tokenizer_json.cache_clear()
     start = time.perf_counter()
     tokenizer_module.load_tokenizer()
     tokenizer_s = time.perf_counter() - start
     return {
         "load_corpus_course_s": corpus_s,
-        "load_corpus_python_docs_s": pydocs_s,
         "load_tokenizer_s": tokenizer_s,
     }
 
@@ -156,7 +152,6 @@ def _machine() -> dict[str, Any]:
 def _report_loads(loads: dict[str, float]) -> bool:
     """Print the load times; True if both warm loads are within their 1 s budget."""
     print(f"load_corpus('course'):      {loads['load_corpus_course_s']:.3f} s  (budget < 1 s)")
-    print(f"load_corpus('python-docs'): {loads['load_corpus_python_docs_s']:.3f} s  (cached parse)")
     print(f"load_tokenizer():           {loads['load_tokenizer_s']:.3f} s  (budget < 1 s)")
     print(
         "fresh process, import lmlessons (torch) + load_corpus('course'): "

@@ -3,8 +3,8 @@
 Trains every run of :data:`lmlessons.course.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
 references included, with one thread, and writes their histories and symptoms to
 ``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`), and nothing else:
-``--out`` is required. Naming runs replaces only those in an existing file. About 3 minutes on
-one core. The shipped file was made with::
+``--out`` is required. Naming runs replaces only those in an existing file (the seconds of the
+others are kept). About 5 minutes on one core. The shipped file was made with::
 
     python -m tools.bugzoo --out lmlessons/data/bugzoo
 
@@ -31,11 +31,13 @@ from lmlessons.course.bugzoo.runs import RUNS, run
 COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
 
 
-def _existing(out: Path) -> dict[str, Any]:
+def _existing(out: Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """The runs already recorded in ``out/runs.json`` and the seconds each took."""
     path = out / RECORDS_FILE
     if not path.is_file():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8")).get("runs", {})
+        return {}, {}
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return stored.get("runs", {}), stored.get("about", {}).get("seconds", {})
 
 
 def record(run_ids: list[str], out: Path, threads: int) -> Path:
@@ -44,8 +46,7 @@ def record(run_ids: list[str], out: Path, threads: int) -> Path:
 
     hf_logging.set_verbosity_error()  # config notes, and the leaky decoder's warning on purpose
     torch.set_num_threads(threads)
-    records = _existing(out) if set(run_ids) != set(RUNS) else {}
-    seconds = {}
+    records, seconds = _existing(out) if set(run_ids) != set(RUNS) else ({}, {})
     for run_id in run_ids:
         start = time.perf_counter()
         records[run_id] = run(run_id)
@@ -59,7 +60,7 @@ def record(run_ids: list[str], out: Path, threads: int) -> Path:
         torch_version=torch.__version__,
         python=platform.python_version(),
         machine=platform.machine(),
-        seconds=seconds,
+        seconds={k: seconds[k] for k in RUNS if k in seconds},
     )
 
 

@@ -65,6 +65,8 @@ POINTS: dict[str, int] = {
     "rank_loss": 2,
     "chunked_cross_entropy": 2,
     "bug_zoo": 2,
+    "flatten_documents": 2,
+    "assistant_labels": 2,
 }
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"

@@ -1,4 +1,5 @@
-"""Where lmlessons keeps files it can rebuild (parsed corpora, pretraining runs): never the repo.
+"""Where lmlessons keeps files it can rebuild (checkpoints trained by tools.pretrain and
+tools.warm_start): never the repo.
 
 ``$LMLESSONS_CACHE_DIR`` if set, else the platform's user cache folder (``$XDG_CACHE_HOME`` or
 ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), plus

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lmlessons._checks import check_int, check_tokenizer
+
 if TYPE_CHECKING:  # imported inside the factories: importing transformers takes seconds
     from transformers import (
         BertConfig,
@@ -55,13 +57,7 @@ def _tokenizer_or_default(tokenizer: PreTrainedTokenizerBase | None) -> PreTrain
         from lmlessons.course.tokenizer import load_tokenizer
 
         return load_tokenizer()
-    for attr in ("pad_token_id", "cls_token_id", "sep_token_id"):
-        if getattr(tokenizer, attr, None) is None:
-            raise ValueError(
-                f"tokenizer must define {attr} "
-                "(a BERT-style tokenizer, e.g. lmlessons.load_tokenizer())"
-            )
-    return tokenizer
+    return check_tokenizer(tokenizer, ("pad_token_id", "cls_token_id", "sep_token_id"))
 
 
 def _check_heads(size_name: str, size: int, heads_name: str, heads: int) -> None:
@@ -142,8 +138,7 @@ def tiny_gpt2_config(
 
 def _build(model_class: str, config: Any, seed: int) -> Any:
     """Initialise ``model_class(config)`` from ``seed`` without touching the global RNG state."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = check_int("seed", seed)
     import transformers
 
     with torch.random.fork_rng(devices=[]):

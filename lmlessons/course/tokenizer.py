@@ -32,6 +32,7 @@ from tokenizers import (
     trainers,
 )
 
+from lmlessons._checks import check_int
 from lmlessons.course.corpus import Corpus
 
 if TYPE_CHECKING:  # transformers is imported when a tokenizer is built (it takes seconds)
@@ -272,10 +273,7 @@ def _check_sizes(
         ("model_max_length", model_max_length, 2),
         ("whole_word_frequency", 1 if whole_word_frequency is None else whole_word_frequency, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        check_int(name, value, minimum=minimum)
 
 
 def _bert_pipeline(lowercase: bool) -> Tokenizer:

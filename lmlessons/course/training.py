@@ -1,4 +1,4 @@
-"""A small training loop for every model of the course, with a live loss plot in notebooks.
+"""A small training loop for every model of the course, and its held-out evaluation.
 
 :func:`train` runs AdamW on batches from :mod:`lmlessons.course.batches` for a step budget or a time
 budget and returns a :class:`History`. The loss is computed by the package's own functions
@@ -33,19 +33,20 @@ The options of :func:`train`:
 * ``optimizer``: your own optimizer (e.g. to continue training with its state).
 * ``sparse_prediction``: for BERT MLM / pretraining models, send only the masked positions
   through the output layer (same loss, about half the time of a step here).
-* ``live``: show a tqdm progress bar and, in a notebook, a loss plot redrawn in place every
-  ``plot_every`` seconds, titled ``title`` (default: the model class). False shows nothing.
+* ``live``: show the run's progress, titled ``title`` (default: the model class): a tqdm bar,
+  or what the installed :class:`Display` shows. Importing :mod:`lmlessons.widgets` (every lesson
+  does) installs the course's: in a notebook, a loss plot redrawn in place every ``plot_every``
+  seconds and a bar that ends as one summary line. False shows nothing.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,16 @@ from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
 from lmlessons.shifting import shift_labels
 
-__all__ = ["History", "train", "evaluate", "infer_objective", "OBJECTIVES"]
+__all__ = [
+    "History",
+    "train",
+    "evaluate",
+    "infer_objective",
+    "OBJECTIVES",
+    "Display",
+    "install_display",
+    "smoothed",
+]
 
 OBJECTIVES = ("mlm", "pretraining", "clm")
 _REQUIRED_KEYS = {
@@ -63,6 +73,16 @@ _REQUIRED_KEYS = {
     "clm": ("input_ids", "labels"),
 }
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def smoothed(values: Iterable[float], beta: float = 0.9) -> list[float]:
+    """Exponential moving average with bias correction (what TensorBoard's slider shows); after a
+    NaN every value is NaN."""
+    out, avg = [], 0.0
+    for i, v in enumerate(values, start=1):
+        avg = beta * avg + (1 - beta) * v
+        out.append(avg / (1 - beta**i))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,239 +132,100 @@ class History:
         return sum(tail) / len(tail)
 
     def smoothed(self, key: str = "loss", beta: float = 0.9) -> list[float]:
-        """Exponential moving average with bias correction (what TensorBoard's slider shows)."""
-        out, avg = [], 0.0
-        for i, v in enumerate(getattr(self, key), start=1):
-            avg = beta * avg + (1 - beta) * v
-            out.append(avg / (1 - beta**i))
-        return out
+        """:func:`smoothed` values of ``key``."""
+        return smoothed(getattr(self, key), beta)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def plot(self, ax: Any = None, *, x: str = "step", reference: bool = True) -> Any:
-        """Plot the loss curve(s) on ``ax`` (a new figure if None); returns the axes."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 3), dpi=80)
-        _draw_losses(ax, self, x=x, reference=reference)
-        if self.objective == "pretraining":
-            _draw_nsp_accuracy(ax, ax.twinx(), self, x=x)
-        return ax
-
-
-def _draw_losses(ax: Any, h: History, *, x: str = "step", reference: bool = True) -> None:
-    xs = getattr(h, x)
-    label = {"mlm": "MLM loss", "clm": "causal LM loss", "pretraining": "MLM + NSP loss"}[
-        h.objective
-    ]
-    ax.plot(xs, h.loss, color="C0", alpha=0.25, lw=1)
-    ax.plot(xs, h.smoothed("loss"), color="C0", lw=2, label=label)
-    if h.objective == "pretraining":
-        ax.plot(xs, h.smoothed("mlm_loss"), color="C1", lw=1.5, label="MLM term")
-        ax.plot(xs, h.smoothed("nsp_loss"), color="C2", lw=1.5, label="NSP term")
-        ax.axhline(math.log(2), color="C2", ls=":", lw=1, label="ln 2 (NSP coin flip)")
-    if reference:
-        ax.axhline(
-            h.uniform_loss, color="gray", ls="--", lw=1, label=f"ln(vocab) = {h.uniform_loss:.2f}"
-        )
-    ax.set_xlabel(
-        {"step": "optimizer step", "wall_time": "seconds", "tokens_seen": "tokens seen"}.get(x, x)
-    )
-    ax.set_ylabel("cross-entropy (nats)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    _legend_outside(ax)
-
-
-def _legend_outside(ax: Any, *more: Any) -> None:
-    """One legend for ``ax`` and its twin axes ``more``, to the right of the plot (never over a
-    curve)."""
-    handles, labels = ax.get_legend_handles_labels()
-    for other in more:
-        h, lab = other.get_legend_handles_labels()
-        handles, labels = handles + h, labels + lab
-    ax.legend(
-        handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02 + 0.1 * bool(more), 1.0)
-    )
-
-
-def _draw_nsp_accuracy(ax: Any, ax2: Any, h: History, *, x: str = "step") -> None:
-    """The NSP accuracy (20-step moving mean) on ``ax2``, the twin axis of the loss plot ``ax``."""
-    ax2.plot(
-        getattr(h, x),
-        _moving_mean(h.nsp_accuracy, 20),
-        color="C3",
-        lw=1.5,
-        label="NSP accuracy (20-step mean)",
-    )
-    ax2.set_ylim(0, 1)
-    ax2.set_ylabel("NSP accuracy")
-    _legend_outside(ax, ax2)
+        """Plot the loss curve(s) on ``ax`` (a new figure if None) against ``x`` (``"step"``,
+        ``"wall_time"``, ``"tokens_seen"``); returns the axes. Drawn by the installed
+        :class:`Display` (importing :mod:`lmlessons.widgets` installs the course's)."""
+        if _DISPLAY is None:
+            raise RuntimeError(
+                "History.plot draws with lmlessons.widgets: run `import lmlessons.widgets` first"
+            )
+        return _DISPLAY.plot(self, ax, x=x, reference=reference)
 
 
 # --------------------------------------------------------------------------------------------
-# Live display: one progress bar and one figure, updated in place
+# What train shows: the installed display, else a tqdm bar
 # --------------------------------------------------------------------------------------------
 
 
-def in_notebook() -> bool:
-    """True inside a Jupyter kernel (where a live plot can be shown)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+class Progress(Protocol):
+    """The display of one run of :func:`train`: ``update()`` after each optimizer step,
+    ``close()`` once at the end (also after an error or an interrupt)."""
+
+    def update(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
-class _LivePlot:
-    """A figure shown once through an IPython display handle and redrawn in place (never one
-    figure per step). Rendered to PNG with Agg, so it works with any matplotlib backend."""
+class Display(Protocol):
+    """What draws :func:`train`'s progress (``live=True``) and :meth:`History.plot`.
 
-    def __init__(self, history: History, title: str) -> None:
-        from IPython.display import display
-        from matplotlib.figure import Figure
+    The course layer only calls it. Importing :mod:`lmlessons.widgets` installs the lessons'
+    display (in a notebook: a live loss plot and a summary line that a stored notebook keeps)
+    with :func:`install_display`: the widgets import the course, never the reverse."""
 
-        self.history, self.title = history, title
-        self.figure = Figure(figsize=(6.5, 3), dpi=80)
-        self.ax = self.figure.add_subplot()
-        self.ax2 = self.ax.twinx() if history.objective == "pretraining" else None
-        self.handle = display(self._image(), display_id=True)
+    def progress(
+        self, history: History, budget: Budget, title: str, plot_every: float
+    ) -> Progress: ...
 
-    def _image(self) -> Any:
-        from IPython.display import Image
-
-        h = self.history
-        self.ax.clear()
-        if h.num_steps:
-            _draw_losses(self.ax, h)
-            if self.ax2 is not None:
-                self.ax2.clear()
-                _draw_nsp_accuracy(self.ax, self.ax2, h)
-            last = f"step {h.step[-1]}, {h.wall_time[-1]:.0f} s, {final_loss_text(h)}"
-            self.ax.set_title(f"{self.title}: {last}", fontsize=10)
-        else:
-            self.ax.set_title(f"{self.title}: starting...", fontsize=10)
-        buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", bbox_inches="tight")
-        return Image(data=buffer.getvalue(), format="png")
-
-    def update(self) -> None:
-        if self.handle is not None:
-            self.handle.update(self._image())
+    def plot(self, history: History, ax: Any, *, x: str, reference: bool) -> Any: ...
 
 
-def _moving_mean(values: list[float], window: int) -> list[float]:
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+_DISPLAY: Display | None = None
 
 
-#: The live plot's title and the final line state the same loss: the mean of the last steps.
-FINAL_LOSS_WINDOW = 10
+def install_display(display: Display | None) -> Display | None:
+    """Let ``display`` draw :func:`train`'s progress and :meth:`History.plot` (None: no display,
+    ``live=True`` shows a tqdm bar); returns the display it replaces."""
+    global _DISPLAY
+    previous, _DISPLAY = _DISPLAY, display
+    return previous
 
 
-def final_loss_text(history: History) -> str:
-    """``loss 5.390 (last 10 steps)``: one wording for the plot title and the final line."""
-    n = min(FINAL_LOSS_WINDOW, len(history.loss))
-    return f"loss {history.final('loss', FINAL_LOSS_WINDOW):.3f} (last {n} steps)"
+class TextProgress:
+    """A tqdm bar of the optimizer steps (of the seconds, for a pure time budget), titled
+    ``title``: what ``live=True`` shows when no display is installed, or outside a notebook
+    (``disable=True``: nothing, for ``live=False``)."""
 
-
-def progress_summary(history: History, budget: _Budget, title: str) -> str:
-    """The one line that replaces the progress bar when :func:`train` ends, e.g.
-    ``GPT2LMHeadModel: 120/120 steps · 9.8 s · loss 5.390 (last 10 steps)`` (a stored notebook
-    shows this)."""
-    h = history
-    seconds = h.wall_time[-1] if h.wall_time else budget.elapsed()
-    if budget.by_time:
-        done = f"{h.num_steps} steps in {budget.total:g} s budget"
-    else:
-        done = f"{h.num_steps}/{budget.total:.0f} steps"
-    parts = [f"{title}: {done}", f"{seconds:.1f} s"]
-    if h.loss:
-        parts.append(final_loss_text(h))
-    if not h.stopped_by:
-        parts.append("interrupted")
-    elif h.stopped_by == "batches":
-        parts.append("batches ran out")
-    return " \u00b7 ".join(parts)
-
-
-def _summary_bundle(text: str, finished: bool) -> dict[str, str]:
-    """``text`` as HTML (a check mark when training finished) and as plain text."""
-    import html
-
-    mark, color = ("\u2714", "#1a9641") if finished else ("\u25a0", "#d7191c")
-    markup = (
-        '<div class="lmlessons-progress" style="font-family:monospace;font-size:12px">'
-        f'<span style="color:{color}">{mark}</span> {html.escape(text)}</div>'
-    )
-    return {"text/html": markup, "text/plain": text}
-
-
-class _Progress:
-    """What ``live=True`` shows while :func:`train` runs: a tqdm bar (steps, or seconds for a pure
-    time budget) and, in a notebook, the :class:`_LivePlot`, redrawn every ``plot_every`` s.
-
-    In a notebook the bar is a tqdm widget shown through a display handle; when training ends the
-    handle is updated to :func:`progress_summary` as HTML and text, so a stored notebook (read
-    without a kernel) shows the final state instead of a frozen ``0%`` widget."""
-
-    def __init__(
-        self, history: History, budget: _Budget, live: bool, plot_every: float, title: str
-    ) -> None:
-        self.history, self.budget, self.live, self.plot_every = history, budget, live, plot_every
-        self.title, self.handle = title, None
-        self.bar = self._bar(live and in_notebook())
-        self.plot = _LivePlot(history, title) if live and in_notebook() else None
-        self.last_plot = time.perf_counter()
-
-    def _bar(self, notebook: bool) -> Any:
-        options: dict[str, Any] = dict(
-            total=self.budget.total,
-            disable=not self.live,
-            unit="s" if self.budget.by_time else "step",
-            desc=self.title,
+    def __init__(self, history: History, budget: Budget, title: str, disable: bool = False) -> None:
+        self.history, self.budget, self.title = history, budget, title
+        self.bar = self.new_bar(
+            disable=disable,
+            total=budget.total,
+            unit="s" if budget.by_time else "step",
+            desc=title,
             bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} {unit} [{elapsed}<{remaining}{postfix}]",
         )
-        if not notebook:
-            from tqdm.auto import tqdm
 
-            return tqdm(**options)
-        from IPython.display import display
-        from tqdm.notebook import tqdm as tqdm_notebook
+    def new_bar(self, **options: Any) -> Any:
+        from tqdm.auto import tqdm
 
-        bar = tqdm_notebook(display=False, **options)
-        self.handle = display(bar.container, display_id=True)
-        return bar
+        return tqdm(**options)
 
     def update(self) -> None:
         h = self.history
-        if self.live:
-            self.bar.set_postfix_str(f"step {h.num_steps}, loss {h.loss[-1]:.3f}", refresh=False)
-            done = min(h.wall_time[-1], self.budget.total) if self.budget.by_time else h.num_steps
-            self.bar.update(done - self.bar.n)
-        if self.plot is not None and time.perf_counter() - self.last_plot >= self.plot_every:
-            self.plot.update()
-            self.last_plot = time.perf_counter()
+        self.bar.set_postfix_str(f"step {h.num_steps}, loss {h.loss[-1]:.3f}", refresh=False)
+        done = min(h.wall_time[-1], self.budget.total) if self.budget.by_time else h.num_steps
+        self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        if self.live:
-            if self.budget.by_time and self.history.stopped_by:
-                self.bar.n = self.bar.total
-            self.bar.close()
-        if self.handle is not None:  # the widget bar -> one line that reads without a kernel
-            text = progress_summary(self.history, self.budget, self.title)
-            self.handle.update(_summary_bundle(text, bool(self.history.stopped_by)), raw=True)
-            self.bar.container.close()
-        if self.plot is not None:
-            self.plot.update()
+        if self.budget.by_time and self.history.stopped_by:
+            self.bar.n = self.bar.total
+        self.bar.close()
+
+
+def _progress(
+    live: bool, history: History, budget: Budget, title: str, plot_every: float
+) -> Progress:
+    if live and _DISPLAY is not None:
+        return _DISPLAY.progress(history, budget, title, plot_every)
+    return TextProgress(history, budget, title, disable=not live)
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,7 +388,7 @@ def _schedule(
 
 
 @dataclass
-class _Budget:
+class Budget:
     """When :func:`train` stops: after ``max_steps`` optimizer steps, after ``max_seconds``, or
     when the batches run out. ``total`` is the progress bar's length (seconds if ``by_time``)."""
 
@@ -525,7 +406,7 @@ class _Budget:
         max_steps: int | None,
         max_seconds: float | None,
         grad_accum_steps: int,
-    ) -> _Budget:
+    ) -> Budget:
         if not isinstance(batches, Iterable):
             raise TypeError(
                 f"batches must be an iterable of batch dicts, got {type(batches).__name__}"
@@ -564,7 +445,7 @@ class _Budget:
 
 
 def _next_step(
-    batches: Iterator[dict[str, torch.Tensor]], budget: _Budget, history: History
+    batches: Iterator[dict[str, torch.Tensor]], budget: Budget, history: History
 ) -> list[dict[str, torch.Tensor]] | None:
     """The ``grad_accum_steps`` micro-batches of the next optimizer step, or None (and
     ``history.stopped_by`` set). The budgets are checked first, so that no batch is drawn that
@@ -635,13 +516,13 @@ def train(
     The options are described in the module docstring. The model is left in eval mode.
     """
     objective = _check_model(model, objective)
-    budget = _Budget.checked(batches, max_steps, max_seconds, grad_accum_steps)
+    budget = Budget.checked(batches, max_steps, max_seconds, grad_accum_steps)
     lr_factor = _schedule(schedule, warmup_steps, max_steps, lr)
     history = History(objective=objective, vocab_size=_vocab_size(model))
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    progress = _Progress(history, budget, live, plot_every, title or type(model).__name__)
+    progress = _progress(live, history, budget, title or type(model).__name__, plot_every)
     sparse = bool(sparse_prediction) and objective != "clm" and _supports_sparse(model)
     stream = _checked_batches(batches, objective, next(model.parameters()).device)
     model.train()

@@ -32,12 +32,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lmlessons.exercises import _framework
 from lmlessons.exercises import solutions as _solutions
+from lmlessons.exercises import solutions_part2 as _solutions_part2
 from lmlessons.exercises._quiz import Quiz, quiz
 from lmlessons.exercises._result import CheckResult, Hint, Solution
-from lmlessons.exercises._runner import Mistake, NotAttempted, Runner, isolated_rng, single_thread
+from lmlessons.exercises.check_answer_only import SIGNATURE as ASSISTANT_SIGNATURE
+from lmlessons.exercises.check_answer_only import check_assistant_labels
+from lmlessons.exercises.check_bugzoo import PASSED as BUGZOO_PASSED
+from lmlessons.exercises.check_bugzoo import SIGNATURE as BUGZOO_SIGNATURE
+from lmlessons.exercises.check_bugzoo import BugZooResult, bug_zoo, check_bug_zoo
 from lmlessons.exercises.check_chunked import SIGNATURE as CHUNKED_SIGNATURE
 from lmlessons.exercises.check_chunked import check_chunked_cross_entropy
+from lmlessons.exercises.check_flatten import SIGNATURE as FLATTEN_SIGNATURE
+from lmlessons.exercises.check_flatten import check_flatten_documents
 from lmlessons.exercises.check_losses import (
     CLM_SIGNATURE,
     MLM_SIGNATURE,
@@ -55,7 +63,7 @@ from lmlessons.exercises.check_truncate import SIGNATURE as TRUNCATE_SIGNATURE
 from lmlessons.exercises.check_truncate import check_truncate_seq_pair
 from lmlessons.exercises.check_wwm import SIGNATURE as WWM_SIGNATURE
 from lmlessons.exercises.check_wwm import check_select_whole_words
-from lmlessons.exercises.hints import HINTS
+from lmlessons.exercises.content import load
 
 __all__ = [
     "EXERCISES",
@@ -75,43 +83,46 @@ __all__ = [
 class Exercise:
     name: str
     signature: str
-    checker: Callable[[Runner], None]
+    checker: Callable[[Any], None]
     solution: Callable[..., Any]
+    random: bool = False
+    answers: bool = False  # the learner passes answers (e.g. a dict), not a function to test
+    result: type[CheckResult] = CheckResult  # the class of what ``check`` returns
+    passed: tuple[str, str] = ("correct!", "Every hidden case passed.")  # title, message
 
+
+# name, signature, checker, reference, random: one row per exercise (lesson order)
+_ROWS: tuple[tuple[str, str, Callable[[Any], None], Callable[..., Any], bool], ...] = (
+    ("mask_tokens", MASK_SIGNATURE, check_mask_tokens, _solutions.mask_tokens, True),
+    ("mlm_loss", MLM_SIGNATURE, check_mlm_loss, _solutions.mlm_loss, False),
+    ("clm_loss", CLM_SIGNATURE, check_clm_loss, _solutions.clm_loss, False),
+    ("make_nsp_pairs", NSP_SIGNATURE, check_make_nsp_pairs, _solutions.make_nsp_pairs, True),
+    ("bert_pretraining_loss", BERT_SIGNATURE, check_bert_pretraining_loss,
+     _solutions.bert_pretraining_loss, False),
+    ("select_whole_words", WWM_SIGNATURE, check_select_whole_words,
+     _solutions.select_whole_words, True),
+    ("truncate_seq_pair", TRUNCATE_SIGNATURE, check_truncate_seq_pair,
+     _solutions.truncate_seq_pair, True),
+    ("rank_loss", RANK_SIGNATURE, check_rank_loss, _solutions.rank_loss, False),
+    ("chunked_cross_entropy", CHUNKED_SIGNATURE, check_chunked_cross_entropy,
+     _solutions.chunked_cross_entropy, False),
+    ("flatten_documents", FLATTEN_SIGNATURE, check_flatten_documents,
+     _solutions_part2.flatten_documents, False),
+    ("assistant_labels", ASSISTANT_SIGNATURE, check_assistant_labels,
+     _solutions_part2.assistant_labels, False),
+)  # fmt: skip
 
 EXERCISES: dict[str, Exercise] = {
-    e.name: e
-    for e in (
-        Exercise("mask_tokens", MASK_SIGNATURE, check_mask_tokens, _solutions.mask_tokens),
-        Exercise("mlm_loss", MLM_SIGNATURE, check_mlm_loss, _solutions.mlm_loss),
-        Exercise("clm_loss", CLM_SIGNATURE, check_clm_loss, _solutions.clm_loss),
-        Exercise("make_nsp_pairs", NSP_SIGNATURE, check_make_nsp_pairs, _solutions.make_nsp_pairs),
-        Exercise(
-            "bert_pretraining_loss",
-            BERT_SIGNATURE,
-            check_bert_pretraining_loss,
-            _solutions.bert_pretraining_loss,
-        ),
-        Exercise(
-            "select_whole_words",
-            WWM_SIGNATURE,
-            check_select_whole_words,
-            _solutions.select_whole_words,
-        ),
-        Exercise(
-            "truncate_seq_pair",
-            TRUNCATE_SIGNATURE,
-            check_truncate_seq_pair,
-            _solutions.truncate_seq_pair,
-        ),
-        Exercise("rank_loss", RANK_SIGNATURE, check_rank_loss, _solutions.rank_loss),
-        Exercise(
-            "chunked_cross_entropy",
-            CHUNKED_SIGNATURE,
-            check_chunked_cross_entropy,
-            _solutions.chunked_cross_entropy,
-        ),
-    )
+    **{row[0]: Exercise(*row[:4], random=row[4]) for row in _ROWS},
+    "bug_zoo": Exercise(
+        "bug_zoo",
+        BUGZOO_SIGNATURE,
+        check_bug_zoo,
+        bug_zoo,
+        answers=True,
+        result=BugZooResult,
+        passed=BUGZOO_PASSED,
+    ),
 }
 
 
@@ -128,49 +139,40 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
     in Jupyter. The global random generators are restored afterwards, and what ``fn`` prints
     during the check is hidden.
 
-    ``check("bug_zoo", {"A": "diagnosis id", ...})`` (lesson 08) takes a dict of answers instead.
+    ``check("bug_zoo", {"A": "diagnosis id", ...})`` (lesson 08) takes a dict of answers instead
+    (an exercise registered with ``answers=True``).
     """
-    if name == "bug_zoo":  # a dict-answer exercise: {case letter: diagnosis id}
-        from lmlessons.exercises.check_bugzoo import check_bug_zoo
-
-        return check_bug_zoo(fn)
     exercise = _exercise(name)
-    if not callable(fn):
-        return CheckResult(
-            name,
-            "failed",
-            "expected a function",
-            f'Pass the function itself, e.g. `check("{name}", my_{name})`, not '
-            f"{'the result of calling it' if not isinstance(fn, type) else 'a class'} "
-            f"(got a {type(fn).__name__}).",
-            mistake="not_callable",
-        )
-    run = Runner(name, fn, exercise.signature)
+    if not callable(fn) and not exercise.answers:
+        m = _framework.Mistake("not_callable", f"`check` got a {type(fn).__name__}.")
+        return exercise.result(name, "failed", m.title, m.message, mistake=m.code)
+    run = _framework.Runner(name, fn, exercise.solution, random=exercise.random)
     try:
-        with isolated_rng(), single_thread():
+        with _framework.isolated():
             exercise.checker(run)
-    except NotAttempted:
-        return CheckResult(
+    except _framework.NotAttempted as todo:  # a checker may say what to do
+        return exercise.result(
             name,
             "not_attempted",
             "not attempted yet",
-            "Your function still raises `NotImplementedError` (or returns None). Replace "
+            str(todo)
+            or "Your function still raises `NotImplementedError` (or returns None). Replace "
             '`raise NotImplementedError("Your code here")` with your code, then run this cell '
             "again. "
             f"The function must keep the signature\n`{exercise.signature}`",
             mistake=None,
         )
-    except Mistake as m:
+    except _framework.Mistake as m:
         message = m.message
         if run.printed:
             message += "\n\n(Your function printed output during the check; it was hidden.)"
-        return CheckResult(
+        return exercise.result(
             name, "failed", m.title, message, mistake=m.code, passed_checks=tuple(run.passed)
         )
-    message = "Every hidden case passed." + (
-        " (Your function printed output during the check; it was hidden.)" if run.printed else ""
-    )
-    return CheckResult(name, "passed", "correct!", message, passed_checks=tuple(run.passed))
+    title, message = exercise.passed
+    if run.printed:
+        message += " (Your function printed output during the check; it was hidden.)"
+    return exercise.result(name, "passed", title, message, passed_checks=tuple(run.passed))
 
 
 def assert_check(name: str, fn: Callable[..., Any]) -> CheckResult:
@@ -192,10 +194,12 @@ def assert_check(name: str, fn: Callable[..., Any]) -> CheckResult:
 def hint(name: str, level: int = 1) -> Hint:
     """A hint for exercise ``name``: level 1 nudges, level 3 is nearly the solution."""
     _exercise(name)
-    levels = HINTS[name]
+    levels = load("hints").get(name)  # {"1": text, "2": text, "3": text}: lmlessons/data/content
+    if levels is None:
+        raise ValueError(f"exercise {name!r} has no hints")
     if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= len(levels):
         raise ValueError(f"level must be an int in 1..{len(levels)}, got {level!r}")
-    return Hint(name, level, len(levels), levels[level - 1])
+    return Hint(name, level, len(levels), levels[str(level)].rstrip("\n"))
 
 
 def solution(name: str) -> Solution:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from lmlessons._checks import IGNORE_INDEX
 
@@ -77,6 +78,27 @@ def mlm_batch(
         ids[b, n:] = vocab.pad
     special = ((ids == vocab.cls) | (ids == vocab.sep) | (ids == vocab.pad)).long()  # (B, T)
     return ids, special
+
+
+def scattered_batch(g: torch.Generator, i: int) -> tuple[Vocab, torch.Tensor, torch.Tensor]:
+    """Generated masking case ``i``: a vocabulary of 8 to 39 ids and a ``(B, T)`` batch (1 x 1
+    for ``i == 0``, else up to 6 x 6) of ordinary ids, a fifth of them id 0 (an ordinary token
+    here), with special positions anywhere ([PAD] there; ``special``, bool) and sometimes row 0
+    all special."""
+    vocab = Vocab.make(seed=300 + i, size=int(torch.randint(8, 40, (), generator=g)))
+    shape = (1, 1) if i == 0 else tuple(int(x) for x in torch.randint(1, 7, (2,), generator=g))
+    normal = vocab.normal_ids()
+    ids = normal[torch.randint(len(normal), shape, generator=g)]  # (B, T)
+    ids[torch.rand(shape, generator=g) < 0.2] = 0
+    special = torch.rand(shape, generator=g) < 0.3  # (B, T)
+    special[0] |= bool(torch.rand((), generator=g) < 0.2)
+    return vocab, ids.masked_fill(special, vocab.pad), special
+
+
+def vocab_batch(seed: int, size: int, batch: int, length: int) -> tuple[Vocab, Tensor, Tensor]:
+    """A vocabulary of ``size`` ids (seeded ``seed``) and an :func:`mlm_batch` in it."""
+    vocab = Vocab.make(seed=seed, size=size)
+    return vocab, *mlm_batch(vocab, batch=batch, length=length, seed=seed + 1)
 
 
 def random_logits(seed: int, shape: tuple[int, ...], scale: float = 1.5) -> torch.Tensor:
@@ -157,7 +179,63 @@ class Corpus:
 
     def describe(self) -> str:
         n_sent = sum(len(d) for d in self.documents)
+        single = sum(len(d) == 1 for d in self.documents)
+        n_sent_text = f"{n_sent} sentences" + (f"; {single} of one sentence" if single else "")
         return (
-            f"{len(self.documents)} documents ({n_sent} sentences) with [CLS]={self.cls}, "
+            f"{len(self.documents)} documents ({n_sent_text}) with [CLS]={self.cls}, "
             f"[SEP]={self.sep}, [PAD]={self.pad}"
         )
+
+
+#: A row of :func:`word_batch`: the word lengths (in pieces) of each segment, and the number of
+#: [PAD] after it. A negative length is a word whose first piece is a ``##`` piece too (right
+#: after [CLS] or [SEP]: a word of its own, see :func:`lmlessons.masking_variants.word_ids`).
+RowSpec = tuple[tuple[tuple[int, ...], ...], int]
+
+
+@dataclass(frozen=True)
+class WordBatch:
+    special: torch.Tensor  # (B, T) long 0/1, as tokenizers return it
+    cont: torch.Tensor  # (B, T) bool, True at "##" pieces
+    attn: torch.Tensor  # (B, T) long 0/1
+    words: list[list[list[int]]]  # words[b][w]: the positions of word w of row b
+
+
+def word_batch(rows: list[RowSpec], *, pad_is_special: bool = True) -> WordBatch:
+    """``[CLS] words [SEP] words [SEP] [PAD]...`` rows from their word lengths."""
+    lengths = [1 + sum(sum(abs(n) for n in seg) + 1 for seg in segs) for segs, _ in rows]
+    width = max(n + pad for n, (_, pad) in zip(lengths, rows))
+    special, cont, words = [], [], []
+    for (segs, _), length in zip(rows, lengths):
+        special.append([1] + [0] * (length - 2) + [1] + [int(pad_is_special)] * (width - length))
+        cont.append([False] * width)
+        t, words_r = 1, []  # position 0 is [CLS]
+        for seg in segs:
+            for n in seg:
+                words_r.append(list(range(t, t + abs(n))))
+                cont[-1][t + (n > 0) : t + abs(n)] = [True] * (abs(n) - (n > 0))
+                t += abs(n)
+            special[-1][t] = 1  # [SEP]
+            t += 1
+        words.append(words_r)
+    attn = [[1] * n + [0] * (width - n) for n in lengths]
+    return WordBatch(torch.tensor(special), torch.tensor(cont), torch.tensor(attn), words)
+
+
+def random_word_rows(g: torch.Generator, n: int) -> list[RowSpec]:
+    """``n`` rows of one or two segments of 0 to 5 words of 1 to 3 pieces (a third of the
+    segments start with a ``##`` piece), then 0 to 3 [PAD]."""
+
+    def draw(low: int, high: int, size: int = 1) -> list[int]:
+        return torch.randint(low, high + 1, (size,), generator=g).tolist()
+
+    rows: list[RowSpec] = []
+    for _ in range(n):
+        segs = []
+        for _ in range(draw(1, 2)[0]):
+            seg = draw(1, 3, draw(0, 5)[0])
+            if seg and draw(0, 2)[0] == 0:
+                seg[0] = -seg[0]
+            segs.append(tuple(seg))
+        rows.append((tuple(segs), draw(0, 3)[0]))
+    return rows

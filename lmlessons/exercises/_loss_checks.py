@@ -1,371 +1,288 @@
-"""What the loss checkers share: calling a learner's loss safely, independent float64 values to
-compare with, and the checks every loss exercise runs.
+"""What the loss checkers share (``mlm_loss``, ``clm_loss``, ``bert_pretraining_loss``,
+``chunked_cross_entropy``, ``rank_loss``), on top of the runner (:mod:`._framework`).
 
-:data:`REFERENCES` names the loss each checker compares with: the course's own (the tests hold
-them against transformers' ``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``).
-Every check also covers: a scalar tensor connected to the logits with the reference's gradient,
-inputs left unchanged, 0 (not NaN) when there is nothing to predict, and
-``num_items_in_batch`` (sum / count, the gradient-accumulation fix).
+:func:`check_loss` checks one case: the result is a 0-dim float tensor (``returns_tuple``,
+``not_a_tensor``, ``not_scalar``, ``wrong_dtype``) with the reference's value (else the
+exercise's diagnosis, else ``wrong_value``) and the reference's gradients (``detached``,
+``wrong_gradient``). A case with nothing to predict must give 0 that still backpropagates
+(``nan_when_no_targets``, ``empty_not_zero``, ``empty_detached``, ``fails_when_nothing_masked``).
+:func:`named` picks the known mistake whose value, computed on the case, the learner's loss
+equals (none if two mistakes give it); :func:`moves` asks whether the loss depends on scores it
+must ignore. :func:`batches` and :func:`with_num_items` make cases; :func:`check_token_loss` is
+the pipeline of ``mlm_loss`` and ``clm_loss``. The references are the exercises' solutions
+(``solutions.py``), which ``tests/test_exercises.py`` holds against transformers'
+``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._runner import Mistake, Runner
-from lmlessons.losses import bert_pretraining_loss, clm_loss, mlm_loss
+from lmlessons.exercises._framework import Case, Mistake, Runner, close
 
-#: The reference each checker compares a learner's loss with: the course's losses, which
-#: ``tests/test_exercises.py`` checks against transformers' ``ForMaskedLMLoss``,
-#: ``ForCausalLMLoss`` and ``BertForPreTraining``'s loss.
-REFERENCES: dict[str, Callable[..., torch.Tensor]] = {
-    "mlm_loss": mlm_loss,
-    "clm_loss": clm_loss,
-    "bert_pretraining_loss": bert_pretraining_loss,
-}
-
-#: A known mistake: (code, the value it gives, title, explanation).
-Candidate = tuple[str, float, str, str]
-
-GRAD_ACCUM_NOTE = (
-    "Why it matters: with gradient accumulation, each micro-batch's loss is divided by the number "
-    "of target tokens in the *whole* step, so that the micro-batch losses add up to the full-batch "
-    "mean. Averaging per-micro-batch means instead weighs a micro-batch with 1 target token like "
-    "one with 99 (transformers' Trainer had exactly this bug until October 2024)."
-)
+#: A known mistake: (code, what its value is, in words, the value it gives on the case).
+Candidate = tuple[str, str, float]
+Diagnose = Callable[[Case, float, float], Mistake | None]
+#: (batch, length, vocabulary) of the first generated batches: one token, one row, length 1.
+CORNERS = ((1, 1, 2), (1, 7, 3), (4, 1, 5), (3, 8, 2))
 
 
-def close(got: float, expected: float) -> bool:
-    return math.isfinite(got) and abs(got - expected) <= 1e-4 * max(1.0, abs(expected))
-
-
-def explain_ce(exc: BaseException) -> tuple[str, str] | None:
+def explain_ce(exc: BaseException) -> str | None:
+    """The mistake behind an exception of a cross-entropy, if it tells."""
     text = str(exc)
     if "leaf Variable that requires grad" in text or "a view of a leaf Variable" in text:
-        return (
-            "modifies_input",
-            "You wrote into an argument in place (e.g. `logits[...] = ...` or `labels[...] = "
-            "...`). Build new tensors instead; the caller still needs its inputs.",
-        )
+        return "modifies_input"  # written into the logits in place
     if "Expected target size" in text or "Expected input batch_size" in text:
-        return (
-            "class_dim",
-            "`F.cross_entropy` wants scores of shape (N, V) and targets of shape (N,) (or the "
-            "class dimension second). Flatten: `logits.reshape(-1, logits.size(-1))` and "
-            "`labels.reshape(-1)`.",
-        )
+        return "class_dim"
     if "out of bounds" in text or "-100" in text:
-        return (
-            "minus100_not_ignored",
-            "The labels hold -100 at positions that are not targets; -100 is not a class id. Let "
-            "`F.cross_entropy` skip them (`ignore_index=-100`, its default) or keep only positions "
-            "with `labels != -100`.",
-        )
-    if "view size is not compatible" in text:
-        return (
-            "raised_exception",
-            "A sliced tensor is not contiguous: use `.reshape(...)` instead of `.view(...)`.",
-        )
+        return "minus100_not_ignored"
     return None
 
 
-def explain_empty(exc: BaseException) -> tuple[str, str] | None:
-    known = explain_ce(exc)
-    if known is not None:
-        return known
-    return (
-        "fails_when_nothing_masked",
-        "This batch has no target at all (every label is -100). It happens in real training "
-        "(short sequences, 15% masking) and must give a loss of 0 that still backpropagates, not "
-        "an error.",
-    )
-
-
-def as_loss(out: Any, case: str) -> torch.Tensor:
+def as_loss(case: Case, out: object) -> torch.Tensor:
+    """``out`` if it is a 0-dim float tensor; else the mistake it shows."""
+    on = f"On {case.label}, your function returned"
     if isinstance(out, (tuple, list)):
-        raise Mistake(
-            "returns_tuple",
-            "returns a tuple, not the loss",
-            f"On {case}, your function returned a {type(out).__name__} of {len(out)} items. "
-            "Return only the loss, a 0-dim tensor (`loss.backward()` and the training loop need "
-            "it alone; compute statistics such as the number of targets elsewhere).",
-        )
+        raise Mistake("returns_tuple", f"{on} a {type(out).__name__} of {len(out)} items.")
     if not isinstance(out, torch.Tensor):
-        extra = (
-            " (`.item()` turns the loss into a Python number and cuts it off from the graph)"
-            if isinstance(out, (int, float))
-            else ""
-        )
-        raise Mistake(
-            "not_a_tensor",
-            "the loss is not a tensor",
-            f"On {case}, your function returned a {type(out).__name__}{extra}. Return a 0-dim "
-            "tensor so that `loss.backward()` works.",
-        )
+        raise Mistake("not_a_tensor", f"{on} a {type(out).__name__}.")
     if out.dim() != 0:
-        raise Mistake(
-            "not_scalar",
-            "the loss is not a single number",
-            f"On {case}, your function returned a tensor of shape {tuple(out.shape)}. Reduce it "
-            "to one 0-dim tensor: the mean over target tokens (did you use `reduction='none'`?).",
-        )
-    if not out.dtype.is_floating_point:
-        raise Mistake(
-            "wrong_dtype", "the loss is not a float", f"On {case}, the loss has dtype {out.dtype}."
-        )
+        raise Mistake("not_scalar", f"{on} a tensor of shape {tuple(out.shape)}.")
+    if not out.is_floating_point():
+        raise Mistake("wrong_dtype", f"{on} a tensor of dtype {out.dtype}; a loss is a float.")
     return out
 
 
-class LossCall:
-    """Calls a learner's loss on copies of the inputs and checks they come back unchanged."""
-
-    def __init__(self, run: Runner, names: Sequence[str]) -> None:
-        self.run = run
-        self.names = names
-
-    def __call__(
-        self,
-        args: Sequence[torch.Tensor],
-        case: str,
-        *,
-        explain: Callable[[BaseException], tuple[str, str] | None] = explain_ce,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        leaves = [
-            a.clone().requires_grad_(True) if a.is_floating_point() else a.clone() for a in args
-        ]
-        out = self.run.call(*leaves, case=case, explain=explain, **kwargs)
-        for name, leaf, original in zip(self.names, leaves, args):
-            if not torch.equal(leaf.detach(), original):
-                n = int((leaf.detach() != original).sum())
-                raise Mistake(
-                    "modifies_input",
-                    f"modified `{name}` in place",
-                    f"On {case}, `{name}` changed during the call ({n} entries differ), e.g. "
-                    "`labels[labels == -100] = 0`. Never write into the arguments: the caller "
-                    "reuses them (the same labels serve the next micro-batch or the evaluation).",
-                )
-        return as_loss(out, case), leaves
+def named(
+    case: Case, got: float, expected: float, candidates: list[Candidate], subject: str = "the loss"
+) -> Mistake | None:
+    """The candidate whose value ``got`` (``subject``) equals, and the right value not; None if
+    none does, or if candidates of different codes do (the case cannot tell them apart)."""
+    found = [c for c in candidates if close(got, c[2]) and not close(c[2], expected)]
+    if len({code for code, _, _ in found}) != 1:
+        return None
+    code, what, _ = found[0]
+    detail = f"On {case.label}, {subject} is {got:.4f}, {what}; expected {expected:.4f}."
+    return Mistake(code, detail)
 
 
-def token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-position cross-entropy in float64, 0 where the target is -100.
+def check_loss(
+    run: Runner,
+    case: Case,
+    *,
+    empty: bool = False,
+    diagnose: Diagnose | None = None,
+    explain: Callable[[BaseException], str | None] = explain_ce,
+) -> torch.Tensor:
+    """The learner's loss on ``case`` (``empty``: nothing to predict) against the reference's:
+    the value, then the gradients. Returns the learner's loss."""
+    expected = float(run.expected(case).detach())
 
+    def explain_empty(exc: BaseException) -> str | None:
+        return explain(exc) or "fails_when_nothing_masked"
+
+    loss = as_loss(case, run.call(case, explain=explain_empty if empty else explain))
+    got = float(loss.detach())
+    if not close(got, expected):
+        found = diagnose(case, got, expected) if diagnose is not None else None
+        raise found or _wrong_value(case, got, expected, empty)
+    if empty and loss.grad_fn is None:
+        raise Mistake("empty_detached", f"On {case.label}, the loss is a constant {got:g}.")
+    run.gradients(case, loss)
+    return loss
+
+
+def _wrong_value(case: Case, got: float, expected: float, empty: bool) -> Mistake:
+    detail = f"On {case.label}, the loss is {got:.6g}; expected {expected:.6g}."
+    if empty and not math.isfinite(got):
+        return Mistake("nan_when_no_targets", detail)
+    return Mistake("empty_not_zero" if empty else "wrong_value", detail)
+
+
+def moves(
+    run: Runner, case: Case, keep: torch.Tensor, where: str, got: float, code: str
+) -> Mistake | None:
+    """Mistake ``code`` if the learner's loss changes when the scores (``case.args[0]``) change
+    only where ``keep`` is False (``where`` names those positions, which have no target)."""
+    logits, *rest = case.args
+    noise = torch.randn(logits.shape, generator=gen(99)) * 3.0
+    changed = torch.where(keep.unsqueeze(-1), logits.detach(), logits.detach() + noise)
+    probe = Case(f"{case.label}, scores changed {where}", (changed, *rest), case.kwargs)
+    now = float(as_loss(probe, run.call(probe)).detach())
+    if close(now, got):
+        return None
+    return Mistake(
+        code,
+        f"On {case.label}, the loss is {got:.4f}; with the scores changed only {where} it is "
+        f"{now:.4f}; expected no change, as those positions have no target.",
+    )
+
+
+def token_ce(logits: torch.Tensor, targets: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Per-position cross-entropy in float64 (softmax over ``dim``), 0 where the target is -100.
     ``logits`` ``(..., V)``, ``targets`` ``(...)``."""
-    logp = logits.double().log_softmax(-1)
-    safe = targets.clamp(min=0)
-    ce = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    logp = logits.detach().double().log_softmax(dim)
+    ce = -logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return torch.where(targets != IGNORE_INDEX, ce, torch.zeros_like(ce))
 
 
-def shift_targets(labels: torch.Tensor, k: int) -> torch.Tensor:
-    """targets[:, t] = labels[:, t + k] (-100 where t + k is outside)."""
-    out = torch.full_like(labels, IGNORE_INDEX)
-    T = labels.shape[-1]
+def shift(labels: torch.Tensor, k: int) -> torch.Tensor:
+    """``out[..., t] = labels[..., t + k]`` (-100 where ``t + k`` is outside)."""
+    out, T = torch.full_like(labels, IGNORE_INDEX), labels.shape[-1]
     if k >= 0:
-        out[..., : T - k] = labels[..., k:]
+        out[..., : max(T - k, 0)] = labels[..., k:]
     else:
         out[..., -k:] = labels[..., : T + k]
     return out
 
 
-def per_row_mean(ce: torch.Tensor, targets: torch.Tensor) -> float:
-    counts = (targets != IGNORE_INDEX).sum(-1)
-    rows = counts > 0
-    return float((ce.sum(-1)[rows] / counts[rows]).mean())
+def mean_candidates(logits: torch.Tensor, targets: torch.Tensor) -> list[Candidate]:
+    """The values of the averaging mistakes any token loss can make, ``targets`` as scored."""
+    ce, keep = token_ce(logits, targets), targets != IGNORE_INDEX
+    total, count = float(ce.sum()), int(keep.sum())
+    rows = keep.any(-1)
+    per_row = ce.sum(-1)[rows] / keep.sum(-1)[rows]
+    zero = keep & (targets != 0)
+    raw = -logits.detach().double().gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return [
+        ("per_row_mean", "the mean of the per-sequence means", float(per_row.mean())),
+        ("per_row_mean", "the mean of the per-sequence means", float(per_row.sum() / len(rows))),
+        ("sum_not_mean", f"the sum over the {count} targets", total),
+        (
+            "skips_target_zero",
+            "the mean over the targets that are not id 0",
+            float(ce[zero].sum() / max(int(zero.sum()), 1)),
+        ),
+        (
+            "nll_without_log_softmax",
+            "the mean of the negated raw scores at the targets",
+            float(raw[keep].mean()),
+        ),
+        (
+            "class_dim",
+            "with the softmax over the positions, not the vocabulary",
+            float(token_ce(logits, targets, dim=-2)[keep].mean()),
+        ),
+    ]
 
 
-def first_match(got: float, expected: float, candidates: list[Candidate]) -> None:
-    for code, value, title, why in candidates:
-        if close(got, value) and not close(value, expected):
-            raise Mistake(code, title, why)
+def num_items_candidates(logits: torch.Tensor, targets: torch.Tensor, n: int) -> list[Candidate]:
+    """The values of the mistakes with ``num_items_in_batch=n``."""
+    ce, count = token_ce(logits, targets), int((targets != IGNORE_INDEX).sum())
+    mean = float(ce.sum()) / max(count, 1)
+    return [
+        ("ignores_num_items_in_batch", f"the mean over this batch's {count} targets", mean),
+        ("num_items_divides_mean", f"that mean ({mean:.4f}) divided by {n}", mean / n),
+    ]
 
 
-def require_grad(
-    run: Runner,
-    loss: torch.Tensor,
-    leaves: list[torch.Tensor],
-    reference: tuple[torch.Tensor, torch.Tensor],
-    case: str,
-) -> None:
-    if not loss.requires_grad:
-        raise Mistake(
-            "detached",
-            "the loss is not connected to the logits",
-            f"On {case}, the returned loss has no gradient (`requires_grad` is False), so "
-            "`loss.backward()` cannot train anything. Did you call `.item()`, `.detach()`, "
-            "`torch.tensor(...)` or NumPy on the way?",
+def batches(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` seeded ``(logits (B, T, V), labels (B, T))`` reaching the corners: the shapes of
+    :data:`CORNERS`, -100 at rates 0 to 3/4, rows without a target, right padding, and targets of
+    id 0 (the vocabularies are small, and every other batch ends in a 0)."""
+    g, out = gen(seed), []
+    for i in range(n):
+        size = (
+            torch.randint(1, 5, (1,), generator=g).tolist()
+            + torch.randint(2, 12, (2,), generator=g).tolist()
         )
-    (grad,) = torch.autograd.grad(loss, leaves[0])
-    (ref_grad,) = torch.autograd.grad(*reference)
-    if not torch.allclose(grad.double(), ref_grad.double(), atol=1e-5, rtol=1e-4):
-        raise Mistake(
-            "wrong_gradient",
-            "the loss has the right value but the wrong gradient",
-            f"On {case}, the value is right but its gradient with respect to the logits is not. "
-            "Part of the computation is probably detached (`.detach()`, `.data`, or a constant "
-            "built from the logits' values).",
-        )
-    run.ok("returns a 0-dim tensor that backpropagates to the logits with the right gradient")
+        B, T, V = CORNERS[i] if i < len(CORNERS) else size
+        logits = torch.randn(B, T, V, generator=g) * 1.5  # (B, T, V)
+        labels = torch.randint(V, (B, T), generator=g)  # (B, T)
+        labels[torch.rand(B, T, generator=g) < (i % 4) / 4] = IGNORE_INDEX
+        for b in range(B if i % 3 == 2 else 0):  # right padding
+            labels[b, int(torch.randint(1, T + 1, (), generator=g)) :] = IGNORE_INDEX
+        labels[-1, -1] = 0 if i % 2 == 0 else labels[-1, -1]
+        if B > 1 and i % 3 == 1:
+            labels[0] = IGNORE_INDEX  # a row without target
+        out.append((logits.requires_grad_(), labels))
+    return out
 
 
-def reference_loss(
-    fn: Callable[..., torch.Tensor], logits: torch.Tensor, *rest: Any, **kwargs: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference loss on a fresh leaf copy of ``logits``: ``(loss, leaf)``."""
-    leaf = logits.clone().requires_grad_(True)
-    return fn(leaf, *rest, **kwargs), leaf
+def describe(logits: torch.Tensor, labels: torch.Tensor, label: str, **kwargs: object) -> str:
+    """'generated case 3 (logits (2, 5, 7), labels with 4 targets, 1 of them id 0, ...)'."""
+    keep = labels != IGNORE_INDEX
+    zero = int((keep & (labels == 0)).sum())
+    extra = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    return (
+        f"{label} (logits {tuple(logits.shape)}, labels {labels.tolist()} with "
+        f"{int(keep.sum())} positions not -100, {zero} of them id 0{extra})"
+    )
 
 
-def check_value_and_grad(
-    run: Runner,
-    call: LossCall,
-    args: list[torch.Tensor],
-    case: str,
-    reference_fn: Callable[..., torch.Tensor],
-    diagnose: Callable[[float, float], Mistake],
-    ok: str,
+def mean_ce(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """The mean cross-entropy over the targets that are not -100 (0 if none), in float64."""
+    count = max(int((targets != IGNORE_INDEX).sum()), 1)
+    return float(token_ce(logits, targets).sum()) / count
+
+
+def token_diagnose(
+    run: Runner, shifted: int, known: Callable[[torch.Tensor, torch.Tensor], list[Candidate]]
+) -> Diagnose:
+    """The diagnosis of a wrong ``(logits, labels)`` loss whose targets are the labels shifted
+    by ``shifted``: ``num_items_in_batch`` mistakes, the ``known(logits, labels)`` ones, the
+    averaging ones, then whether the loss moves with scores it must ignore."""
+
+    def diagnose(case: Case, got: float, expected: float) -> Mistake | None:
+        logits, labels = case.args[0].detach(), case.args[1]
+        targets, n = shift(labels, shifted), case.kwargs.get("num_items_in_batch")
+        if n is not None:
+            return named(case, got, expected, num_items_candidates(logits, targets, int(n)))
+        found = named(case, got, expected, known(logits, labels) + mean_candidates(logits, targets))
+        last = torch.ones(labels.shape, dtype=torch.bool)
+        last[:, -1] = False
+        if found is None and shifted:
+            found = moves(run, case, last, "at the last position", got, "scores_last_position")
+        if found is None:
+            keep = targets != IGNORE_INDEX
+            found = moves(run, case, keep, "where the target is -100", got, "minus100_not_ignored")
+        return found
+
+    return diagnose
+
+
+def check_token_loss(
+    run: Runner, cases: list[tuple[Case, str]], diagnose: Diagnose, *, shifted: int, seed: int
 ) -> None:
-    """The learner's loss on ``args`` has the reference's value (reported as ``ok``), then its
-    gradient (:func:`require_grad`); a wrong value raises ``diagnose(got, expected)``."""
-    loss, leaves = call(args, case)
-    reference = reference_loss(reference_fn, *args)
-    got, expected = float(loss.detach()), float(reference[0].detach())
-    if not close(got, expected):
-        raise diagnose(got, expected)
+    """``mlm_loss``, ``clm_loss``: case 1 (value, then gradient), the empty cases (each with the
+    text of its ``ok``), case 1 with ``num_items_in_batch``, then 16 generated batches."""
+    (first, ok), *empty = cases
+    check_loss(run, first, diagnose=diagnose)
     run.ok(ok)
-    require_grad(run, loss, leaves, reference, case)
+    run.ok("returns a 0-dim tensor that backpropagates to the logits with the right gradient")
+    for case, what in empty:
+        check_loss(run, case, empty=True)
+        run.ok(f"0 (not NaN), still backpropagating, when {what}")
+    for case in with_num_items(first, int((shift(first.args[1], shifted) != IGNORE_INDEX).sum())):
+        check_loss(run, case, diagnose=diagnose)
+    for i, (logits, labels) in enumerate(batches(seed, 16)):
+        count = int((shift(labels, shifted) != IGNORE_INDEX).sum())
+        kwargs = {"num_items_in_batch": count + i} if i % 4 == 3 else {}
+        label = describe(logits, labels, f"generated case {i + 1}", **kwargs)
+        check_loss(run, Case(label, (logits, labels), kwargs), empty=not count, diagnose=diagnose)
+    run.ok(NUM_ITEMS_OK)
 
 
-def check_empty(
-    run: Runner, call: LossCall, args: list[torch.Tensor], case: str, code: str, what: str
-) -> None:
-    loss, leaves = call(args, case, explain=explain_empty)
-    got = float(loss.detach())
-    if not math.isfinite(got):
-        raise Mistake(
-            code,
-            f"NaN when {what}",
-            f"On {case}, your loss is {got}. A mean over zero targets is 0 / 0 = NaN "
-            "(`F.cross_entropy(..., reduction='mean')` does exactly that), and one NaN loss "
-            "destroys the weights at the next optimizer step. Sum the per-token losses and "
-            "divide by `max(count, 1)`, so an empty batch gives 0.",
+NUM_ITEMS_OK = (
+    "with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the "
+    "full-batch loss"
+)
+
+
+def with_num_items(case: Case, count: int) -> list[Case]:
+    """``case`` with ``num_items_in_batch = count + 13`` (a step's count: more than this batch's
+    ``count`` targets), an int and a 0-dim tensor (what the Trainer passes)."""
+    n = count + 13
+    return [
+        Case(
+            f"{case.label} with `num_items_in_batch={text}`",
+            case.args,
+            {**case.kwargs, "num_items_in_batch": v},
         )
-    if abs(got) > 1e-6:
-        raise Mistake(
-            "empty_not_zero",
-            f"the loss is not 0 when {what}",
-            f"On {case}, your loss is {got:.4f}, but there is no target to predict: it must be 0.",
-        )
-    if not loss.requires_grad:
-        raise Mistake(
-            "empty_detached",
-            f"the loss does not backpropagate when {what}",
-            f"On {case}, your function returned a constant 0 with no gradient, so the training "
-            "loop's `loss.backward()` fails on this batch. Return a 0 that depends on the "
-            "logits, e.g. the sum over (no) target tokens divided by `max(count, 1)`.",
-        )
-    (grad,) = torch.autograd.grad(loss, leaves[0], allow_unused=True)
-    if grad is not None and bool((grad != 0).any()):
-        raise Mistake(
-            "empty_not_zero",
-            f"the gradient is not 0 when {what}",
-            f"On {case}, there is nothing to predict, yet your loss has a non-zero gradient.",
-        )
-    run.ok(f"0 (not NaN), still backpropagating, when {what}")
-
-
-def num_items_mistake(
-    what: str, got: float, expected: float, total: float, count: int, n_items: int
-) -> Mistake:
-    """The mistake behind a wrong value with ``num_items_in_batch=n_items``."""
-    mean = total / count
-    first_match(
-        got,
-        expected,
-        [
-            (
-                "ignores_num_items_in_batch",
-                mean,
-                "`num_items_in_batch` is ignored",
-                f"On {what}, your loss is {got:.4f}, the plain mean over this micro-batch "
-                f"({mean:.4f}). With `num_items_in_batch` given, return the *sum* of the "
-                f"per-token losses divided by it: {total:.4f} / {n_items} = "
-                f"{expected:.4f}.\n\n{GRAD_ACCUM_NOTE}",
-            ),
-            (
-                "num_items_divides_mean",
-                mean / n_items,
-                "divides the mean, not the sum, by `num_items_in_batch`",
-                f"On {what}, your loss is {got:.6f} = mean / num_items_in_batch. Divide the "
-                f"*sum* of the per-token losses: {total:.4f} / {n_items} = {expected:.4f}.",
-            ),
-        ],
-    )
-    return Mistake(
-        "wrong_num_items_value",
-        "wrong value with `num_items_in_batch`",
-        f"On {what}, your loss is {got:.6f}; expected sum / num_items_in_batch = {total:.4f} / "
-        f"{n_items} = {expected:.6f}.\n\n{GRAD_ACCUM_NOTE}",
-    )
-
-
-def check_num_items(
-    run: Runner,
-    call: LossCall,
-    args: list[torch.Tensor],
-    case: str,
-    total: float,
-    count: int,
-    extra: int,
-    reference_fn: Callable[..., torch.Tensor],
-) -> None:
-    """``num_items_in_batch = count + extra``, as an int and as a 0-dim tensor: the sum of the
-    per-token losses (``total``) divided by it."""
-    n_items = count + extra
-    expected = float(reference_fn(*args, num_items_in_batch=n_items))
-    what = f"{case} with `num_items_in_batch={n_items}` (this micro-batch has {count} targets)"
-    loss, _ = call(args, what, num_items_in_batch=n_items)
-    got = float(loss.detach())
-    if not close(got, expected):
-        raise num_items_mistake(what, got, expected, total, count, n_items)
-    what_t = f"{case} with `num_items_in_batch=torch.tensor({n_items})`"
-    loss, _ = call(args, what_t, num_items_in_batch=torch.tensor(n_items))
-    if not close(float(loss.detach()), expected):
-        raise Mistake(
-            "wrong_num_items_value",
-            "wrong value when `num_items_in_batch` is a tensor",
-            f"On {what_t}, your loss is {float(loss.detach()):.6f}; expected {expected:.6f}. The "
-            "Trainer passes the count as a 0-dim tensor: accept both an int and a tensor.",
-        )
-    run.ok(
-        "with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the "
-        "full-batch loss"
-    )
-
-
-def perturb_ignored(
-    run: Runner,
-    call: LossCall,
-    args: list[torch.Tensor],
-    counted: torch.Tensor,
-    got: float,
-    case: str,
-    *,
-    code: str,
-    title: str,
-    why: str,
-) -> None:
-    """Change the logits where ``counted`` is False; if the loss moves, raise ``code``."""
-    logits = args[0]
-    noise = torch.randn(logits.shape, generator=gen(99)) * 3.0
-    changed = torch.where(counted.unsqueeze(-1), logits, logits + noise)
-    loss, _ = call([changed, *args[1:]], case + ", scores changed at positions that must not count")
-    if not close(float(loss.detach()), got):
-        raise Mistake(code, title, f"On {case}: {why}")
+        for v, text in ((n, str(n)), (torch.tensor(n), f"torch.tensor({n})"))
+    ]

@@ -1,11 +1,15 @@
-"""Checker for lesson 08's bug zoo: ``check("bug_zoo", {"A": "pad_is_eos", ...})``.
+"""Checker for lesson 08's bug zoo: ``check("bug_zoo", {"A": "pad_is_eos", ...})``, in the
+runner's pattern (:mod:`._framework`).
 
-The answer is a dict (or a function without arguments returning one) from case letters
-(:data:`lmlessons.course.bugzoo.cases.CASES`) to diagnosis ids
-(:data:`~lmlessons.course.bugzoo.cases.DIAGNOSES`); ``None`` leaves a case unanswered. A wrong
-diagnosis gets what that bug would look like beside what the case really shows (its evidence,
-with the numbers of the recorded runs); a partial answer says which cases are right so far. The
-widget of lesson 08 gives the same feedback (:func:`feedback`).
+The answer is a dict from case letters (:data:`lmlessons.course.bugzoo.cases.CASES`) to diagnosis
+ids (:data:`~lmlessons.course.bugzoo.cases.DIAGNOSES`), or a function without arguments that
+returns one (the lesson's exercise, called through the runner: a stub is "not attempted"); None
+leaves a case unanswered, unknown letters or ids raise. A wrong diagnosis gets what that bug would
+look like beside what the case really shows (its evidence, with the numbers of the recorded
+runs); a partial answer says which cases are right so far. The widget of lesson 08 gives the same
+feedback (:func:`feedback`). The exercise is registered with ``answers=True`` (the learner passes
+answers, not a function to test), its own result class (no hints: the evidence is the hint) and
+its own verdict when every case is right.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Diagnosis, evidence, get_case
+from lmlessons.exercises._framework import Case, Mistake, NotAttempted, Runner
 from lmlessons.exercises._result import CheckResult
 
-__all__ = ["EXERCISE", "BugZooResult", "get_diagnosis", "feedback", "check_bug_zoo"]
+__all__ = ["SIGNATURE", "PASSED", "BugZooResult", "bug_zoo", "check_bug_zoo", "feedback"]
 
-EXERCISE = "bug_zoo"
+SIGNATURE = "my_diagnoses() -> {case letter: diagnosis id}   # or the dict itself"
+PASSED = (f"all {len(CASES)} cases diagnosed", "")  # the verdict's title and message
 
 
 @dataclass(frozen=True, repr=False)
@@ -31,6 +37,11 @@ class BugZooResult(CheckResult):
         if self.status == "failed":
             return "Pick a case in the widget above: its curves and numbers are the evidence."
         return ""
+
+
+def bug_zoo() -> dict[str, str]:
+    """The reference: the right diagnosis of every case."""
+    return {case.id: case.diagnosis for case in CASES}
 
 
 def get_diagnosis(diagnosis_id: object) -> Diagnosis:
@@ -57,7 +68,7 @@ def feedback(
     )
 
 
-def _answers(answers: object) -> dict[str, str]:
+def _given(answers: object) -> dict[str, str]:
     """The answered cases of ``answers``, checked (unknown letters or ids raise)."""
     if not isinstance(answers, Mapping):
         raise TypeError(
@@ -69,50 +80,32 @@ def _answers(answers: object) -> dict[str, str]:
         get_case(case_id)
         if diagnosis_id is not None:
             given[case_id] = get_diagnosis(diagnosis_id).id
+    if not given:
+        raise NotAttempted(
+            f'Give a diagnosis id for at least one case, e.g. `{{"{CASES[0].id}": "no_bug"}}`. '
+            f"The ids: {', '.join(DIAGNOSES)}."
+        )
     return given
 
 
-def _not_attempted() -> CheckResult:
-    return BugZooResult(
-        EXERCISE,
-        "not_attempted",
-        "not attempted yet",
-        "Give a diagnosis id for at least one case, e.g. "
-        f'`{{"{CASES[0].id}": "no_bug"}}`. The ids: {", ".join(DIAGNOSES)}.',
-    )
-
-
-def check_bug_zoo(answers: object, records: Mapping[str, Any] | None = None) -> CheckResult:
-    """Check ``{case letter: diagnosis id}`` against the cases (see the module docstring).
-    ``answers`` may also be a function without arguments that returns the dict (the lesson's
-    exercise): one that raises ``NotImplementedError`` or returns None is "not attempted"."""
-    if callable(answers):
-        try:
-            answers = answers()
-        except NotImplementedError:
-            return _not_attempted()
-    if answers is None:
-        return _not_attempted()
-    given = _answers(answers)
-    if not given:
-        return _not_attempted()
-    verdicts = {case_id: feedback(case_id, d, records) for case_id, d in given.items()}
+def check_bug_zoo(run: Runner) -> None:
+    """Every case answered and right; else the wrong ones with their evidence, or the missing."""
+    answers = run.call(Case("your answers")) if callable(run.fn) else run.fn
+    given = _given(answers)
+    verdicts = {case_id: feedback(case_id, d) for case_id, d in given.items()}
     right = [c.id for c in CASES if c.id in given and verdicts[c.id][0]]
     wrong = [c.id for c in CASES if c.id in given and not verdicts[c.id][0]]
     missing = [c.id for c in CASES if c.id not in given]
-    if not wrong and not missing:
-        checks = tuple(f"case {c.id}: {c.title}" for c in CASES)
-        return BugZooResult(
-            EXERCISE, "passed", f"all {len(CASES)} cases diagnosed", "", passed_checks=checks
-        )
+    for case in CASES:
+        if case.id in right:
+            run.ok(f"case {case.id}: {case.title}")
     parts = [verdicts[case_id][1] for case_id in wrong]
     parts.append(f"Right so far: {', '.join(right) or 'none'}.")
     if missing:
         parts.append(f"Not answered yet: {', '.join(missing)}.")
     if wrong:
-        title = f"{len(wrong)} of {len(given)} diagnoses wrong: case {', '.join(wrong)}"
-        mistake = "wrong_diagnosis"
-    else:
-        title = f"{len(right)} of {len(CASES)} cases diagnosed, all right so far"
-        mistake = "incomplete"
-    return BugZooResult(EXERCISE, "failed", title, "\n\n".join(parts), mistake=mistake)
+        head = f"{len(wrong)} of {len(given)} diagnoses wrong: case {', '.join(wrong)}."
+        raise Mistake("wrong_diagnosis", "\n\n".join([head, *parts]))
+    if missing:
+        head = f"{len(right)} of {len(CASES)} cases diagnosed, all right so far."
+        raise Mistake("incomplete", "\n\n".join([head, *parts]))

@@ -34,9 +34,11 @@ from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instr
 from lmlessons.course.bugzoo.records import load_records
 from lmlessons.course.bugzoo.runs import RUNS
 from lmlessons.course.palette import BAD, CODE_BOX, CODE_STYLE, GOOD, INK, MUTED, ink_on
+from lmlessons.course.training import smoothed
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
+    TABLE_OPEN,
     OutputRecord,
     figure_png,
     html_output,
@@ -87,19 +89,15 @@ def _format(metric: str, value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def _smoothed(values: list[float], beta: float = 0.9) -> list[float]:
-    """Bias-corrected moving average (as :meth:`lmlessons.History.smoothed`); NaN stays NaN."""
-    out, avg = [], 0.0
-    for i, v in enumerate(values, start=1):
-        avg = beta * avg + (1 - beta) * v
-        out.append(avg / (1 - beta**i))
-    return out
+def _versus(case: Case) -> str:
+    """The title of a case's figure, and its text form."""
+    return f"case {case.id} against its healthy run"
 
 
 def _curve(ax: Any, values: list[float], color: str, label: str) -> None:
     steps = range(1, len(values) + 1)
     ax.plot(steps, values, color=color, alpha=0.25, lw=1)
-    ax.plot(steps, _smoothed(values), color=color, lw=1.8, label=label)
+    ax.plot(steps, smoothed(values), color=color, lw=1.8, label=label)
 
 
 def plot_case(
@@ -142,16 +140,20 @@ def _case_figure(case: Case, records: Records) -> Figure:
         if key == "grad_norm":
             ax.set_yscale("log")
         ax.legend(fontsize=7)
-    fig.suptitle(f"case {case.id} against its healthy run", fontsize=10)
+    fig.suptitle(_versus(case), fontsize=10)
     return fig
 
 
+PANELS_PER_ROW = 5
+
+
 def plot_all_cases(records: Records | None = None) -> Figure:
-    """Every case's train loss against its healthy run's, one panel per case (a 2 x 4 grid)."""
+    """Every case's train loss against its healthy run's, one panel per case, 5 to a row."""
     records = _records(records)
-    fig = new_figure(9.6, 4.4)
+    rows = math.ceil(len(CASES) / PANELS_PER_ROW)
+    fig = new_figure(9.6, 2.2 * rows)
     for i, case in enumerate(CASES):
-        ax = fig.add_subplot(2, math.ceil(len(CASES) / 2), i + 1)
+        ax = fig.add_subplot(rows, PANELS_PER_ROW, i + 1)
         plot_case(ax, case, records)
         ax.set_title(f"case {case.id}", fontsize=9)
         ax.tick_params(labelsize=7)
@@ -168,7 +170,6 @@ def plot_all_cases(records: Records | None = None) -> Figure:
 # Tables
 # --------------------------------------------------------------------------------------------
 
-_TABLE = '<table style="border-collapse:collapse;margin:4px 0;font-size:12px">'
 _TD = 'style="padding:2px 8px;border:1px solid #bbb;text-align:{align}"'
 
 
@@ -202,7 +203,7 @@ def symptom_table_html(case: Case | str, records: Records | None = None) -> str:
         if instrument.metric(case.family) is not None:
             sign, a, b = _cell(instrument, case.family, mine, healthy)
             rows.append(_row([html.escape(instrument.label), a, b, sign]))
-    return _TABLE + "".join(rows) + "</table>"
+    return TABLE_OPEN + "".join(rows) + "</table>"
 
 
 def all_symptoms_html(records: Records | None = None) -> str:
@@ -220,7 +221,7 @@ def all_symptoms_html(records: Records | None = None) -> str:
             grey = f'<br><span style="{MUTED}">{b}</span>'
             cells.append(sign if sign == NOT_MEASURED else shown + grey)
         rows.append(_row(cells))
-    return _TABLE.replace("font-size:12px", "font-size:11px") + "".join(rows) + "</table>"
+    return TABLE_OPEN.replace("font-size:12px", "font-size:11px") + "".join(rows) + "</table>"
 
 
 def _examples(record: dict[str, Any]) -> list[str]:
@@ -240,12 +241,12 @@ def examples_html(case: Case | str, records: Records | None = None) -> str:
         for prompt, guess in mine["guesses"].items():
             cells = [prompt, guess, healthy["guesses"][prompt]]
             rows.append(_row([html.escape(c) for c in cells], align="left"))
-        return _TABLE + "".join(rows) + "</table>"
+        return TABLE_OPEN + "".join(rows) + "</table>"
     if "samples" in mine:
         rows = [_row(["greedy samples", f"case {case.id}", "healthy run"], head=True, align="left")]
         for i, (a, b) in enumerate(zip(mine["samples"], healthy["samples"], strict=True)):
             rows.append(_row([str(i + 1), html.escape(a), html.escape(b)], align="left"))
-        return _TABLE.replace("margin", "max-width:900px;margin") + "".join(rows) + "</table>"
+        return TABLE_OPEN.replace("margin", "max-width:900px;margin") + "".join(rows) + "</table>"
     return ""
 
 
@@ -259,7 +260,7 @@ def all_examples_html(records: Records | None = None) -> str:
         pair = [_examples(records[case.run]), _examples(records[case.reference])]
         cells = ["<br>".join(html.escape(x) for x in ex) or NOT_MEASURED for ex in pair]
         rows.append(_row([f"<b>{case.id}</b> {html.escape(case.family)}", *cells], align="left"))
-    return _TABLE.replace("margin", "max-width:980px;margin") + "".join(rows) + "</table>"
+    return TABLE_OPEN.replace("margin", "max-width:980px;margin") + "".join(rows) + "</table>"
 
 
 def diagnoses_html() -> str:
@@ -267,7 +268,7 @@ def diagnoses_html() -> str:
     rows = [_row(["diagnosis id", "what is wrong"], head=True, align="left")]
     for d in DIAGNOSES.values():
         rows.append(_row([f"<code>{d.id}</code>", html.escape(d.label)], align="left"))
-    return _TABLE + "".join(rows) + "</table>"
+    return TABLE_OPEN + "".join(rows) + "</table>"
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,7 +391,7 @@ def _case_outputs(case: Case, records: Records, png: bytes) -> list[OutputRecord
     )
     return [
         html_output(setting, plain=f"case {case.id}"),
-        png_output(png, f"case {case.id} against its healthy run"),
+        png_output(png, _versus(case)),
         html_output(symptom_table_html(case, records) + examples_html(case, records)),
     ]
 

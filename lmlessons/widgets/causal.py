@@ -27,16 +27,17 @@ from matplotlib.patches import Rectangle
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.causality import causal_mask
+from lmlessons.course.training import smoothed
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
     COLORS,
     OutputRecord,
+    attention_axes,
     figure_png,
-    html_output,
     new_figure,
     png_output,
-    state_output,
     token_table_html,
+    view_outputs,
 )
 
 __all__ = [
@@ -172,8 +173,7 @@ def position_view(
     """
     toks = _check_tokens("tokens", tokens)
     weights = _check_pattern(pattern, len(toks))
-    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < len(toks):
-        raise ValueError(f"position must be an int in [0, {len(toks)}), got {position!r}")
+    _check_position(position, len(toks))
     labels = toks if label_tokens is None else _check_tokens("label_tokens", label_tokens)
     visible = [bool(w > 0) for w in weights[position].tolist()]
     has_next = position + 1 < len(toks)
@@ -238,19 +238,12 @@ def plot_attention(
     toks = _check_tokens("tokens", tokens)
     weights = _check_pattern(pattern, len(toks))
     n = len(toks)
-    ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=max(1e-9, float(weights.max())))
+    vmax = max(1e-9, float(weights.max()))
+    attention_axes(ax, weights.numpy(), vmax=vmax, row=row, title=title)
     ax.set_xticks(range(n), toks, rotation=90, fontsize=8)
     ax.set_yticks(range(n), toks, fontsize=8)
-    ax.set_xlabel("key position j (attended to)", fontsize=9)
-    ax.set_ylabel("query position i", fontsize=9)
-    if row is not None:
-        ax.add_patch(Rectangle((-0.5, row - 0.5), n, 1, fill=False, edgecolor="#1a9641", lw=2))
-        if row + 1 < n:
-            ax.add_patch(
-                Rectangle((row + 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#d7191c", lw=2)
-            )
-    if title:
-        ax.set_title(title, fontsize=10)
+    if row is not None and row + 1 < n:
+        ax.add_patch(Rectangle((row + 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#d7191c", lw=2))
     return ax
 
 
@@ -264,10 +257,7 @@ def _heatmap_png(pattern: torch.Tensor, tokens: Sequence[str], row: int, title: 
 
 def _outputs(marker: str, table: str, png: bytes | None, alt: str) -> tuple[OutputRecord, ...]:
     """The hidden state, the table, and the heatmap with ``alt`` as its text (the picture's alt)."""
-    outs = [state_output(marker), html_output(table)]
-    if png is not None:
-        outs.append(png_output(png, alt))
-    return tuple(outs)
+    return view_outputs(marker, table, None if png is None else png_output(png, alt))
 
 
 def _heatmap_alt(what: str, t: int, token: str, sees: int) -> str:
@@ -278,11 +268,14 @@ def _heatmap_alt(what: str, t: int, token: str, sees: int) -> str:
     )
 
 
-def _position_slider(n: int, position: int | None) -> widgets.IntSlider:
-    if position is None:
-        position = min(3, n - 1)
+def _check_position(position: object, n: int) -> int:
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < n:
         raise ValueError(f"position must be an int in [0, {n}), got {position!r}")
+    return position
+
+
+def _position_slider(n: int, position: int | None) -> widgets.IntSlider:
+    position = _check_position(min(3, n - 1) if position is None else position, n)
     return widgets.IntSlider(
         value=position,
         min=0,
@@ -475,13 +468,9 @@ def plot_loss_curves(
         raise ValueError(f"smooth must be in [0, 1), got {smooth}")
     for i, (name, values) in enumerate(curves.items()):
         vals = [float(v) for v in values]
-        avg, smoothed = 0.0, []
-        for k, v in enumerate(vals, start=1):
-            avg = smooth * avg + (1 - smooth) * v
-            smoothed.append(avg / (1 - smooth**k))
         steps = range(1, len(vals) + 1)
         ax.plot(steps, vals, color=f"C{i}", alpha=0.25, lw=1)
-        ax.plot(steps, smoothed, color=f"C{i}", lw=2, label=name)
+        ax.plot(steps, smoothed(vals, smooth), color=f"C{i}", lw=2, label=name)
     if reference is not None:
         ax.axhline(reference, color="gray", ls="--", lw=1, label=f"uniform guess = {reference:.2f}")
     ax.set_xlabel("optimizer step")

@@ -11,6 +11,8 @@
 * :func:`state_output` is the widget's state (``key=value ...``, deterministic) as an element a
   learner never sees: ``<div class="lmlessons-state" data-state="..." hidden>``. Tests read it
   with :func:`shown_state`, the browser test waits for its ``data-state``.
+* :func:`view_outputs` is what most widgets draw: the hidden state, a table, optionally a picture.
+* :func:`attention_axes` draws an attention pattern as a heatmap with the query row outlined.
 * :func:`outputs_html` renders output records as static HTML (a widget's kernel-free picture).
 """
 
@@ -23,7 +25,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from IPython.display import HTML
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from lmlessons.course.palette import COLORS, on_color  # noqa: F401  (lessons import COLORS here)
 
@@ -33,6 +37,8 @@ OutputRecord = dict[str, Any]
 #: Resolution of every widget figure (small, sharp enough in a notebook).
 FIGURE_DPI = 80
 
+#: The opening tag of every table the widgets draw.
+TABLE_OPEN = '<table style="border-collapse:collapse;margin:4px 0;font-size:12px">'
 _CELL_STYLE = (
     "padding:2px 6px;border:1px solid #bbb;text-align:center;font-family:monospace;"
     "white-space:nowrap;"
@@ -100,7 +106,7 @@ def token_table_html(
 ) -> str:
     """The HTML string behind :func:`token_table`."""
     width = _check_widths(rows, colors, column_colors)
-    parts = ['<table style="border-collapse:collapse;margin:4px 0;font-size:12px">']
+    parts = [TABLE_OPEN]
     if caption:
         parts.append(
             '<caption style="caption-side:top;text-align:left;font-weight:bold">'
@@ -159,6 +165,21 @@ def figure_png(fig: Figure, *, crop: bool = False) -> bytes:
     return buffer.getvalue()
 
 
+def attention_axes(
+    ax: Axes, weights: Any, *, vmax: float, row: int | None = None, title: str | None = None
+) -> None:
+    """Draw ``weights`` ``(N, N)`` (an array) on ``ax`` as a heatmap: row = query position,
+    column = key position, ``row`` outlined in green, ``title`` above."""
+    n = weights.shape[0]
+    ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=vmax)
+    ax.set_xlabel("key position j (attended to)", fontsize=9)
+    ax.set_ylabel("query position i", fontsize=9)
+    if row is not None:
+        ax.add_patch(Rectangle((-0.5, row - 0.5), n, 1, fill=False, edgecolor="#1a9641", lw=2))
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
 # ---------------------------------------------------------------------------------------------
 # output records
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +223,17 @@ def state_output(state: str) -> OutputRecord:
         "data": {"text/html": markup, "text/plain": ""},
         "metadata": {"lmlessons_state": state},
     }
+
+
+def view_outputs(
+    state: str, table: str, picture: OutputRecord | None = None
+) -> tuple[OutputRecord, ...]:
+    """A widget's output: its hidden :func:`state_output`, the ``table`` HTML, then ``picture``
+    (e.g. a :func:`png_output`) when there is one."""
+    outs = [state_output(state), html_output(table)]
+    if picture is not None:
+        outs.append(picture)
+    return tuple(outs)
 
 
 def is_state(record: OutputRecord) -> bool:

@@ -20,16 +20,15 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from lmlessons._checks import IGNORE_INDEX
+from lmlessons._checks import IGNORE_INDEX, check_tokenizer
 from lmlessons.course.palette import MUTED
 from lmlessons.masking import mask_tokens
 from lmlessons.widgets.base import LessonWidget, float_slider
 from lmlessons.widgets.display import (
     COLORS,
     OutputRecord,
-    html_output,
-    state_output,
     token_table_html,
+    view_outputs,
 )
 
 __all__ = [
@@ -231,11 +230,7 @@ def _check_widget_args(tokenizer: Any, sentences: object, n_draws: object) -> Se
         raise ValueError("sentences must be a non-empty list of strings")
     if not all(isinstance(s, str) and s.strip() for s in sentences):
         raise TypeError("sentences must hold non-empty strings")
-    for attr in ("mask_token_id", "all_special_ids", "convert_ids_to_tokens"):
-        if getattr(tokenizer, attr, None) is None:
-            raise ValueError(
-                f"tokenizer must define {attr} (a BERT-style tokenizer with a [MASK] token)"
-            )
+    check_tokenizer(tokenizer, ("mask_token_id", "all_special_ids", "convert_ids_to_tokens"))
     if isinstance(n_draws, bool) or not isinstance(n_draws, int) or n_draws < 1:
         raise ValueError(f"n_draws must be a positive int, got {n_draws!r}")
     return sentences
@@ -301,7 +296,7 @@ def _masking_outputs(
     caption = f"sentence {sentence}, seed {seed}: one draw"
     table = masking_table_html(tokenizer, ids, masked[0], labels[0], special, caption=caption)
     marker = masking_marker(**probs, seed=seed, sentence=sentence, categories=cats)
-    return state_output(marker), html_output(table + _rates_html(measured, requested, n_draws))
+    return view_outputs(marker, table + _rates_html(measured, requested, n_draws))
 
 
 def masking_widget(

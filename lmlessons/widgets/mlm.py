@@ -15,6 +15,7 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
+from lmlessons._checks import check_tokenizer
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
     COLORS,
@@ -58,8 +59,7 @@ def fill_mask(
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
-    if getattr(tokenizer, "mask_token_id", None) is None:
-        raise ValueError("tokenizer must define mask_token_id")
+    check_tokenizer(tokenizer, ("mask_token_id",))
     text = normalize_mask_text(text, tokenizer.mask_token)
     max_len = int(getattr(getattr(model, "config", None), "max_position_embeddings", 512))
     enc = tokenizer(text, truncation=True, max_length=max_len, return_tensors="pt")

@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from lmlessons._checks import check_int, check_probability
+from lmlessons._checks import check_int, check_probability, check_tokenizer
 from lmlessons.course.palette import on_color
 from lmlessons.pairs import make_nsp_pairs
 from lmlessons.widgets.base import LessonWidget, float_slider
@@ -253,9 +253,7 @@ def _check_browser_args(
     tokenizer: Any,
     topics: Sequence[str] | None,
 ) -> None:
-    for attr in ("cls_token_id", "sep_token_id", "pad_token_id"):
-        if getattr(tokenizer, attr, None) is None:
-            raise ValueError(f"tokenizer must define {attr} (a BERT-style tokenizer)")
+    check_tokenizer(tokenizer, ("cls_token_id", "sep_token_id", "pad_token_id"))
     if topics is not None and len(topics) != len(token_documents):
         raise ValueError(
             f"topics must give one topic per document ({len(token_documents)}), got {len(topics)}"

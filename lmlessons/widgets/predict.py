@@ -98,6 +98,13 @@ class Scale:
     unit: str
     decimals: int
 
+    def check(self, value: object) -> float:
+        """``value`` as a float in ``[low, high]``, else an error naming ``value``."""
+        number = _real(value, "value")
+        if not self.low <= number <= self.high:
+            raise ValueError(f"value must be in [{self.low:g}, {self.high:g}], got {number:g}")
+        return number
+
     def format(self, value: float) -> str:
         """``value`` with the scale's decimals and unit: ``32.3%``, ``0.14 nats``, ``68``."""
         number = f"{value:.{self.decimals}f}"
@@ -196,9 +203,7 @@ def _guess_control(
             options=list(choices), value=None, description="guess", style=_STYLE
         )
     assert scale is not None
-    start = (scale.low + scale.high) / 2 if value is None else _real(value, "value")
-    if not scale.low <= start <= scale.high:
-        raise ValueError(f"value must be in [{scale.low:g}, {scale.high:g}], got {start:g}")
+    start = (scale.low + scale.high) / 2 if value is None else scale.check(value)
     kind = widgets.FloatSlider if entry == "slider" else widgets.BoundedFloatText
     options: dict[str, Any] = {"readout_format": f".{scale.decimals}f"} if entry == "slider" else {}
     return kind(
@@ -266,12 +271,7 @@ class Predict(LessonWidget):
                 raise ValueError(f"value must be one of {list(self.choices)}, got {value!r}")
             return str(value)
         assert self.scale is not None
-        number = _real(value, "value")
-        if not self.scale.low <= number <= self.scale.high:
-            raise ValueError(
-                f"value must be in [{self.scale.low:g}, {self.scale.high:g}], got {number:g}"
-            )
-        return number
+        return self.scale.check(value)
 
     def commit(self, value: object) -> float | str:
         """Lock ``value`` as the guess (what the button does with the control's value).

@@ -21,6 +21,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from lmlessons._checks import check_int
 from lmlessons.course.memory import MIB
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
@@ -58,11 +59,7 @@ TOKENS_PER_BATCH: tuple[int, ...] = tuple(2**k for k in range(10, 21))  # 1,024 
 
 
 def _pos_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+    return check_int(name, value, minimum=1)
 
 
 def logits_bytes(

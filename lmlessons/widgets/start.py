@@ -28,9 +28,8 @@ from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
     COLORS,
     OutputRecord,
-    html_output,
-    state_output,
     token_table_html,
+    view_outputs,
 )
 
 __all__ = [
@@ -243,7 +242,7 @@ def objectives_widget(
         marker = objectives_marker(
             example=example, objective=objective, seed=seed, tokens=n_tokens, targets=n
         )
-        return state_output(marker), html_output(table)
+        return view_outputs(marker, table)
 
     return LessonWidget(controls, draw)
 

@@ -3,8 +3,9 @@ a too-high learning rate, one with no bug at all).
 
 * :mod:`~lmlessons.course.bugzoo.bugs`: each bug beside its fix, as small functions of one job
   each (mask a batch, the MLM loss, a causal-LM batch, the decoder, the NSP negatives, gradient
-  accumulation);
-* :mod:`~lmlessons.course.bugzoo.data`: the sentence batches every run reads;
+  accumulation, the ``Trainer``, the labels and the batches of chat fine-tuning);
+* :mod:`~lmlessons.course.bugzoo.data`: the sentence batches and the conversations the runs read;
+* :mod:`~lmlessons.course.bugzoo.loops`: the training loops, the course's and the ``Trainer``;
 * :mod:`~lmlessons.course.bugzoo.runs`: the runs (``RUNS``) and ``run``, which trains one;
 * :mod:`~lmlessons.course.bugzoo.symptoms`: what is measured on a trained model;
 * :mod:`~lmlessons.course.bugzoo.instruments`: the instruments (the columns of the symptom

@@ -15,7 +15,13 @@ The roles (what each function is for, and the lesson that teaches it):
 * negatives ``(pairs, tokenizer, generator) -> pairs``: the NotNext pairs of a BERT
   pretraining batch from ``make_nsp_pairs`` (lesson 05);
 * accumulate ``(model, micro_batches) -> loss``: one optimizer step's backward passes over K
-  micro-batches, returning the loss it reports (lesson 07).
+  micro-batches (or packs), returning the loss it reports (lesson 07);
+* trainer ``(**trainer_kwargs) -> transformers.Trainer``: the ``Trainer`` that trains an MLM run
+  with gradient accumulation, built from the keyword arguments of ``Trainer`` (lesson 07);
+* answer labels ``(input_ids, assistant_masks) -> labels``: the labels of one rendered
+  conversation of the chat fine-tuning runs (lesson 10);
+* chat batch ``(conversations, tokenizer) -> [batch, ...]``: one step's labelled conversations
+  as padded rows (one batch) or packed without padding (one batch per pack; lessons 09 and 10).
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ import torch
 import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.answer_only import assistant_only_labels
 from lmlessons.collator import special_token_ids
 from lmlessons.course.models import _build, tiny_bert_config
-from lmlessons.losses import clm_loss
+from lmlessons.losses import clm_loss, mlm_loss
 from lmlessons.masking import mask_tokens
+from lmlessons.packing import flatten_documents
 from lmlessons.shifting import shift_labels
 
 __all__ = [
@@ -50,10 +58,22 @@ __all__ = [
     "negatives_random_ids",
     "accumulate_fixed",
     "accumulate_mean_of_means",
+    "mlm_loss_func",
+    "trainer_fixed",
+    "trainer_model_loss",
+    "model_logits",
+    "answer_labels_fixed",
+    "answer_labels_everything",
+    "chat_batch_fixed",
+    "chat_batch_pad_is_eos",
+    "chat_packs_fixed",
+    "chat_packs_no_boundaries",
 ]
 
 Batch = dict[str, torch.Tensor]
 Tensor = torch.Tensor
+Conversation = tuple[list[int], list[int]]  # (input_ids, labels) of one rendered conversation
+MAX_PACK_TOKENS = 128  # a pack holds whole conversations up to the models' 128 positions
 
 
 def pad_rows(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
@@ -64,6 +84,14 @@ def pad_rows(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
         input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     attention_mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()  # (B, T)
     return input_ids, attention_mask
+
+
+def model_logits(model: torch.nn.Module, batch: Batch) -> Tensor:
+    """The logits of ``model`` on every field of ``batch`` but its ``labels``, ``(B, T, V)``;
+    without a cache, so that packed ``position_ids`` give each document its own attention (with
+    a cache, transformers' mask ignores them)."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    return model(**inputs, use_cache=False).logits
 
 
 def seeded(model_class: str, config: Any, seed: int) -> Any:
@@ -186,7 +214,7 @@ def accumulate_fixed(model: torch.nn.Module, micro_batches: list[Batch]) -> floa
     n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro_batches)  # FIX
     reported = 0.0
     for b in micro_batches:
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        logits = model_logits(model, b)  # (B, T, V)
         loss = clm_loss(logits, b["labels"], num_items_in_batch=n)  # FIX: sum / step's count
         loss.backward()
         reported += loss.item()
@@ -196,8 +224,85 @@ def accumulate_fixed(model: torch.nn.Module, micro_batches: list[Batch]) -> floa
 def accumulate_mean_of_means(model: torch.nn.Module, micro_batches: list[Batch]) -> float:
     reported = 0.0
     for b in micro_batches:
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        logits = model_logits(model, b)  # (B, T, V)
         loss = clm_loss(logits, b["labels"]) / len(micro_batches)  # BUG: a mean of means
         loss.backward()
         reported += loss.item()
     return reported
+
+
+# --- trainer -------------------------------------------------------------------------------
+
+
+def mlm_loss_func(outputs: Any, labels: Tensor, num_items_in_batch: Any = None) -> Tensor:
+    """A ``Trainer``'s ``compute_loss_func``: the course's MLM loss (sum / num_items_in_batch)."""
+    return mlm_loss(outputs.logits, labels, num_items_in_batch=num_items_in_batch)
+
+
+def trainer_fixed(**trainer_kwargs: Any) -> Any:
+    from transformers import Trainer
+
+    loss_func = mlm_loss_func  # FIX: sum / num_items_in_batch, the step's count of targets
+    return Trainer(**{**trainer_kwargs, "compute_loss_func": loss_func})
+
+
+def trainer_model_loss(**trainer_kwargs: Any) -> Any:
+    from transformers import Trainer
+
+    loss_func = None  # BUG: BertForMaskedLM's loss: drops num_items_in_batch, never divided by K
+    return Trainer(**{**trainer_kwargs, "compute_loss_func": loss_func})
+
+
+# --- answer labels -------------------------------------------------------------------------
+
+
+def answer_labels_fixed(input_ids: Tensor, assistant_masks: Tensor) -> Tensor:
+    return assistant_only_labels(input_ids, assistant_masks)  # FIX: the answer and its [SEP] only
+
+
+def answer_labels_everything(input_ids: Tensor, assistant_masks: Tensor) -> Tensor:
+    return input_ids.clone()  # BUG: the prompt is a target too
+
+
+# --- chat batch ----------------------------------------------------------------------------
+
+
+def _pad_conversations(rows: list[Conversation], pad_token_id: int) -> Batch:
+    input_ids, attention_mask = pad_rows([ids for ids, _ in rows], pad_token_id)  # (B, T)
+    labels, _ = pad_rows([labels for _, labels in rows], IGNORE_INDEX)  # (B, T)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def chat_batch_fixed(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
+    batch = _pad_conversations(rows, tokenizer.pad_token_id)  # FIX: pad with [PAD]; labels -100
+    return [batch]
+
+
+def chat_batch_pad_is_eos(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
+    pad_token_id = tokenizer.eos_token_id  # BUG: pad_token = eos_token
+    batch = _pad_conversations(rows, pad_token_id)
+    ids = batch["input_ids"]
+    batch["labels"] = batch["labels"].masked_fill(ids == pad_token_id, IGNORE_INDEX)  # BUG: [SEP]
+    return [batch]
+
+
+def _packs(rows: list[Conversation]) -> list[list[Conversation]]:
+    """``rows`` in order, cut into packs of whole conversations of at most MAX_PACK_TOKENS."""
+    packs: list[list[Conversation]] = [[]]
+    for row in rows:
+        if packs[-1] and sum(len(ids) for ids, _ in packs[-1]) + len(row[0]) > MAX_PACK_TOKENS:
+            packs.append([])
+        packs[-1].append(row)
+    return packs
+
+
+def chat_packs_fixed(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
+    packs = [flatten_documents([i for i, _ in p], labels=[y for _, y in p]) for p in _packs(rows)]
+    return packs  # FIX: position_ids restart at 0: each conversation attends to itself only
+
+
+def chat_packs_no_boundaries(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
+    packs = [flatten_documents([i for i, _ in p], labels=[y for _, y in p]) for p in _packs(rows)]
+    for b in packs:
+        del b["position_ids"]  # BUG: positions run on: attention crosses every conversation
+    return packs

@@ -8,9 +8,10 @@ symptoms; its ``title``, ``bug`` and ``fix`` are the reveal. Its ``claims`` are 
 the recorded data (the tests check every one), so no feedback states something the runs did not
 show.
 
-Case letters do not follow the order of :data:`DIAGNOSES`: the letter gives nothing away. The
-cases are data: a new one is a run in :data:`~lmlessons.course.bugzoo.runs.RUNS` and an entry
-here; the widget, the tables and the checker take it up.
+Case letters do not follow the order of :data:`DIAGNOSES`: the letter gives nothing away. Two
+cases share a diagnosis only as the same bug in two model families. The cases are data: a new
+one is a run in :data:`~lmlessons.course.bugzoo.runs.RUNS` and an entry here; the widget, the
+tables and the checker take it up.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ SETTINGS: dict[str, str] = {
     "trained for next-token prediction on the same sentence batches as the GPT-2 runs.",
     "BERT pretraining": "A BERT pretraining run: BertForPreTraining (MLM + NSP), continuing "
     "from the course's bert checkpoint, on NSP pairs of the course corpus.",
+    "GPT-2 chat fine-tuning": "A GPT-2 chat fine-tuning run: GPT2LMHeadModel, continuing from "
+    "the course's gpt2 checkpoint, on the course's instruction set (a question about a sentence "
+    "of the corpus, a one-word answer) in the course's chat template, 16 conversations per step.",
 }
 
 
@@ -137,14 +141,23 @@ DIAGNOSES: dict[str, Diagnosis] = {
         Diagnosis(
             "pad_is_eos",
             "pad_token = eos_token, and padding found by its id: every [SEP] lost its label",
-            "a loss curve a little above the healthy run's, one target fewer per sentence, the "
-            "held-out words learned as well as by the healthy run, and generations that never end",
+            "a train loss above the healthy run's, one target fewer per sentence or conversation "
+            "(its [SEP]), the held-out words learned about as well as by the healthy run, and "
+            "generations that never end",
         ),
         Diagnosis(
             "mean_of_means",
             "gradient accumulation averages the micro-batch means",
             "a loss curve close to the healthy run's, but a step whose gradient (and, slightly, "
             "logged loss) differs from those of the same rows as one batch",
+        ),
+        Diagnosis(
+            "num_items_dropped",
+            "the Trainer accumulates with a model loss that drops num_items_in_batch: the "
+            "micro-batch means are added up, never divided by the accumulation steps",
+            "a logged train loss and a gradient norm about K times the healthy run's (K "
+            "micro-batches per step), the same targets per step, and held-out metrics as good as "
+            "the healthy run's",
         ),
         Diagnosis(
             "decoder_sees_the_future",
@@ -156,6 +169,20 @@ DIAGNOSES: dict[str, Diagnosis] = {
             "nsp_random_negatives",
             "the NotNext segments are random token ids, not text",
             "a train NSP accuracy near 100% but a held-out NSP accuracy at chance",
+        ),
+        Diagnosis(
+            "prompt_not_masked",
+            "the prompt is trained on too: labels on every token, not only on the answer",
+            "many more targets per step than the healthy run, a train loss above it, a held-out "
+            "loss on the prompts far below it, and worse held-out answers",
+        ),
+        Diagnosis(
+            "packed_without_boundaries",
+            "conversations packed into one row without position_ids: attention crosses from one "
+            "conversation into the next",
+            "the same targets per step as the healthy run, a train loss above it, worse held-out "
+            "answers when each conversation is scored alone, and the prompts and the stopping as "
+            "in the healthy run",
         ),
         Diagnosis(
             "lr_too_high",
@@ -436,6 +463,132 @@ CASES: tuple[Case, ...] = (
         "schedule). Starting again at 1e-3 moves the weights away from where it ended: the "
         "train loss rises once the warm-up is over, and every held-out metric gets worse. "
         "Continuing from a checkpoint wants a smaller learning rate (here 1e-4).",
+    ),
+    Case(
+        id="K",
+        run="packed_without_boundaries",
+        reference="healthy_chat_packed",
+        diagnosis="packed_without_boundaries",
+        title="Conversations packed into one row without position_ids",
+        evidence="The targets per step are the healthy run's ({c[targets_per_step]:.0f}), and so "
+        "are the loss on the held-out prompts ({c[heldout_prompt_loss]:.2f} against "
+        "{r[heldout_prompt_loss]:.2f}) and the stopping ({c[heldout_stop_rate]:.0%} of the "
+        "greedy answers end). But the train loss stays above the healthy run's "
+        "({c[final_train_loss]:.2f} against {r[final_train_loss]:.2f}), and held-out, each "
+        "conversation scored alone, the answers are worse: loss {c[heldout_answer_loss]:.2f} "
+        "against {r[heldout_answer_loss]:.2f}, {c[heldout_answer_accuracy]:.0%} of the answer "
+        "words right against {r[heldout_answer_accuracy]:.0%}. The same labels, learned in a "
+        "context the model does not have when it answers.",
+        claims=(
+            Claim("targets_per_step", "close", 0.001),
+            Claim("heldout_prompt_loss", "close", 0.05),
+            Claim("heldout_stop_rate", "close", 0.02),
+            Claim("final_train_loss", "higher", 0.1),
+            Claim("heldout_answer_loss", "higher", 0.1),
+            Claim("heldout_answer_accuracy", "lower", 0.3),
+        ),
+        bug=bugs.chat_packs_no_boundaries,
+        fix=bugs.chat_packs_fixed,
+        lesson="09",
+        why="Both runs pack each step's conversations into rows of up to 128 tokens without "
+        "padding (as DataCollatorWithFlattening does). What tells the model where a "
+        "conversation ends is position_ids restarting at 0: from them, with no attention mask "
+        "and no cache, transformers builds a block-diagonal causal mask. Without them the row is "
+        "one long document: every answer is trained while it can attend to the conversations "
+        "before it, at positions that run on. Alone, as at inference, the model answers worse.",
+    ),
+    Case(
+        id="L",
+        run="trainer_drops_num_items",
+        reference="healthy_mlm_trainer",
+        diagnosis="num_items_dropped",
+        title="Trainer with gradient accumulation and BertForMaskedLM's own loss",
+        evidence="The logged train loss is {c[final_train_loss]:.2f} where the healthy run logs "
+        "{r[final_train_loss]:.2f}, and the gradient norm {c[grad_norm]:.1f} against "
+        "{r[grad_norm]:.1f}: both about 4 times, with the same {c[targets_per_step]:.0f} "
+        "targets per step. Held-out the model is as good (masked loss {c[heldout_mlm_loss]:.2f} "
+        "against {r[heldout_mlm_loss]:.2f}): clipping and AdamW undo a constant factor. One "
+        "Trainer step of 16 sentences in 4 micro-batches gives a gradient "
+        "{c[gradient_norm_ratio]:.2f} times as large as the same sentences as one batch (the "
+        "healthy run's Trainer: {r[gradient_norm_ratio]:.2f}).",
+        claims=(
+            Claim("final_train_loss", "higher", 2.0),
+            Claim("grad_norm", "higher", 2.0),
+            Claim("targets_per_step", "close", 0.001),
+            Claim("heldout_mlm_loss", "close", 0.01),
+            Claim("gradient_norm_ratio", "higher", 2.0),
+            Claim("gradient_norm_ratio", "higher", 2.0, against="gradient_norm_ratio_fixed"),
+        ),
+        bug=bugs.trainer_model_loss,
+        fix=bugs.trainer_fixed,
+        lesson="07",
+        why="Both runs train with transformers' Trainer, 4 micro-batches of 4 sentences per "
+        "step. BertForMaskedLM's forward takes **kwargs, so the Trainer passes it "
+        "num_items_in_batch and no longer divides its loss by the 4 accumulation steps; but the "
+        "model ignores the count and returns its micro-batch's mean. The step adds up 4 means: "
+        "the logged loss and the gradient are about 4 times too large. Here clipping at 1.0 and "
+        "AdamW hide it from the held-out metrics; a learning rate tuned with it, another "
+        "optimizer, or losses compared across accumulation settings do not. The fix: a "
+        "compute_loss_func that divides by num_items_in_batch.",
+    ),
+    Case(
+        id="M",
+        run="prompt_not_masked",
+        reference="healthy_chat",
+        diagnosis="prompt_not_masked",
+        title="Fine-tuning on the whole conversation, prompt included",
+        evidence="Each step has {c[targets_per_step]:.0f} targets where the healthy run has "
+        "{r[targets_per_step]:.0f}, and the train loss is higher ({c[final_train_loss]:.2f} "
+        "against {r[final_train_loss]:.2f}): most targets are words of the questions, harder "
+        "than one-word answers. Held-out, the model predicts the prompts far better (loss "
+        "{c[heldout_prompt_loss]:.2f} against {r[heldout_prompt_loss]:.2f}) and the answers "
+        "worse (loss {c[heldout_answer_loss]:.2f} against {r[heldout_answer_loss]:.2f}, "
+        "{c[heldout_answer_accuracy]:.0%} of the answer words right against "
+        "{r[heldout_answer_accuracy]:.0%}); its samples answer 'the' to every question.",
+        claims=(
+            Claim("targets_per_step", "higher", 5.0),
+            Claim("final_train_loss", "higher", 0.2),
+            Claim("heldout_prompt_loss", "lower", 0.5),
+            Claim("heldout_answer_loss", "higher", 0.1),
+            Claim("heldout_answer_accuracy", "lower", 0.3),
+        ),
+        bug=bugs.answer_labels_everything,
+        fix=bugs.answer_labels_fixed,
+        lesson="10",
+        why="Fine-tuning should teach the model to write answers, not questions: only the "
+        "answer and its end-of-turn [SEP] carry labels (assistant_only_labels, from the chat "
+        "template's {% generation %} mask). With labels on every token, about 14 of every 15 "
+        "targets are prompt tokens: the reported loss mostly measures the prompts, the steps go "
+        "into predicting questions, and the held-out answers get worse.",
+    ),
+    Case(
+        id="N",
+        run="chat_pad_is_eos",
+        reference="healthy_chat",
+        diagnosis="pad_is_eos",
+        title="pad_token = eos_token in chat fine-tuning, padding labels set by id",
+        evidence="Each step has {c[targets_per_step]:.0f} targets where the healthy run has "
+        "{r[targets_per_step]:.0f}: one fewer per conversation. The words of the answers are "
+        "learned about as well (held-out loss {c[heldout_answer_loss]:.2f} against "
+        "{r[heldout_answer_loss]:.2f}), but only {c[heldout_stop_rate]:.0%} of the greedy "
+        "answers end within 8 tokens (healthy {r[heldout_stop_rate]:.0%}): the samples run on. "
+        "The train loss is higher ({c[final_train_loss]:.2f} against "
+        "{r[final_train_loss]:.2f}): the easiest target, the [SEP] after a one-word answer, is "
+        "gone.",
+        claims=(
+            Claim("targets_per_step", "lower", 0.3),
+            Claim("heldout_answer_loss", "close", 0.05),
+            Claim("heldout_stop_rate", "lower", 0.9),
+            Claim("heldout_mean_new_tokens", "higher", 2.0),
+            Claim("final_train_loss", "higher", 0.2),
+        ),
+        bug=bugs.chat_batch_pad_is_eos,
+        fix=bugs.chat_batch_fixed,
+        lesson="10",
+        why="Case C's bug in chat fine-tuning. With pad_token = eos_token, `labels[input_ids == "
+        "pad_token_id] = -100` also removes the [SEP] that ends every answer, the one target "
+        "that teaches the model to stop. Give the tokenizer a pad token of its own (the course "
+        "chat tokenizer keeps [PAD]) or mark padding by the attention mask.",
     ),
 )
 

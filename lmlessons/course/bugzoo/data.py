@@ -1,20 +1,25 @@
-"""The data every run of the bug zoo reads: single sentences of the course corpus.
+"""The data every run of the bug zoo reads: single sentences of the course corpus, or the
+conversations of the course's instruction set.
 
-Each row is one sentence, ``[CLS] sentence [SEP]``; a batch is padded to its longest row, as
-``tokenizer(texts, padding=True)`` does. Short rows in a padded batch are what several bugs
-need to show (padding, special tokens, unequal micro-batches).
+Each sentence row is one sentence, ``[CLS] sentence [SEP]``; a batch is padded to its longest
+row, as ``tokenizer(texts, padding=True)`` does. Short rows in a padded batch are what several
+bugs need to show (padding, special tokens, unequal micro-batches). The chat fine-tuning runs
+read :func:`chat_data`: each question and answer of
+:func:`lmlessons.course.chat.instruction_set` rendered by the course chat template, with the
+template's assistant mask (lesson 10).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 
 from lmlessons.course.batches import tokenize_documents
+from lmlessons.course.chat import chat_tokenizer, instruction_set
 from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.tokenizer import load_tokenizer
 
@@ -23,6 +28,9 @@ __all__ = [
     "EVAL_SEED",
     "EVAL_BATCH_SIZE",
     "course_data",
+    "Rendered",
+    "chat_data",
+    "prompt_length",
     "sentence_rows",
     "row_batches",
     "split_by_length",
@@ -32,11 +40,45 @@ SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
 
+Rendered = tuple[list[int], list[int]]  # (input_ids, assistant_masks) of one conversation
+Row = TypeVar("Row")
+
 
 @functools.lru_cache(maxsize=1)
 def course_data() -> tuple[Corpus, Any]:
     """The course corpus and tokenizer (loaded once)."""
     return load_corpus("course"), load_tokenizer()
+
+
+def _render(examples: list[dict[str, Any]], tokenizer: Any) -> list[Rendered]:
+    out = []
+    for example in examples:
+        rendered = tokenizer.apply_chat_template(
+            example["prompt"] + example["completion"],
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        out.append((list(rendered["input_ids"]), list(rendered["assistant_masks"])))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def chat_data() -> tuple[list[Rendered], list[Rendered], Any]:
+    """The instruction set's training and held-out conversations, rendered (``(input_ids,
+    assistant_masks)`` each, in :func:`~lmlessons.course.chat.instruction_set`'s order), and
+    the chat tokenizer that rendered them (loaded once)."""
+    corpus, tokenizer = course_data()[0], chat_tokenizer()
+    train, validation = (
+        _render(instruction_set(split, corpus=corpus), tokenizer)
+        for split in ("train", "validation")
+    )
+    return train, validation, tokenizer
+
+
+def prompt_length(conversation: Rendered) -> int:
+    """The number of tokens before the answer: the prompt the model sees when it answers
+    (``apply_chat_template(prompt, add_generation_prompt=True)``)."""
+    return conversation[1].index(1)
 
 
 def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]:
@@ -46,8 +88,8 @@ def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]
 
 
 def row_batches(
-    rows: list[list[int]], batch_size: int, generator: torch.Generator
-) -> Iterator[list[list[int]]]:
+    rows: Sequence[Row], batch_size: int, generator: torch.Generator
+) -> Iterator[list[Row]]:
     """Endless batches of ``batch_size`` rows, in a new random order every epoch."""
     while True:
         order = torch.randperm(len(rows), generator=generator).tolist()

@@ -39,6 +39,7 @@ TOLERANCE = 0.05
 NOT_MEASURED = "—"
 _ALL = MODEL_FAMILIES
 _CAUSAL = ("GPT-2 causal LM", "BERT causal LM")
+_CHAT = "GPT-2 chat fine-tuning"
 
 
 def _every(metric: str, families: tuple[str, ...] = _ALL) -> dict[str, str]:
@@ -74,6 +75,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
             "BERT MLM": "heldout_mlm_loss",
             "BERT pretraining": "heldout_mlm_loss",
             **_every("heldout_word_loss", _CAUSAL),
+            _CHAT: "heldout_answer_loss",
         },
     ),
     Instrument(
@@ -83,6 +85,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
             "BERT MLM": "heldout_mlm_accuracy",
             "BERT pretraining": "heldout_mlm_accuracy",
             **_every("heldout_word_accuracy", _CAUSAL),
+            _CHAT: "heldout_answer_accuracy",
         },
     ),
     Instrument(
@@ -96,10 +99,11 @@ INSTRUMENTS: tuple[Instrument, ...] = (
         "held-out loss as at generation",
         _every("heldout_prefix_word_loss", _CAUSAL),
     ),
+    Instrument("prompt_loss", "held-out loss on the prompts", {_CHAT: "heldout_prompt_loss"}),
     Instrument(
         "generations_end",
         "generations that end",
-        _every("heldout_stop_rate", _CAUSAL),
+        _every("heldout_stop_rate", (*_CAUSAL, _CHAT)),
         floor=0.05,
     ),
     Instrument(

@@ -87,12 +87,23 @@ def _tail_mean(values: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+#: The one-step check's values (``one_step_check`` of a record) by their summary names.
+_CHECKS = {
+    "this_run": "gradient_error",
+    "with_the_fix": "gradient_error_fixed",
+    "loss_this_run": "loss_error",
+    "norm_this_run": "gradient_norm_ratio",
+    "norm_with_the_fix": "gradient_norm_ratio_fixed",
+}
+
+
 def summary(record: dict[str, Any]) -> dict[str, float]:
     """The numbers to compare between runs: ``final_train_loss``, ``grad_norm`` (means of the
     last 20 steps; NaN if one is NaN), ``targets_per_step``, ``first_nan_step`` (0: never) and
     ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), every held-out metric as
     ``heldout_<name>``, and the one-step check (``loss_error``, ``gradient_error``,
-    ``gradient_error_fixed``) when measured."""
+    ``gradient_error_fixed``; for a ``Trainer`` run ``gradient_norm_ratio`` and
+    ``gradient_norm_ratio_fixed`` instead of ``loss_error``) when measured."""
     h = record["history"]
     nan_steps = [i for i, v in enumerate(h["loss"]) if math.isnan(v)]
     out = {
@@ -105,9 +116,6 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
     if "nsp_accuracy" in h:
         out["train_nsp_accuracy"] = _tail_mean(h["nsp_accuracy"])
     out.update({f"heldout_{k}": float(v) for k, v in record.get("heldout", {}).items()})
-    if "one_step_check" in record:
-        check = record["one_step_check"]
-        out["gradient_error"] = check["this_run"]
-        out["gradient_error_fixed"] = check["with_the_fix"]
-        out["loss_error"] = check["loss_this_run"]
+    check = record.get("one_step_check", {})
+    out.update({name: float(check[key]) for key, name in _CHECKS.items() if key in check})
     return out

@@ -8,18 +8,24 @@ of a family see the same batches in the same order (one generator, seeded :data:
 difference between two curves comes from that one change.
 
 * ``"mlm"``: ``BertForMaskedLM`` initialised from the course's ``bert`` checkpoint, trained on
-  single sentences padded to the longest of the batch (``tokenizer(texts, padding=True)``);
+  single sentences padded to the longest of the batch (``tokenizer(texts, padding=True)``); a
+  run with a ``trainer`` trains the same way under transformers' ``Trainer``, 16 sentences per
+  step in 4 micro-batches;
 * ``"clm"``: a tiny ``GPT2LMHeadModel`` (or the run's ``BertLMHeadModel``) from random weights,
   on the same padded single sentences, ``[CLS] ... [SEP]``;
 * ``"pretraining"``: ``BertForPreTraining`` from the ``bert`` checkpoint on NSP pairs
-  (:func:`lmlessons.nsp_batches`), MLM + NSP.
+  (:func:`lmlessons.nsp_batches`), MLM + NSP;
+* ``"chat"``: ``GPT2LMHeadModel`` from the course's ``gpt2`` checkpoint (dropout off),
+  fine-tuned on the conversations of :func:`lmlessons.course.chat.instruction_set`, 16 per step,
+  padded or packed.
 
-The loop is :func:`lmlessons.train`'s (AdamW, linear warm-up, gradient clipping at 1.0) written
-out, so that it can record the gradient norm before clipping and run the buggy losses. After
-training, :func:`run` measures what a practitioner would look at: held-out metrics on the
-validation documents (always with the *healthy* labels), fill-in-the-blank guesses or greedy
-samples; for the causal runs, a check of one step against one batch. ``python -m tools.bugzoo
---out lmlessons/data/bugzoo`` records every run.
+The loops are :mod:`lmlessons.course.bugzoo.loops`: :func:`lmlessons.train`'s (AdamW, linear
+warm-up, gradient clipping at 1.0) written out, so that it can record the gradient norm before
+clipping and run the buggy losses, or the ``Trainer`` with the same optimizer. After training,
+:func:`run` measures what a practitioner would look at: held-out metrics on the validation
+documents (always with the *healthy* labels), fill-in-the-blank guesses or greedy samples; for
+the causal and the ``Trainer`` runs, a check of one step against one batch. ``python -m
+tools.bugzoo --out lmlessons/data/bugzoo`` records every run.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from lmlessons.course.batches import nsp_batches
 from lmlessons.course.bugzoo import bugs
 from lmlessons.course.bugzoo.data import (
     SEED,
+    chat_data,
     course_data,
     row_batches,
     sentence_rows,
     split_by_length,
 )
+from lmlessons.course.bugzoo.loops import train_loop, train_with_trainer, trainer_one_step_check
 from lmlessons.course.bugzoo.symptoms import first_step_gradient_errors, measure
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
@@ -56,10 +64,7 @@ __all__ = [
     "model_family",
 ]
 
-WARMUP_STEPS = 20
 CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this many pieces
-MAX_GRAD_NORM = 1.0
-WEIGHT_DECAY = 0.01
 
 StepFn = Callable[[], dict[str, float]]
 
@@ -68,18 +73,22 @@ StepFn = Callable[[], dict[str, float]]
 class RunSpec:
     """One training run: its family, budget, and the function of each role it uses."""
 
-    family: str  # "mlm", "clm" or "pretraining"
+    family: str  # "mlm", "clm", "pretraining" or "chat"
     steps: int
     lr: float
     init_seed: int = SEED  # "clm": the random initial weights (the batches always use SEED)
     batch_size: int = 16
     micro_batches: int = 1  # "clm": the step's rows, sorted by length, in this many pieces
+    # (with a trainer: the Trainer's gradient_accumulation_steps)
     mask: Callable[..., Any] = bugs.mask_fixed
     mlm_loss: Callable[..., Any] = bugs.mlm_loss_fixed
     clm_batch: Callable[..., Any] = bugs.clm_batch_fixed
     decoder: Callable[..., Any] | None = None  # "clm": None builds a tiny GPT-2
     accumulate: Callable[..., Any] = bugs.accumulate_fixed
     negatives: Callable[..., Any] = bugs.negatives_fixed
+    trainer: Callable[..., Any] | None = None  # "mlm": None trains with train_loop
+    answer_labels: Callable[..., Any] = bugs.answer_labels_fixed
+    chat_batch: Callable[..., Any] = bugs.chat_batch_fixed
 
 
 # Runs that continue from the bert checkpoint use a small learning rate, 1e-4. At 1e-3 (the
@@ -93,6 +102,10 @@ _MLM_ONE_SENTENCE = RunSpec("mlm", steps=60, lr=1e-4, batch_size=1)
 _CLM = RunSpec("clm", steps=250, lr=2e-3)
 _BERT_DECODER = replace(_CLM, decoder=bugs.decoder_fixed)
 _PRETRAINING = RunSpec("pretraining", steps=150, lr=1e-4)
+_MLM_TRAINER = replace(_MLM, micro_batches=4, trainer=bugs.trainer_fixed)
+# Chat fine-tuning continues from the gpt2 checkpoint (trained with a peak of 2e-3) at 5e-4.
+_CHAT = RunSpec("chat", steps=150, lr=5e-4)
+_CHAT_PACKED = replace(_CHAT, chat_batch=bugs.chat_packs_fixed)
 
 RUNS: dict[str, RunSpec] = {
     "healthy_mlm": _MLM,
@@ -100,6 +113,8 @@ RUNS: dict[str, RunSpec] = {
     "every_token_a_target": replace(_MLM, mask=bugs.mask_every_token_a_target),
     "healthy_mlm_one_sentence": _MLM_ONE_SENTENCE,
     "nan_on_empty_mask": replace(_MLM_ONE_SENTENCE, mlm_loss=bugs.mlm_loss_zero_over_zero),
+    "healthy_mlm_trainer": _MLM_TRAINER,
+    "trainer_drops_num_items": replace(_MLM_TRAINER, trainer=bugs.trainer_model_loss),
     "healthy_clm": _CLM,
     "labels_shifted_twice": replace(_CLM, clm_batch=bugs.clm_batch_shifted_twice),
     "pad_is_eos": replace(_CLM, clm_batch=bugs.clm_batch_pad_is_eos),
@@ -112,10 +127,22 @@ RUNS: dict[str, RunSpec] = {
     "healthy_pretraining": _PRETRAINING,
     "nsp_random_negatives": replace(_PRETRAINING, negatives=bugs.negatives_random_ids),
     "lr_too_high": replace(_PRETRAINING, lr=1e-3),  # 10 times the healthy run's
+    "healthy_chat": _CHAT,
+    "prompt_not_masked": replace(_CHAT, answer_labels=bugs.answer_labels_everything),
+    "chat_pad_is_eos": replace(_CHAT, chat_batch=bugs.chat_batch_pad_is_eos),
+    "healthy_chat_packed": _CHAT_PACKED,
+    "packed_without_boundaries": replace(_CHAT_PACKED, chat_batch=bugs.chat_packs_no_boundaries),
 }
 
 #: The model family of a run, as a case describes it (the same words for every case of it).
-MODEL_FAMILIES = ("BERT MLM", "GPT-2 causal LM", "BERT causal LM", "BERT pretraining")
+MODEL_FAMILIES = (
+    "BERT MLM",
+    "GPT-2 causal LM",
+    "BERT causal LM",
+    "BERT pretraining",
+    "GPT-2 chat fine-tuning",
+)
+_FAMILY_NAMES = {"mlm": "BERT MLM", "pretraining": "BERT pretraining", "chat": MODEL_FAMILIES[4]}
 
 
 def run_ids() -> tuple[str, ...]:
@@ -128,7 +155,7 @@ def model_family(run_id: str) -> str:
     spec = RUNS[run_id]
     if spec.family == "clm":
         return "GPT-2 causal LM" if spec.decoder is None else "BERT causal LM"
-    return "BERT MLM" if spec.family == "mlm" else "BERT pretraining"
+    return _FAMILY_NAMES[spec.family]
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,6 +168,8 @@ def _model(spec: RunSpec, tokenizer: Any) -> torch.nn.Module:
         if spec.decoder is not None:
             return spec.decoder(tokenizer, spec.init_seed)
         return tiny_gpt2(tokenizer, seed=spec.init_seed)
+    if spec.family == "chat":
+        return _without_dropout(load_checkpoint("gpt2"))
     pretrained = load_checkpoint("bert")
     if spec.family == "pretraining":
         return pretrained
@@ -149,6 +178,15 @@ def _model(spec: RunSpec, tokenizer: Any) -> torch.nn.Module:
     config: Any = pretrained.config
     model = BertForMaskedLM(config)
     model.load_state_dict(pretrained.state_dict(), strict=False)  # no pooler, no NSP head
+    return model
+
+
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every dropout off (the gpt2 checkpoint was trained with 0.1): a run then
+    depends on its batches only, and two runs differ by their one change."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
     return model
 
 
@@ -215,28 +253,28 @@ def _pretraining_step(
     return step
 
 
-_STEPS = {"mlm": _mlm_step, "clm": _clm_step, "pretraining": _pretraining_step}
+def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Generator) -> StepFn:
+    stream = row_batches(chat_data()[0], spec.batch_size, g)
+
+    def step() -> dict[str, float]:
+        rows = [
+            (ids, spec.answer_labels(torch.tensor(ids), torch.tensor(mask)).tolist())
+            for ids, mask in next(stream)
+        ]
+        micro = spec.chat_batch(rows, tokenizer)  # one padded batch, or one batch per pack
+        loss = spec.accumulate(model, micro)
+        n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro)
+        return {"loss": loss, "num_items": n}
+
+    return step
 
 
-def _train(model: torch.nn.Module, spec: RunSpec, step: StepFn, steps: int) -> dict[str, list]:
-    """AdamW with warm-up and clipping, as :func:`lmlessons.train`; returns every step's values
-    and ``grad_norm``, the gradient norm before clipping (NaN once a gradient is NaN)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=WEIGHT_DECAY)
-    warmup = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS)
-    )
-    history: dict[str, list] = {}
-    model.train()
-    for _ in range(steps):
-        values = step()  # forward and backward of the step's batch (or micro-batches)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-        optimizer.step()
-        warmup.step()
-        optimizer.zero_grad(set_to_none=True)
-        for key, value in {**values, "grad_norm": float(norm)}.items():
-            history.setdefault(key, []).append(value)
-    model.eval()
-    return history
+_STEPS = {
+    "mlm": _mlm_step,
+    "clm": _clm_step,
+    "pretraining": _pretraining_step,
+    "chat": _chat_step,
+}
 
 
 def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict[str, Any]:
@@ -250,13 +288,22 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     spec = RUNS[run_id]
     steps = spec.steps if steps is None else check_int("steps", steps, minimum=1)
     corpus, tokenizer = course_data()
+    if spec.family == "chat":
+        tokenizer = chat_data()[2]  # the course tokenizer with the chat template
     model = _model(spec, tokenizer)
     g = torch.Generator().manual_seed(SEED)
     record: dict[str, Any] = {"run": run_id, "family": spec.family, "steps": steps}
-    record["history"] = _train(model, spec, _STEPS[spec.family](model, spec, tokenizer, g), steps)
+    if spec.trainer is not None:
+        record["history"] = train_with_trainer(model, spec, corpus.train, tokenizer, steps)
+    else:
+        step = _STEPS[spec.family](model, spec, tokenizer, g)
+        record["history"] = train_loop(model, spec.lr, step, steps)
     if symptoms:
         record.update(measure(model, spec.family, corpus, tokenizer))
-        if spec.family == "clm":
+        if spec.trainer is not None:
+            check = trainer_one_step_check(model, spec, corpus.train, tokenizer)
+            record["one_step_check"] = check
+        elif spec.family == "clm":
             record["one_step_check"] = _one_step_check(model, spec, corpus, tokenizer)
     return record
 

@@ -11,7 +11,11 @@ code reported.
   and over the words only (every target but [SEP]); the loss on the words as at generation
   (:func:`lmlessons.causality.prefix_loss`: each prediction from its prefix only); how often a
   greedy continuation of a validation sentence ends with [SEP]; and a few greedy samples;
-* pretraining: held-out NSP accuracy on real NotNext pairs and on random-id ones, and MLM loss.
+* pretraining: held-out NSP accuracy on real NotNext pairs and on random-id ones, and MLM loss;
+* chat fine-tuning: on the held-out conversations, the loss and accuracy on the answers' words
+  (every answer token but the end-of-turn [SEP]) and the loss on the prompts, in one pass, each
+  conversation alone; how often a greedy answer ends with [SEP] within
+  :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers.
 """
 
 from __future__ import annotations
@@ -26,11 +30,25 @@ from lmlessons.causality import prefix_loss
 from lmlessons.collator import special_token_ids
 from lmlessons.course.batches import nsp_batches
 from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.data import EVAL_BATCH_SIZE, EVAL_SEED, sentence_rows
+from lmlessons.course.bugzoo.data import (
+    EVAL_BATCH_SIZE,
+    EVAL_SEED,
+    Rendered,
+    chat_data,
+    prompt_length,
+    sentence_rows,
+)
 from lmlessons.course.training import evaluate
 from lmlessons.sampling import sample
 
-__all__ = ["FILL_MASK_PROBES", "SAMPLE_PROMPTS", "measure", "first_step_gradient_errors"]
+__all__ = [
+    "FILL_MASK_PROBES",
+    "SAMPLE_PROMPTS",
+    "SAMPLE_QUESTIONS",
+    "MAX_ANSWER_TOKENS",
+    "measure",
+    "first_step_gradient_errors",
+]
 
 FILL_MASK_PROBES = (
     "The dog chased the [MASK] out of the garden.",
@@ -41,6 +59,8 @@ SAMPLE_PROMPTS = ("The dog", "In the morning", "The ship")
 PROMPT_TOKENS = 4  # [CLS] and the first 3 tokens of a validation sentence
 MAX_NEW_TOKENS = 40
 GENERATION_ROWS = 32
+SAMPLE_QUESTIONS = (0, 1, -1)  # held-out conversations whose greedy answers are shown
+MAX_ANSWER_TOKENS = 8  # an answer of the instruction set is 1 to 3 tokens and its [SEP]
 
 
 def measure(model: torch.nn.Module, family: str, corpus: Any, tokenizer: Any) -> dict[str, Any]:
@@ -50,6 +70,8 @@ def measure(model: torch.nn.Module, family: str, corpus: Any, tokenizer: Any) ->
             return _mlm_symptoms(model, corpus, tokenizer)
         if family == "clm":
             return _clm_symptoms(model, corpus, tokenizer)
+        if family == "chat":
+            return _chat_symptoms(model, chat_data()[1], tokenizer)
         return _pretraining_symptoms(model, corpus, tokenizer)
 
 
@@ -143,6 +165,60 @@ def _greedy_text(model: torch.nn.Module, tokenizer: Any, prompt: str) -> str:
     )
     out = sample(model, ids, max_new_tokens=20, temperature=0, eos_token_id=tokenizer.sep_token_id)
     return tokenizer.decode(out.tolist(), skip_special_tokens=True)
+
+
+def _chat_batches(
+    rows: list[Rendered], pad_token_id: int, eos: int
+) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+    """Padded batches of conversations, twice: labelled on the answers' words, and on the
+    prompts (the healthy padding: [PAD], found by the attention mask)."""
+    out = []
+    for start in range(0, len(rows), EVAL_BATCH_SIZE):
+        chunk = rows[start : start + EVAL_BATCH_SIZE]
+        ids, attention_mask = bugs.pad_rows([r for r, _ in chunk], pad_token_id)  # (B, T)
+        answer, _ = bugs.pad_rows([m for _, m in chunk], 0)  # (B, T): 1 on the answer
+        words = ids.masked_fill((answer == 0) | (ids == eos), IGNORE_INDEX)
+        prompts = ids.masked_fill((answer == 1) | (attention_mask == 0), IGNORE_INDEX)
+        batch = {"input_ids": ids, "attention_mask": attention_mask}
+        out.append(({**batch, "labels": words}, {**batch, "labels": prompts}))
+    return out
+
+
+def _answers(model: torch.nn.Module, rows: list[Rendered], eos: int) -> list[list[int]]:
+    """Each conversation's greedy answer to its prompt, up to and with [SEP] if it came
+    (prompts of one length run as one batch)."""
+    out: list[list[int]] = [[] for _ in rows]
+    for length in sorted({prompt_length(r) for r in rows}):
+        which = [i for i, r in enumerate(rows) if prompt_length(r) == length]
+        prompts = torch.tensor([rows[i][0][:length] for i in which])  # (b, length)
+        new = sample(
+            model, prompts, max_new_tokens=MAX_ANSWER_TOKENS, temperature=0, eos_token_id=eos
+        )[:, length:]  # (b, n)
+        for i, answer in zip(which, new.tolist(), strict=True):
+            out[i] = answer[: answer.index(eos) + 1] if eos in answer else answer
+    return out
+
+
+def _chat_symptoms(model: torch.nn.Module, rows: list[Rendered], tokenizer: Any) -> dict[str, Any]:
+    eos = tokenizer.eos_token_id
+    pairs = _chat_batches(rows, tokenizer.pad_token_id, eos)
+    words = evaluate(model, [w for w, _ in pairs], objective="clm")
+    prompts = evaluate(model, [p for _, p in pairs], objective="clm")
+    answers = _answers(model, rows, eos)
+    ended = [bool(a) and a[-1] == eos for a in answers]
+    heldout = {
+        "answer_loss": words["clm_loss"],
+        "answer_accuracy": words["next_token_accuracy"],
+        "prompt_loss": prompts["clm_loss"],
+        "stop_rate": sum(ended) / len(rows),
+        "mean_new_tokens": sum(len(a) - e for a, e in zip(answers, ended, strict=True)) / len(rows),
+        "num_targets": words["num_targets"],
+    }
+    samples = []
+    for i in SAMPLE_QUESTIONS:
+        question = tokenizer.decode(rows[i][0][: prompt_length(rows[i])], skip_special_tokens=True)
+        samples.append(f"{question} {tokenizer.decode(answers[i])}")
+    return {"heldout": heldout, "samples": samples}
 
 
 def _nsp_heldout(

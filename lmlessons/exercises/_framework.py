@@ -1,0 +1,509 @@
+"""The one pattern every exercise checker follows: the runner owns the plumbing.
+
+A checker states only its *cases* (hand-written ones that each test one promise of the task, and
+generated ones that reach the corners) and its *diagnoses* (functions that look at what a failing
+case observed and name the mistake). Everything else is here:
+
+- calling the learner's function on *copies* of the arguments, and reporting ``modifies_input``
+  if the copies changed;
+- ``NotImplementedError`` (or ``None``) on the first call means "not attempted yet"; any other
+  exception is reported with its type, message and the learner's line (no file paths);
+- hiding what the function prints and its warnings;
+- recording use of the global random generators (``uses_global_rng`` for random exercises);
+- the time limit (``too_slow``), measured on the learner's calls only;
+- comparing the structure, shape and dtype of a result with the reference's on the same case
+  (``wrong_type``, ``wrong_keys``, ``wrong_shape``, ``wrong_dtype``), then its values
+  (``wrong_value``: the case, expected vs. got);
+- the generator contract of random exercises (``not_deterministic``, ``ignores_generator``);
+- :func:`on_empty`: whether an exception is the kind an empty selection raises;
+- :func:`first_broken`: the first of a result's rules (bool masks of the entries breaking each)
+  that it breaks, with the first such entry (random exercises, checked by properties);
+- for losses: :func:`close` (float tolerance) and :meth:`Runner.gradients` (``detached``,
+  ``wrong_gradient``: the gradients of the learner's result with respect to the arguments of the
+  last call, :attr:`Runner.last`, against the reference's on the same case);
+- ``run.call(case, via=...)`` calls the learner through a wrapper (threads for simulated ranks,
+  a dispatch mode that watches memory), inside the same plumbing.
+
+Every mistake's title and explanation come from one catalogue, ``data/content/mistakes.toml``;
+a :class:`Mistake` adds only what the case observed (``detail``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import inspect
+import io
+import math
+import random
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmlessons.exercises.content import load
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+#: Seconds the learner's calls of one check may take together. The hidden cases are tiny: a
+#: correct function needs well under a second even on a slow laptop.
+TIME_LIMIT = 10.0
+
+
+def catalogue() -> dict[str, dict[str, str]]:
+    """Every mistake code with its ``title`` and ``explanation`` (``mistakes.toml``)."""
+    return load("mistakes")
+
+
+class Mistake(Exception):
+    """A diagnosed mistake. ``code`` names it in the catalogue (tests and teachers rely on it);
+    ``detail`` says what the failing case observed. The title and the explanation come from the
+    catalogue, one wording per mistake."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        entry = catalogue().get(code)
+        if entry is None:  # pragma: no cover - a checker's error, caught by tests/test_content.py
+            raise KeyError(f"mistake code {code!r} is not in mistakes.toml")
+        super().__init__(code)
+        self.code = code
+        self.detail = detail
+        self.title = entry["title"]
+        self.message = f"{detail.strip()}\n\n{entry['explanation'].strip()}".strip()
+
+
+class NotAttempted(Exception):
+    """The learner's function is still the stub."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function: ``label`` says in words what is passed (messages
+    quote it), ``args`` and ``kwargs`` are passed as copies."""
+
+    label: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    seed: int | None = None  # random exercises: each call gets ``generator`` seeded with it
+
+    def arguments(self) -> tuple[list[Any], dict[str, Any]]:
+        """Fresh copies of the arguments (and a freshly seeded generator) for one call."""
+        kwargs = {k: _copy(v) for k, v in self.kwargs.items()}
+        if self.seed is not None:
+            kwargs["generator"] = torch.Generator().manual_seed(self.seed)
+        return [_copy(a) for a in self.args], kwargs
+
+
+# --------------------------------------------------------------------------- exceptions, RNG
+
+
+def _learner_frame(exc: BaseException) -> str:
+    """'in `f`, line 3: `x = y[0]`' for the deepest frame outside torch and this package."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith((_PACKAGE_DIR, _TORCH_DIR))
+        and "site-packages" not in f.filename
+    ]
+    if not frames:
+        return ""
+    f = frames[-1]
+    line = (f.line or "").strip()
+    where = f"in `{f.name}`, line {f.lineno}"
+    return f"{where}: `{line}`" if line else where
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().replace("`", "'")
+    if len(text) > 400:
+        text = text[:400] + " ..."
+    head = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    where = _learner_frame(exc)
+    return head + (f"\n(raised {where})" if where else "")
+
+
+def _rng_state() -> tuple[Any, ...]:
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _rng_used(before: tuple[Any, ...]) -> str | None:
+    """Which global generator was drawn from since ``before`` ('torch', 'random', 'numpy')."""
+    now = _rng_state()
+    if not torch.equal(now[0], before[0]):
+        return "torch"
+    if now[1] != before[1]:
+        return "random"
+    if not (now[2][0] == before[2][0] and np.array_equal(now[2][1], before[2][1])):
+        return "numpy"
+    if now[2][2:] != before[2][2:]:
+        return "numpy"
+    return None
+
+
+@contextlib.contextmanager
+def isolated(seed: int = 20240) -> Iterator[None]:
+    """Seed the global generators and use one torch thread for a check; restore both after.
+
+    One thread: the cases are tiny, and on a busy laptop the thread pool's start-up costs more
+    than the arithmetic."""
+    saved, threads = _rng_state(), torch.get_num_threads()
+    try:
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.set_num_threads(1)
+        yield
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        np.random.set_state(saved[2])
+        torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------- copies, structure
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy; tensors keep ``requires_grad`` (a learner's loss must keep the graph)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, torch.Generator):
+        return value  # the learner must draw from the very generator passed
+    return copy.deepcopy(value)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of nested tensors, lists, tuples, dicts and numbers."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a.detach(), b.detach())
+        )
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    if isinstance(value, Mapping):
+        return "a dict"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
+def first_difference(got: torch.Tensor, expected: torch.Tensor, atol: float = 0.0) -> str:
+    """'7 of 24 entries differ; first at (0, 3): expected 5, got -100'."""
+    g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
+    bad = ~torch.isclose(g, e, rtol=0.0, atol=atol, equal_nan=True)
+    where = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else ()
+    at = where[0] if len(where) == 1 else where
+    fmt = (
+        (lambda t: f"{t[where].item():.6g}")
+        if got.is_floating_point()
+        else (lambda t: str(t[where].item()))
+    )
+    head = f"{int(bad.sum())} of {bad.numel()} entries differ; " if bad.numel() > 1 else ""
+    at_text = f"first at {at}: " if where else ""
+    return f"{head}{at_text}expected {fmt(expected)}, got {fmt(got)}"
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class Runner:
+    """Calls one learner function for one check and keeps track of what passed."""
+
+    def __init__(
+        self,
+        exercise: str,
+        fn: Callable[..., Any],
+        reference: Callable[..., Any],
+        *,
+        random: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.exercise, self.fn, self.reference = exercise, fn, reference
+        self.random, self.clock = random, clock
+        self.calls, self.seconds, self.printed = 0, 0.0, False
+        self.passed: list[str] = []
+        self.names = tuple(inspect.signature(reference).parameters)
+        self.rng_used: str | None = None
+        #: The arguments (copies) the last call passed, e.g. to take gradients with respect to.
+        self.last: tuple[list[Any], dict[str, Any]] = ([], {})
+
+    def ok(self, what: str) -> None:
+        """Record a promise verified (shown under "What was checked")."""
+        self.passed.append(what)
+
+    def expected(self, case: Case) -> Any:
+        """The reference's result on ``case`` (on copies; a seeded generator is re-seeded)."""
+        args, kwargs = case.arguments()
+        return self.reference(*args, **kwargs)
+
+    def call(
+        self,
+        case: Case,
+        *,
+        explain: Callable[[BaseException], str | None] | None = None,
+        via: Callable[..., Any] | None = None,
+    ) -> Any:
+        """The learner's result on copies of ``case``'s arguments.
+
+        ``explain(exc)`` may name the mistake code behind an exception (e.g. -100 labels used as
+        class ids); otherwise an exception is ``raised_exception``. ``via(fn, *args, **kwargs)``,
+        if given, calls the learner's ``fn`` in its own way (e.g. once per simulated rank)."""
+        first, self.calls = self.calls == 0, self.calls + 1
+        args, kwargs = case.arguments()
+        self.last = (args, kwargs)
+        out = self._guarded(case, first, args, kwargs, explain, via)
+        self._check_inputs(case, args, kwargs)  # before None: an in-place edit returns None
+        if self.rng_used:
+            raise Mistake(
+                "uses_global_rng",
+                f"On {case.label}, your function drew from the global `{self.rng_used}` generator.",
+            )
+        if out is None:
+            if first:
+                raise NotAttempted()
+            raise Mistake("returned_none", f"On {case.label}, your function returned None.")
+        return out
+
+    def _guarded(
+        self,
+        case: Case,
+        first: bool,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        explain: Any,
+        via: Any = None,
+    ) -> Any:
+        sink, before, start = io.StringIO(), _rng_state(), self.clock()
+        fn = self.fn if via is None else functools.partial(via, self.fn)
+        try:
+            with (
+                contextlib.redirect_stdout(sink),
+                contextlib.redirect_stderr(sink),
+                warnings.catch_warnings(),
+            ):
+                warnings.simplefilter("ignore")
+                out = fn(*args, **kwargs)
+        except NotImplementedError as exc:
+            if first and not _changed(case, args, kwargs, self.names):
+                raise NotAttempted() from None
+            raise self._exception_mistake(exc, case, explain) from None
+        except Exception as exc:  # the learner's bug, reported, never re-raised
+            self._check_inputs(case, args, kwargs)
+            raise self._exception_mistake(exc, case, explain) from None
+        finally:
+            self.printed |= bool(sink.getvalue())
+            self.seconds += self.clock() - start
+        if self.seconds > TIME_LIMIT:
+            raise Mistake("too_slow", f"{self.calls} calls took {self.seconds:.0f} s.")
+        self.rng_used = _rng_used(before) if self.random else None
+        return out
+
+    def _check_inputs(self, case: Case, args: list[Any], kwargs: dict[str, Any]) -> None:
+        name = _changed(case, args, kwargs, self.names)
+        if name:
+            raise Mistake("modifies_input", f"On {case.label}, `{name}` changed during the call.")
+
+    def _exception_mistake(self, exc: BaseException, case: Case, explain: Any) -> Mistake:
+        code = (explain(exc) if explain is not None else None) or "raised_exception"
+        return Mistake(code, f"On {case.label}, your function raised\n{describe_exception(exc)}")
+
+    # ------------------------------------------------------------------ comparing with the referenc
+
+    def compare(self, case: Case, got: Any, expected: Any, what: str = "the result") -> None:
+        """Raise ``wrong_type``, ``wrong_keys``, ``wrong_shape`` or ``wrong_dtype`` where the
+        structure of ``got`` differs from ``expected``'s (values are not compared)."""
+        on = f"On {case.label}, {what}"
+        if isinstance(expected, torch.Tensor):
+            if not isinstance(got, torch.Tensor):
+                raise Mistake("wrong_type", f"{on} is {_kind(got)}; expected a tensor.")
+            if got.shape != expected.shape:
+                raise Mistake(
+                    "wrong_shape",
+                    f"{on} has shape {tuple(got.shape)}; expected {tuple(expected.shape)}.",
+                )
+            if got.dtype != expected.dtype and not (
+                got.is_floating_point() and expected.is_floating_point()
+            ):
+                raise Mistake(
+                    "wrong_dtype", f"{on} has dtype {got.dtype}; expected {expected.dtype}."
+                )
+        elif isinstance(expected, Mapping):
+            if not isinstance(got, Mapping):
+                raise Mistake("wrong_type", f"{on} is {_kind(got)}; expected a dict.")
+            if set(got) != set(expected):
+                raise Mistake(
+                    "wrong_keys", f"{on} has keys {sorted(got)}; expected {sorted(expected)}."
+                )
+            for key in expected:
+                self.compare(case, got[key], expected[key], f"{what}[{key!r}]")
+        elif isinstance(expected, (tuple, list)) and _numbers(expected):  # a value: any length
+            if not isinstance(got, (tuple, list)) or not _numbers(got):
+                raise Mistake("wrong_type", f"{on} is {_kind(got)}; expected a list of numbers.")
+        elif isinstance(expected, (tuple, list)):
+            if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+                n = f" of {len(got)}" if isinstance(got, (tuple, list)) else ""
+                raise Mistake(
+                    "wrong_type",
+                    f"{on} is {_kind(got)}{n}; "
+                    f"expected a {type(expected).__name__} of {len(expected)}.",
+                )
+            for i, (g, e) in enumerate(zip(got, expected)):
+                self.compare(case, g, e, f"{what}[{i}]")
+
+    def against_reference(
+        self,
+        cases: Iterable[Case],
+        *,
+        diagnose: Callable[[Case, Any, Any], Mistake | None] = lambda case, got, exp: None,
+        equal: Callable[[Any, Any], bool] = same,
+        explain: Callable[[BaseException], str | None] | None = None,
+    ) -> int:
+        """Compare the learner with the reference on every case: structure first, then
+        ``equal``. On a difference ``diagnose(case, got, expected)`` may name the mistake; else
+        ``wrong_value`` says where they differ. Returns the number of cases."""
+        n = 0
+        for case in cases:
+            got, expected = self.call(case, explain=explain), self.expected(case)
+            self.compare(case, got, expected)
+            if not equal(got, expected):
+                raise diagnose(case, got, expected) or self.differs(case, got, expected)
+            n += 1
+        return n
+
+    def gradients(self, case: Case, got: torch.Tensor) -> None:
+        """``detached`` if ``got`` (the learner's result on ``case``, the last call) has no
+        graph; ``wrong_gradient`` where its gradient with respect to an argument that requires
+        grad differs from the reference's on the same case."""
+        if not got.requires_grad or got.grad_fn is None:  # no graph, or a new leaf
+            raise Mistake("detached", f"On {case.label}, the result has no graph to the inputs.")
+        args, _ = self.last
+        ref_args, ref_kwargs = case.arguments()
+        expected = self.reference(*ref_args, **ref_kwargs)
+        names = [n for n, a in zip(self.names, args) if _leaf(a)]
+        leaves = [a for a in ref_args if _leaf(a)]
+        mine = torch.autograd.grad(got, [a for a in args if _leaf(a)], allow_unused=True)
+        theirs = torch.autograd.grad(expected, leaves, allow_unused=True)
+        for name, g, e, a in zip(names, mine, theirs, leaves):
+            g = torch.zeros_like(a) if g is None else g
+            e = torch.zeros_like(a) if e is None else e
+            if not torch.allclose(g.double(), e.double(), atol=1e-5, rtol=1e-4):
+                where = first_difference(g, e, atol=1e-5)
+                raise Mistake(
+                    "wrong_gradient",
+                    f"On {case.label}, the gradient with respect to `{name}`: {where}.",
+                )
+
+    def differs(self, case: Case, got: Any, expected: Any, what: str = "the result") -> Mistake:
+        """``wrong_value``: the case, and where ``got`` first differs from ``expected``."""
+        return Mistake("wrong_value", f"On {case.label}, {what}: {_where(got, expected, what)}")
+
+    # ------------------------------------------------------------------ random exercises
+
+    def generator_contract(
+        self, draw: Callable[[int | None], Any], result_same: Callable[[Any, Any], bool] = same
+    ) -> None:
+        """``draw(seed)`` calls the learner with ``generator`` seeded ``seed`` (None: no
+        generator). One seed must give one result, other seeds another, and None must work."""
+        first = draw(0)
+        if not result_same(first, draw(0)):
+            raise Mistake(
+                "not_deterministic", "Two calls with `generator` seeded 0 gave different results."
+            )
+        if all(result_same(first, draw(s)) for s in (1, 2)):
+            raise Mistake(
+                "ignores_generator", "Generators seeded 0, 1 and 2 all gave the same result."
+            )
+        before = self.random
+        self.random = False  # generator=None falls back to the global generator: allowed
+        try:
+            draw(None)
+        finally:
+            self.random = before
+        self.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")
+
+
+def _changed(
+    case: Case, args: list[Any], kwargs: dict[str, Any], names: tuple[str, ...]
+) -> str | None:
+    """The name of the first argument that differs from ``case``'s original (``names``: the
+    reference's parameter names)."""
+    for i, (original, now) in enumerate(zip(case.args, args)):
+        if not same(now, original):
+            return names[i] if i < len(names) else f"argument {i + 1}"
+    for key, original in case.kwargs.items():
+        if not isinstance(original, torch.Generator) and not same(kwargs[key], original):
+            return key
+    return None
+
+
+def on_empty(exc: BaseException) -> bool:
+    """Is ``exc`` what code that assumes a non-empty selection raises on an empty one
+    (``torch.stack([])``, ``max`` of nothing, ``randint(0, 0)``, ``words[-1]`` of no words)?"""
+    text = str(exc).lower()
+    hints = ("empty", "numel() == 0", "from=0 >= to=0", "sum of probabilities <= 0")
+    return isinstance(exc, IndexError) or any(h in text for h in hints)
+
+
+def first_broken(
+    case: Case,
+    rules: Iterable[tuple[str, torch.Tensor, str]],
+    values: Mapping[str, torch.Tensor] | None = None,
+) -> None:
+    """Raise the first rule a result breaks. ``rules``: ``(code, bool mask of the entries that
+    break it, what they show)``, in the order to report; ``values``: tensors to quote at the
+    first such entry: 'On <case>, 3 positions are special (first at (0, 4): token 7, label 7)'."""
+    for code, wrong, what in rules:
+        if bool(wrong.any()):
+            first = tuple(int(i) for i in wrong.nonzero()[0])
+            at = ", ".join(f"{k} {v[first].item()}" for k, v in (values or {}).items())
+            where = f"first at {first if len(first) > 1 else first[0]}" + (f": {at}" if at else "")
+            raise Mistake(code, f"On {case.label}, {int(wrong.sum())} positions {what} ({where}).")
+
+
+def close(got: float, expected: float, rtol: float = 1e-4) -> bool:
+    """``got`` is finite and within ``rtol`` of ``expected`` (absolute below 1): float32 losses
+    against a reference that sums in another order."""
+    return math.isfinite(got) and abs(got - expected) <= rtol * max(1.0, abs(expected))
+
+
+def _leaf(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _numbers(seq: Any) -> bool:
+    """A list or tuple of plain numbers (token ids): its length is a value, not structure."""
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in seq)
+
+
+def _where(got: Any, expected: Any, what: str) -> str:
+    """Where nested ``got`` first differs from ``expected`` (same structure assumed)."""
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        return first_difference(got, expected)
+    if isinstance(expected, Mapping):
+        key = next(k for k in expected if not same(got[k], expected[k]))
+        return f"[{key!r}] " + _where(got[key], expected[key], what)
+    if isinstance(expected, (tuple, list)):
+        i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not same(g, e))
+        return f"[{i}] " + _where(got[i], expected[i], what)
+    return f"expected {expected!r}, got {got!r}"

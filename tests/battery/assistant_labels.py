@@ -1,0 +1,431 @@
+"""Battery for ``assistant_labels`` (lesson 10): assistant-only labels without generation tags.
+
+The statement a learner sees: ``my_assistant_labels(tokenizer, messages)``; the tokenizer's chat
+template has no ``{% generation %}`` tags; ``messages`` alternate user and assistant turns, the
+last one the assistant's. Return the labels of ``apply_chat_template(messages)["input_ids"]``:
+the id on every token the assistant wrote, its end-of-turn token included, -100 elsewhere (a
+list or a 1-D tensor, unshifted), for conversations of one to three turns. The lesson's way in:
+``messages[:i]`` rendered with ``add_generation_prompt=True`` and ``messages[:i + 1]`` are
+prefixes of the tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from battery._attempt import Attempt
+
+EXERCISE = "assistant_labels"
+IGNORE = -100
+
+
+def _ids(tokenizer, messages, **kwargs) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, **kwargs)["input_ids"])
+
+
+def _spans(tokenizer, messages):
+    """(start, end) of each assistant turn, as the lesson's prefixes give them."""
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            start = len(_ids(tokenizer, messages[:i], add_generation_prompt=True))
+            yield start, len(_ids(tokenizer, messages[: i + 1]))
+
+
+def _find(seq, sub, begin=0):
+    for k in range(begin, len(seq) - len(sub) + 1):
+        if seq[k : k + len(sub)] == sub:
+            return k
+    return -1
+
+
+# ---------------------------------------------------------------- wrong attempts
+
+
+def completion_only(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    start = len(_ids(tokenizer, messages[:-1], add_generation_prompt=True))
+    return [IGNORE] * start + ids[start:]  # everything after the last prompt
+
+
+def keeps_the_header(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            start = len(_ids(tokenizer, messages[:i]))  # no generation prompt: "assistant:" too
+            end = len(_ids(tokenizer, messages[: i + 1]))
+            labels[start:end] = ids[start:end]
+    return labels
+
+
+def stops_before_eos(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start : end - 1] = ids[start : end - 1]  # "the [SEP] is the template's"
+    return labels
+
+
+def searches_content(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for message in messages:
+        if message["role"] == "assistant":
+            answer = tokenizer.encode(message["content"], add_special_tokens=False)
+            k = _find(ids, answer)  # the first place these tokens occur
+            labels[k : k + len(answer)] = ids[k : k + len(answer)]
+    return labels
+
+
+def searches_answer_and_eos(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for message in messages:
+        if message["role"] == "assistant":
+            answer = tokenizer.encode(message["content"], add_special_tokens=False)
+            answer = [*answer, tokenizer.eos_token_id]
+            k = _find(ids, answer)  # from the start: a repeated answer finds the first one again
+            labels[k : k + len(answer)] = ids[k : k + len(answer)]
+    return labels
+
+
+def pre_shifted(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start - 1 : end - 1] = ids[start:end]  # "position t predicts token t + 1"
+    return labels
+
+
+def zeros_elsewhere(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [0] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start:end] = ids[start:end]
+    return labels
+
+
+def returns_the_mask(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    mask = [0] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        mask[start:end] = [1] * (end - start)
+    return mask
+
+
+def inverted(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = list(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start:end] = [IGNORE] * (end - start)  # masks the answers, keeps the prompt
+    return labels
+
+
+def asks_transformers_for_the_mask(tokenizer, messages):
+    out = tokenizer.apply_chat_template(messages, return_assistant_tokens_mask=True)
+    return [i if m else IGNORE for i, m in zip(out["input_ids"], out["assistant_masks"])]
+
+
+def generation_prompt_at_the_end_too(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            start = len(_ids(tokenizer, messages[:i], add_generation_prompt=True))
+            end = len(_ids(tokenizer, messages[: i + 1], add_generation_prompt=True))
+            labels[start:end] = ids[start:end]  # the end overshoots into the next user turn
+    return labels
+
+
+def pops_the_messages(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    while messages:  # walks back through the conversation by shortening it
+        if messages[-1]["role"] == "assistant":
+            end = len(_ids(tokenizer, messages))
+            messages.pop()
+            start = len(_ids(tokenizer, messages, add_generation_prompt=True))
+            labels[start:end] = ids[start:end]
+        else:
+            messages.pop()
+    return labels
+
+
+def batch_of_one(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start:end] = ids[start:end]
+    return torch.tensor([labels])  # (1, T), as a model's batch
+
+
+def float_labels(tokenizer, messages):
+    ids = torch.tensor(_ids(tokenizer, messages), dtype=torch.float)  # (T,)
+    labels = torch.full_like(ids, IGNORE)
+    for start, end in _spans(tokenizer, messages):
+        labels[start:end] = ids[start:end]
+    return labels
+
+
+def hard_coded_course_ids(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    header, eos = [204, 33, 456, 398, 66], 3  # "assistant:" and [SEP], read off the lesson's table
+    labels, k = [IGNORE] * len(ids), 0
+    while (k := _find(ids, header, k)) >= 0:
+        k += len(header)
+        end = ids.index(eos, k) + 1
+        labels[k:end] = ids[k:end]
+    return labels
+
+
+def course_template_header(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    header = tokenizer.encode("assistant:", add_special_tokens=False)
+    labels, k = [IGNORE] * len(ids), 0
+    while (k := _find(ids, header, k)) >= 0:  # the course template's header, then up to eos
+        k += len(header)
+        end = ids.index(tokenizer.eos_token_id, k) + 1
+        labels[k:end] = ids[k:end]
+    return labels
+
+
+def skips_first_answer_token(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start + 1 : end] = ids[start + 1 : end]  # "the prompt's last token is at start"
+    return labels
+
+
+def returns_inside_the_loop(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            start = len(_ids(tokenizer, messages[:i], add_generation_prompt=True))
+            end = len(_ids(tokenizer, messages[: i + 1]))
+            labels[start:end] = ids[start:end]
+            return labels  # one indentation level too deep
+    return labels
+
+
+def returns_ids_and_labels(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for start, end in _spans(tokenizer, messages):
+        labels[start:end] = ids[start:end]
+    return ids, labels
+
+
+def retokenizes_the_text(tokenizer, messages):
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    ids = tokenizer.encode(text)  # add_special_tokens=True: a second [CLS] and a [SEP]
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            prompt = tokenizer.apply_chat_template(
+                messages[:i], add_generation_prompt=True, tokenize=False
+            )
+            turn = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+            start = len(tokenizer.encode(prompt)) - 1  # minus the [SEP] it adds
+            end = len(tokenizer.encode(turn)) - 1
+            labels[start:end] = ids[start:end]
+    return labels
+
+
+WRONG = [
+    Attempt(
+        completion_only,
+        "completion-only: every token after the last prompt is a target, the earlier answers "
+        "are not",
+        "last_answer_only",
+    ),
+    Attempt(
+        keeps_the_header,
+        "starts each answer at the rendering of messages[:i] without add_generation_prompt: "
+        "the 'assistant:' header is a target",
+        "trains_on_prompt",
+    ),
+    Attempt(
+        stops_before_eos,
+        "ends each answer one token early: the end-of-turn token is not a target",
+        "drops_end_of_turn",
+    ),
+    Attempt(
+        searches_content,
+        "finds each answer by searching its content's tokens from the start of the ids: no "
+        'end-of-turn token, and an answer word that also occurs in the question ("the") is '
+        "labelled in the prompt",
+        "drops_end_of_turn",
+    ),
+    Attempt(
+        searches_answer_and_eos,
+        "searches content + eos from the start of the ids: right unless two answers are equal, "
+        "then the first is labelled twice and the later one never; no code names a missing "
+        "middle/later answer: a good message names the turn",
+        None,
+    ),
+    Attempt(
+        pre_shifted,
+        "writes the answer ids one place to the left (labels[start - 1:end - 1] = ids[start:end])",
+        "labels_shifted",
+    ),
+    Attempt(
+        zeros_elsewhere,
+        "0 instead of -100 outside the answers (token 0 is a class: the prompt trains on [PAD])",
+        "labels_not_ignored",
+    ),
+    Attempt(
+        returns_the_mask,
+        "returns the 0/1 assistant mask, not labels",
+        "labels_are_boolean_mask",
+    ),
+    Attempt(
+        inverted,
+        "keeps the prompt ids and writes -100 on the answers",
+        "trains_on_prompt",
+    ),
+    Attempt(
+        asks_transformers_for_the_mask,
+        "return_assistant_tokens_mask=True on the tagless template: a mask of zeros, all labels "
+        "-100",
+        "no_targets",
+    ),
+    Attempt(
+        generation_prompt_at_the_end_too,
+        "renders messages[:i + 1] with add_generation_prompt=True as well: an answer followed by "
+        "a user turn takes that turn's first tokens as targets (right for the last turn)",
+        "trains_on_prompt",
+    ),
+    Attempt(
+        pops_the_messages,
+        "walks back through the conversation with messages.pop(): the caller's list is emptied",
+        "modifies_input",
+    ),
+    Attempt(
+        batch_of_one,
+        "returns a (1, T) tensor (a batch of one) instead of a list or a 1-D tensor",
+        "wrong_shape",
+    ),
+    Attempt(
+        float_labels,
+        "float labels (torch.full_like of a float tensor of the ids)",
+        "wrong_dtype",
+    ),
+    Attempt(
+        hard_coded_course_ids,
+        "searches the course tokenizer's ids of 'assistant:' and [SEP] as literals (204, 33, 456, "
+        "398, 66 and 3): wrong for any other tokenizer",
+        "hard_coded_special_ids",
+    ),
+    Attempt(
+        course_template_header,
+        "finds 'assistant:' (encoded with the given tokenizer) and takes the tokens up to "
+        "eos_token_id: right for the course template only; the statement says 'a tokenizer "
+        "whose chat template has no tags', not which template (ambiguous): a good message "
+        "names another template",
+        None,
+    ),
+    Attempt(
+        skips_first_answer_token,
+        "starts one token late: the first token of every answer is not a target; no code names "
+        "it: a good message names the answer's first token",
+        None,
+    ),
+    Attempt(
+        returns_inside_the_loop,
+        "'return labels' one level too deep: only the first assistant turn is labelled; no code "
+        "names a missing later answer (last_answer_only is the opposite): a good message names "
+        "the turn",
+        None,
+    ),
+    Attempt(
+        returns_ids_and_labels,
+        "returns the pair (input_ids, labels) instead of the labels",
+        "wrong_type",
+    ),
+    Attempt(
+        retokenizes_the_text,
+        "renders with tokenize=False and calls tokenizer.encode(text): add_special_tokens adds a "
+        "second [CLS] and a final [SEP], so the labels are two tokens longer than the ids",
+        "wrong_shape",
+    ),
+]
+
+
+# ---------------------------------------------------------------- correct attempts
+
+
+def char_offsets(tokenizer, messages):
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            begin = len(
+                tokenizer.apply_chat_template(
+                    messages[:i], add_generation_prompt=True, tokenize=False
+                )
+            )
+            spans.append(
+                (begin, len(tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)))
+            )
+    return [
+        tok if any(b <= s < e for b, e in spans) and e_ > s else IGNORE
+        for tok, (s, e_) in zip(enc["input_ids"], enc["offset_mapping"])
+    ]
+
+
+def torch_mask(tokenizer, messages):
+    ids = torch.tensor(_ids(tokenizer, messages))  # (T,)
+    is_answer = torch.zeros_like(ids, dtype=torch.bool)  # (T,)
+    for start, end in _spans(tokenizer, messages):
+        is_answer[start:end] = True
+    return torch.where(is_answer, ids, torch.full_like(ids, IGNORE))  # (T,)
+
+
+def turn_minus_header(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    before = 0  # tokens of messages[:i]
+    for i, message in enumerate(messages):
+        after = len(_ids(tokenizer, messages[: i + 1]))
+        if message["role"] == "assistant":
+            header = len(_ids(tokenizer, messages[:i], add_generation_prompt=True)) - before
+            for t in range(before + header, after):
+                labels[t] = ids[t]
+        before = after
+    return labels
+
+
+def common_prefix(tokenizer, messages):
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE] * len(ids)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = _ids(tokenizer, messages[:i], add_generation_prompt=True)
+        start = next((k for k, (a, b) in enumerate(zip(prompt, ids)) if a != b), len(prompt))
+        end = len(_ids(tokenizer, messages[: i + 1]))
+        labels[start:end] = ids[start:end]
+    return labels
+
+
+CORRECT = [
+    Attempt(
+        char_offsets,
+        "character spans of the rendered prefixes, mapped to tokens with the "
+        "fast tokenizer's offset_mapping (calls tokenizer(text, ...), as any tokenizer allows)",
+    ),
+    Attempt(torch_mask, "a boolean torch mask from the prefix lengths, then torch.where"),
+    Attempt(
+        turn_minus_header,
+        "one pass over the turns: each turn's token span minus the "
+        "header that the generation prompt adds",
+    ),
+    Attempt(
+        common_prefix,
+        "the start as the common prefix of the prompt's and the "
+        "conversation's tokens, the end from messages[:i + 1]",
+    ),
+]

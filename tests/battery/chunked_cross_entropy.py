@@ -1,0 +1,430 @@
+"""Battery for ``chunked_cross_entropy`` (lesson 07): the output layer's loss, chunk by chunk.
+
+The statement a learner sees: ``hidden`` ``(N, H)``, ``weight`` ``(V, H)``, ``labels`` ``(N,)``
+(-100 where no loss is taken, already shifted); the mean cross-entropy of ``hidden @ weight.T``
+over the labels that are not -100, without ever building the ``(N, V)`` logits: loop over
+``chunk_size`` rows at a time (the last chunk may be shorter); every target token weighs the same
+(a chunk may have no target); with ``num_items_in_batch`` the sum divided by it; keep nothing of
+a chunk for the backward pass (a ``torch.autograd.Function`` that recomputes the chunk's logits in
+``backward``, ``torch.utils.checkpoint``, or gradients computed in the forward pass).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from battery._attempt import Attempt
+
+EXERCISE = "chunked_cross_entropy"
+IGNORE = -100
+
+
+def _softmax_minus_one_hot(logits, y):
+    """d(sum of CE)/d logits: softmax - one_hot(y), 0 on rows labelled -100. ``logits`` (C, V)."""
+    grad = logits.softmax(-1)  # (C, V)
+    keep = y != IGNORE  # (C,)
+    rows = keep.nonzero().squeeze(1)
+    grad[rows, y[rows]] -= 1.0
+    grad[~keep] = 0.0
+    return grad
+
+
+class _ChunkSum(torch.autograd.Function):
+    """Summed cross-entropy of one chunk; saves its inputs only, recomputes logits in backward."""
+
+    @staticmethod
+    def forward(ctx, h, weight, y):  # (C, H), (V, H), (C,)
+        ctx.save_for_backward(h, weight, y)
+        return F.cross_entropy(h @ weight.T, y, ignore_index=IGNORE, reduction="sum")
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y = ctx.saved_tensors
+        grad_logits = _softmax_minus_one_hot(h @ weight.T, y) * grad_output  # (C, V)
+        return grad_logits @ weight, grad_logits.T @ h, None
+
+
+def _chunk_sums(hidden, weight, labels, chunk_size, chunk=_ChunkSum):
+    """The recomputing chunk sums, one per chunk of ``chunk_size`` rows."""
+    return [
+        chunk.apply(hidden[s : s + chunk_size], weight, labels[s : s + chunk_size])
+        for s in range(0, hidden.shape[0], chunk_size)
+    ]
+
+
+def _divide(total, labels, num_items_in_batch):
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / max(int((labels != IGNORE).sum()), 1)
+
+
+# ---------------------------------------------------------------- wrong attempts
+
+
+def dense_logits(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = F.cross_entropy(hidden @ weight.T, labels, reduction="sum")  # (N, V) at once
+    return _divide(total, labels, num_items_in_batch)
+
+
+def plain_autograd_loop(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = hidden.new_zeros(())
+    for s in range(0, hidden.shape[0], chunk_size):  # autograd keeps each chunk's softmax
+        total = total + F.cross_entropy(
+            hidden[s : s + chunk_size] @ weight.T, labels[s : s + chunk_size], reduction="sum"
+        )
+    return _divide(total, labels, num_items_in_batch)
+
+
+class _ChunkMean(_ChunkSum):
+    @staticmethod
+    def forward(ctx, h, weight, y):
+        ctx.save_for_backward(h, weight, y)
+        n = max(int((y != IGNORE).sum()), 1)
+        return F.cross_entropy(h @ weight.T, y, reduction="sum") / n
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y = ctx.saved_tensors
+        n = max(int((y != IGNORE).sum()), 1)
+        grad_logits = _softmax_minus_one_hot(h @ weight.T, y) * grad_output / n
+        return grad_logits @ weight, grad_logits.T @ h, None
+
+
+def mean_of_chunk_means(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    means = _chunk_sums(hidden, weight, labels, chunk_size, chunk=_ChunkMean)
+    return torch.stack(means).mean()  # a chunk with 1 target weighs as much as one with 50
+
+
+def drops_the_short_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    n_full = hidden.shape[0] // chunk_size * chunk_size  # the last, shorter chunk is lost
+    parts = _chunk_sums(hidden[:n_full], weight, labels[:n_full], chunk_size)
+    total = torch.stack(parts).sum() if parts else hidden.sum() * 0.0
+    return _divide(total, labels, num_items_in_batch)
+
+
+class _ChunkMeanTimesCount(_ChunkSum):
+    @staticmethod
+    def forward(ctx, h, weight, y):
+        ctx.save_for_backward(h, weight, y)
+        mean = F.cross_entropy(h @ weight.T, y)  # NaN for a chunk without a target
+        return mean * (y != IGNORE).sum()
+
+
+def sum_as_mean_times_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _ChunkMeanTimesCount)).sum()
+    return _divide(total, labels, num_items_in_batch)
+
+
+def unguarded_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
+    if num_items_in_batch is not None:
+        return total / num_items_in_batch
+    return total / (labels != IGNORE).sum()  # 0 / 0 when every label is -100
+
+
+def ignores_num_items(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
+    return _divide(total, labels, None)
+
+
+def torch_chunk_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    # torch.chunk's second argument is the number of chunks, not the rows per chunk
+    parts = [
+        _ChunkSum.apply(h, weight, y)
+        for h, y in zip(hidden.chunk(chunk_size), labels.chunk(chunk_size))
+    ]
+    return _divide(torch.stack(parts).sum(), labels, num_items_in_batch)
+
+
+def fixed_chunk_size(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, 1024)).sum()  # chunk_size unused
+    return _divide(total, labels, num_items_in_batch)
+
+
+class _ClampedTargets(_ChunkSum):
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y = ctx.saved_tensors
+        grad_logits = (h @ weight.T).softmax(-1)  # (C, V)
+        grad_logits[torch.arange(y.shape[0]), y.clamp(min=0)] -= 1.0  # -100 rows get class 0
+        grad_logits = grad_logits * grad_output
+        return grad_logits @ weight, grad_logits.T @ h, None
+
+
+def ignored_rows_get_gradient(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _ClampedTargets)).sum()
+    return _divide(total, labels, num_items_in_batch)
+
+
+class _NoGradOutput(_ChunkSum):
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y = ctx.saved_tensors
+        grad_logits = _softmax_minus_one_hot(h @ weight.T, y)  # grad_output forgotten
+        return grad_logits @ weight, grad_logits.T @ h, None
+
+
+def forgets_grad_output(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _NoGradOutput)).sum()
+    return _divide(total, labels, num_items_in_batch)  # the 1/count never reaches the gradients
+
+
+def under_no_grad(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    with torch.no_grad():  # "no graph, no memory"
+        total = sum(
+            F.cross_entropy(
+                hidden[s : s + chunk_size] @ weight.T, labels[s : s + chunk_size], reduction="sum"
+            )
+            for s in range(0, hidden.shape[0], chunk_size)
+        )
+    return _divide(total, labels, num_items_in_batch)
+
+
+def divides_by_every_row(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
+    return total / labels.shape[0] if num_items_in_batch is None else total / num_items_in_batch
+
+
+def num_items_divides_the_mean(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    mean = _divide(torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum(), labels, None)
+    return mean if num_items_in_batch is None else mean / num_items_in_batch
+
+
+class _DenseBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, chunk_size):
+        ctx.save_for_backward(hidden, weight, labels)
+        return sum(
+            F.cross_entropy(
+                hidden[s : s + chunk_size] @ weight.T, labels[s : s + chunk_size], reduction="sum"
+            )
+            for s in range(0, hidden.shape[0], chunk_size)
+        )
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        hidden, weight, labels = ctx.saved_tensors
+        grad_logits = _softmax_minus_one_hot(hidden @ weight.T, labels) * grad_output  # (N, V)
+        return grad_logits @ weight, grad_logits.T @ hidden, None, None
+
+
+def chunked_forward_dense_backward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    return _divide(
+        _DenseBackward.apply(hidden, weight, labels, chunk_size), labels, num_items_in_batch
+    )
+
+
+def python_zero_when_empty(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    parts = []
+    for s in range(0, hidden.shape[0], chunk_size):
+        y = labels[s : s + chunk_size]
+        if bool((y != IGNORE).any()):  # skip chunks without targets
+            parts.append(_ChunkSum.apply(hidden[s : s + chunk_size], weight, y))
+    return _divide(sum(parts), labels, num_items_in_batch)  # sum([]) is the int 0
+
+
+def skips_a_row_per_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    parts = [
+        _ChunkSum.apply(hidden[s : s + chunk_size - 1], weight, labels[s : s + chunk_size - 1])
+        for s in range(0, hidden.shape[0], chunk_size)
+    ]  # end is off by one
+    return _divide(torch.stack(parts).sum(), labels, num_items_in_batch)
+
+
+def clamps_labels_in_place(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    count = int((labels != IGNORE).sum())
+    weights = (labels != IGNORE).to(hidden.dtype)  # (N,)
+    labels.clamp_(min=0)  # in place, "so gather works"; -100 rows are zeroed by the weights
+    total = hidden.new_zeros(())
+    for s in range(0, hidden.shape[0], chunk_size):
+        total = total + _WeightedChunk.apply(
+            hidden[s : s + chunk_size],
+            weight,
+            labels[s : s + chunk_size],
+            weights[s : s + chunk_size],
+        )
+    return total / (num_items_in_batch if num_items_in_batch is not None else max(count, 1))
+
+
+class _WeightedChunk(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, weight, y, w):  # y has no -100: w is 0 on the ignored rows
+        ctx.save_for_backward(h, weight, y, w)
+        return (F.cross_entropy(h @ weight.T, y, reduction="none") * w).sum()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y, w = ctx.saved_tensors
+        grad_logits = (h @ weight.T).softmax(-1)
+        grad_logits[torch.arange(y.shape[0]), y] -= 1.0
+        grad_logits = grad_logits * (w * grad_output).unsqueeze(1)
+        return grad_logits @ weight, grad_logits.T @ h, None, None
+
+
+WRONG = [
+    Attempt(
+        dense_logits,
+        "one F.cross_entropy on hidden @ weight.T: the whole (N, V) logits",
+        "builds_full_logits",
+    ),
+    Attempt(
+        plain_autograd_loop,
+        "chunk loop under plain autograd: every chunk's softmax is kept for the backward pass",
+        "keeps_chunks_for_backward",
+    ),
+    Attempt(
+        mean_of_chunk_means,
+        "averages the chunks' means: tokens of sparse chunks weigh more",
+        "averages_chunk_means",
+    ),
+    Attempt(
+        drops_the_short_chunk,
+        "loops over N // chunk_size full chunks only: the last, shorter chunk is lost",
+        "drops_last_chunk",
+    ),
+    Attempt(
+        sum_as_mean_times_count,
+        "each chunk's sum as mean * count: NaN for a chunk without a target",
+        "nan_on_ignored_chunk",
+    ),
+    Attempt(
+        unguarded_count,
+        "divides by the target count without a guard: NaN when every label is -100",
+        "nan_when_no_targets",
+    ),
+    Attempt(
+        ignores_num_items,
+        "always the mean; num_items_in_batch never used",
+        "ignores_num_items_in_batch",
+    ),
+    Attempt(
+        torch_chunk_count,
+        "hidden.chunk(chunk_size) makes chunk_size chunks of N / "
+        "chunk_size rows, not chunks of chunk_size rows",
+        "chunk_too_large",
+    ),
+    Attempt(fixed_chunk_size, "ignores chunk_size and always uses 1024 rows", "builds_full_logits"),
+    Attempt(
+        ignored_rows_get_gradient,
+        "right value, but backward scores rows labelled -100 as class 0, so they get a gradient",
+        "wrong_gradient",
+    ),
+    Attempt(
+        forgets_grad_output,
+        "backward ignores grad_output: the division by the count never reaches the gradients",
+        "wrong_gradient",
+    ),
+    Attempt(
+        under_no_grad,
+        "computes the loss under torch.no_grad(): the right number, no gradient",
+        "detached",
+    ),
+    Attempt(
+        divides_by_every_row,
+        "divides by N, every row, instead of the target count",
+        "counts_padding_positions",
+    ),
+    Attempt(
+        num_items_divides_the_mean,
+        "with num_items_in_batch divides the *mean* by it",
+        "num_items_divides_mean",
+    ),
+    Attempt(
+        chunked_forward_dense_backward,
+        "chunked forward, but backward recomputes the whole (N, V) logits at once",
+        "builds_full_logits",
+    ),
+    Attempt(
+        python_zero_when_empty,
+        "skips chunks without targets and sums a Python list: "
+        "every label -100 gives the float 0.0, not a tensor",
+        "not_a_tensor",
+    ),
+    Attempt(
+        skips_a_row_per_chunk,
+        "slices [s, s + chunk_size - 1): the last row of every "
+        "chunk is skipped; a good message names the rows left out",
+        None,
+    ),
+    Attempt(
+        clamps_labels_in_place,
+        "right value and gradients, but clamps the caller's labels in place (-100 becomes 0)",
+        "modifies_input",
+    ),
+]
+
+
+# ---------------------------------------------------------------- correct attempts
+
+
+def recompute_in_backward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Cut Cross-Entropy's idea: save the chunk's inputs, recompute its logits in backward."""
+    return _divide(
+        torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum(),
+        labels,
+        num_items_in_batch,
+    )
+
+
+class _GradientsInForward(torch.autograd.Function):
+    """Liger Kernel's idea: each chunk's gradient is computed in the forward pass and kept."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, chunk_size, divisor):
+        grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight)
+        total = hidden.new_zeros(())
+        for s in range(0, hidden.shape[0], chunk_size):
+            h, y = hidden[s : s + chunk_size], labels[s : s + chunk_size]
+            logits = h @ weight.T  # (C, V)
+            total += F.cross_entropy(logits, y, ignore_index=IGNORE, reduction="sum")
+            grad_logits = _softmax_minus_one_hot(logits, y) / divisor
+            grad_hidden[s : s + chunk_size] = grad_logits @ weight
+            grad_weight += grad_logits.T @ h
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        return total / divisor
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_output, grad_weight * grad_output, None, None, None
+
+
+def gradients_in_forward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    count = max(int((labels != IGNORE).sum()), 1)
+    divisor = float(num_items_in_batch) if num_items_in_batch is not None else float(count)
+    return _GradientsInForward.apply(hidden, weight, labels, chunk_size, divisor)
+
+
+class _LogSumExpChunk(torch.autograd.Function):
+    """Only the target rows, by logsumexp minus the target logit; backward recomputes."""
+
+    @staticmethod
+    def forward(ctx, h, weight, y):  # y has no -100 here
+        ctx.save_for_backward(h, weight, y)
+        logits = h @ weight.T  # (C, V)
+        return (torch.logsumexp(logits, -1) - logits.gather(1, y.unsqueeze(1)).squeeze(1)).sum()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        h, weight, y = ctx.saved_tensors
+        grad_logits = (h @ weight.T).softmax(-1)  # (C, V)
+        grad_logits[torch.arange(y.shape[0]), y] -= 1.0
+        grad_logits *= grad_output
+        return grad_logits @ weight, grad_logits.T @ h, None
+
+
+def target_rows_first(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    rows = (labels != IGNORE).nonzero().squeeze(1)  # (M,) BERT's gather_indexes
+    h, y = hidden.index_select(0, rows), labels.index_select(0, rows)  # (M, H), (M,)
+    total = hidden.sum() * 0.0
+    for s in range(0, rows.shape[0], chunk_size):
+        total = total + _LogSumExpChunk.apply(h[s : s + chunk_size], weight, y[s : s + chunk_size])
+    return total / (num_items_in_batch if num_items_in_batch is not None else max(len(rows), 1))
+
+
+CORRECT = [
+    Attempt(recompute_in_backward, "an autograd.Function per chunk that recomputes in backward"),
+    Attempt(gradients_in_forward, "one autograd.Function, gradients computed in forward"),
+    Attempt(target_rows_first, "target rows gathered first, logsumexp chunks, recompute"),
+]

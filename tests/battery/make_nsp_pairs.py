@@ -1,0 +1,769 @@
+"""Attempts at ``make_nsp_pairs`` (lesson 05, section 6): ``[CLS] A [SEP] B [SEP]`` examples,
+label 0 when B continues A in the same document, 1 (with probability ``nsp_probability``) when B
+comes from another document; four LongTensors padded with ``pad_token_id`` to the longest
+example; nothing longer than ``max_length``; all randomness from ``generator``."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from lmlessons import truncate_seq_pair
+
+from ._attempt import Attempt
+
+EXERCISE = "make_nsp_pairs"
+
+
+def _u(g) -> float:
+    return float(torch.rand((), generator=g))
+
+
+def _randint(n: int, g) -> int:
+    """Uniform in [0, n)."""
+    return int(torch.randint(n, (), generator=g))
+
+
+def _other_doc(n_docs: int, d: int, g) -> int:
+    """Uniform over the documents other than ``d``."""
+    other = _randint(n_docs - 1, g)
+    return other + (other >= d)
+
+
+def _pairs(
+    documents, nsp_probability, max_num_tokens, g, *, negative=None, positive=None, trim=None
+):
+    """One pair per sentence boundary: A = sentence i; B = sentence i+1 (label 0) or, with
+    probability ``nsp_probability``, ``negative(documents, d, g)`` (label 1)."""
+    negative = negative or _negative
+    trim = trim or (lambda a, b: truncate_seq_pair(a, b, max_num_tokens, generator=g))
+    examples = []
+    for d, doc in enumerate(documents):
+        for i in range(len(doc) - 1):
+            a = list(doc[i])
+            if _u(g) < nsp_probability:
+                b, label = negative(documents, d, g), 1
+            else:
+                b = list(doc[i + 1]) if positive is None else positive(doc, i, g)
+                label = 0
+            a, b = trim(a, b)
+            examples.append((a, b, label))
+    return examples
+
+
+def _negative(documents, d, g):
+    """A random sentence of a random other document."""
+    other = documents[_other_doc(len(documents), d, g)]
+    return list(other[_randint(len(other), g)])
+
+
+def _build(examples, cls, sep, pad, *, seq=None, segments=None, pad_to=None):
+    """Pad ``(a, b, label)`` examples into the four LongTensors."""
+    seq = seq or (lambda a, b: [cls, *a, sep, *b, sep])
+    segments = segments or (lambda a, b, n: [0] * (len(a) + 2) + [1] * (len(b) + 1))
+    rows = [seq(a, b) for a, b, _ in examples]
+    width = pad_to or max(len(r) for r in rows)
+    n = len(rows)
+    input_ids = torch.full((n, width), pad, dtype=torch.long)
+    token_type_ids = torch.zeros((n, width), dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    for k, ((a, b, _), row) in enumerate(zip(examples, rows)):
+        input_ids[k, : len(row)] = torch.tensor(row)
+        tt = segments(a, b, width)
+        token_type_ids[k, : len(tt)] = torch.tensor(tt)
+        attention_mask[k, : len(row)] = 1
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "next_sentence_label": torch.tensor([lab for *_, lab in examples], dtype=torch.long),
+    }
+
+
+def _standard(
+    documents,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability,
+    generator,
+    **pair_kw,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 3, generator, **pair_kw)
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+# --------------------------------------------------------------------------------------------
+# wrong attempts
+# --------------------------------------------------------------------------------------------
+
+
+def swapped_labels(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    out = _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
+    )
+    out["next_sentence_label"] = 1 - out["next_sentence_label"]  # d2l.ai's is_next = 1
+    return out
+
+
+def negative_from_any_document(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    def negative(docs, d, g):
+        other = docs[_randint(len(docs), g)]  # may be the same document
+        return list(other[_randint(len(other), g)])
+
+    return _standard(
+        documents,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability,
+        generator,
+        negative=negative,
+    )
+
+
+def random_token_negatives(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    vocab = 1 + max(t for doc in documents for s in doc for t in s)
+
+    def negative(docs, d, g):
+        n = len(docs[d][0])
+        return torch.randint(vocab, (n,), generator=g).tolist()
+
+    return _standard(
+        documents,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability,
+        generator,
+        negative=negative,
+    )
+
+
+def no_cls(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 2, generator)
+    return _build(
+        examples,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        seq=lambda a, b: [*a, sep_token_id, *b, sep_token_id],
+        segments=lambda a, b, n: [0] * (len(a) + 1) + [1] * (len(b) + 1),
+    )
+
+
+def no_final_sep(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 2, generator)
+    return _build(
+        examples,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        seq=lambda a, b: [cls_token_id, *a, sep_token_id, *b],
+        segments=lambda a, b, n: [0] * (len(a) + 2) + [1] * len(b),
+    )
+
+
+def first_sep_in_segment_b(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 3, generator)
+    return _build(
+        examples,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        segments=lambda a, b, n: [0] * (len(a) + 1) + [1] * (len(b) + 2),
+    )
+
+
+def segment_one_on_padding(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 3, generator)
+    return _build(
+        examples,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        segments=lambda a, b, n: [0] * (len(a) + 2) + [1] * (n - len(a) - 2),
+    )
+
+
+def pads_with_zero(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    return _standard(
+        documents, cls_token_id, sep_token_id, 0, max_length, nsp_probability, generator
+    )
+
+
+def attention_everywhere(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    out = _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
+    )
+    out["attention_mask"] = torch.ones_like(out["input_ids"])
+    return out
+
+
+def no_truncation(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    return _standard(
+        documents,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability,
+        generator,
+        trim=lambda a, b: (a, b),
+    )
+
+
+def budget_forgets_specials(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length, generator)
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def always_half(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    return _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, 0.5, generator
+    )
+
+
+def python_random(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = []
+    for d, doc in enumerate(documents):
+        for i in range(len(doc) - 1):
+            if random.random() < nsp_probability:
+                other = random.choice([k for k in range(len(documents)) if k != d])
+                b, label = list(random.choice(documents[other])), 1
+            else:
+                b, label = list(doc[i + 1]), 0
+            a, b = truncate_seq_pair(list(doc[i]), b, max_length - 3, generator=generator)
+            examples.append((a, b, label))
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def any_later_sentence(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    def positive(doc, i, g):
+        return list(doc[i + 1 + _randint(len(doc) - i - 1, g)])  # any later sentence
+
+    return _standard(
+        documents,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability,
+        generator,
+        positive=positive,
+    )
+
+
+def one_stream(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """All sentences in one list: the last sentence of a document and the first of the next
+    become an IsNext pair."""
+    stream = [(d, s) for d, doc in enumerate(documents) for s in doc]
+    examples = []
+    for i in range(len(stream) - 1):
+        d, a = stream[i]
+        if _u(generator) < nsp_probability:
+            b, label = _negative(documents, d, generator), 1
+        else:
+            b, label = list(stream[i + 1][1]), 0
+        a, b = truncate_seq_pair(list(a), b, max_length - 3, generator=generator)
+        examples.append((a, b, label))
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def empty_b_at_document_end(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = []
+    for d, doc in enumerate(documents):
+        for i in range(len(doc)):  # the last sentence too: its B is doc[i+1:i+2] == []
+            if _u(generator) < nsp_probability:
+                b, label = _negative(documents, d, generator), 1
+            else:
+                b, label = [t for s in doc[i + 1 : i + 2] for t in s], 0
+            a, b = truncate_seq_pair(list(doc[i]), b, max_length - 3, generator=generator)
+            examples.append((a, b, label))
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def bool_labels(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    out = _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
+    )
+    out["next_sentence_label"] = out["next_sentence_label"].bool()  # torch.tensor([is_random])
+    return out
+
+
+def labels_key(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    out = _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
+    )
+    out["labels"] = out.pop("next_sentence_label")
+    return out
+
+
+def _google_truncate_in_place(a, b, max_num_tokens, g):
+    while len(a) + len(b) > max_num_tokens:
+        longer = a if len(a) > len(b) else b
+        if _u(g) < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+    return a, b
+
+
+def trims_document_sentences(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = []
+    for d, doc in enumerate(documents):
+        for i in range(len(doc) - 1):
+            a = doc[i]  # no copy: the document's own list
+            if _u(generator) < nsp_probability:
+                other = documents[_other_doc(len(documents), d, generator)]
+                b, label = other[_randint(len(other), generator)], 1
+            else:
+                b, label = doc[i + 1], 0
+            a, b = _google_truncate_in_place(a, b, max_length - 3, generator)
+            examples.append((list(a), list(b), label))
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def chunk_split_crashes_on_one_sentence(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """Google-style: the whole document is one chunk, cut at a_end in [1, len(chunk))."""
+    examples = []
+    for d, doc in enumerate(documents):
+        a_end = 1 + _randint(len(doc) - 1, generator)  # randint(0) fails for a 1-sentence doc
+        a = [t for s in doc[:a_end] for t in s]
+        if _u(generator) < nsp_probability:
+            b, label = _negative(documents, d, generator), 1
+        else:
+            b, label = [t for s in doc[a_end:] for t in s], 0
+        a, b = truncate_seq_pair(a, b, max_length - 3, generator=generator)
+        examples.append((a, b, label))
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id)
+
+
+def pads_to_max_length(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    examples = _pairs(documents, nsp_probability, max_length - 3, generator)
+    return _build(examples, cls_token_id, sep_token_id, pad_token_id, pad_to=max_length)
+
+
+def trims_only_b(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """Keeps A whole and cuts B to what is left: B is empty when A alone fills the budget."""
+    budget = max_length - 3
+
+    def trim(a, b):
+        a = a[:budget]
+        return a, b[: budget - len(a)]
+
+    return _standard(
+        documents,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        max_length,
+        nsp_probability,
+        generator,
+        trim=trim,
+    )
+
+
+WRONG = [
+    Attempt(
+        swapped_labels,
+        "label 1 for IsNext and 0 for NotNext (d2l.ai's convention)",
+        "swapped_nsp_labels",
+    ),
+    Attempt(
+        negative_from_any_document,
+        "draws the NotNext document among all documents, the current one included",
+        "negative_same_document",
+    ),
+    Attempt(
+        random_token_negatives,
+        "NotNext B = random token ids, not text from another document",
+        "negative_random_ids",
+    ),
+    Attempt(no_cls, "builds A [SEP] B [SEP] without [CLS]", "missing_cls"),
+    Attempt(no_final_sep, "builds [CLS] A [SEP] B without the final [SEP]", "sep_wrong"),
+    Attempt(
+        first_sep_in_segment_b,
+        "token_type_ids 1 from the first [SEP] on (it belongs to segment 0)",
+        "wrong_segment_ids",
+    ),
+    Attempt(
+        segment_one_on_padding,
+        "token_type_ids 1 from B to the end of the row, padding included",
+        "wrong_segment_ids",
+    ),
+    Attempt(
+        pads_with_zero, "pads input_ids with 0 instead of pad_token_id", "hard_coded_special_ids"
+    ),
+    Attempt(
+        attention_everywhere, "attention_mask all ones, padding included", "attention_mask_wrong"
+    ),
+    Attempt(no_truncation, "never truncates: long pairs exceed max_length", "ignores_max_length"),
+    Attempt(
+        budget_forgets_specials,
+        "truncates A+B to max_length, forgetting the 3 special "
+        "tokens: examples up to max_length + 3",
+        "ignores_max_length",
+    ),
+    Attempt(always_half, "uses 0.5 whatever nsp_probability says", "ignores_nsp_probability"),
+    Attempt(
+        python_random,
+        "Python's random module for the NotNext draws and documents",
+        "uses_global_rng",
+    ),
+    Attempt(
+        any_later_sentence,
+        "IsNext B is any later sentence of the document, not the next one",
+        "positive_not_continuation",
+    ),
+    Attempt(
+        one_stream,
+        "pairs consecutive sentences of one stream of all documents: the last "
+        "sentence of a document and the first of the next make an IsNext pair",
+        "positive_from_other_document",
+    ),
+    Attempt(
+        empty_b_at_document_end,
+        "also pairs the last sentence of a document, whose IsNext B is empty",
+        "empty_segment",
+    ),
+    Attempt(
+        trims_only_b,
+        "keeps A whole and cuts B to the rest of the budget: B is empty when A is long",
+        "empty_segment",
+    ),
+    Attempt(bool_labels, "next_sentence_label is a bool tensor", "wrong_dtype"),
+    Attempt(
+        labels_key,
+        "returns the labels under 'labels' instead of 'next_sentence_label'",
+        "wrong_keys",
+    ),
+    Attempt(
+        trims_document_sentences,
+        "truncates in place the documents' own sentence lists "
+        "(no copy), changing the caller's documents",
+        "modifies_input",
+    ),
+    Attempt(
+        chunk_split_crashes_on_one_sentence,
+        "cuts each document once at a random sentence "
+        "boundary: crashes on a single-sentence document",
+        "raised_exception",
+    ),
+    Attempt(
+        pads_to_max_length,
+        "pads every row to max_length instead of the longest example",
+        "padding_wrong",
+    ),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# correct attempts
+# --------------------------------------------------------------------------------------------
+
+
+def per_boundary(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """One pair per sentence boundary, tensors padded by hand."""
+    if nsp_probability > 0 and len(documents) < 2:
+        raise ValueError("documents: NotNext needs at least 2 documents")
+    return _standard(
+        documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
+    )
+
+
+def per_boundary_pad_sequence(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """Labels drawn for all boundaries at once, B from another document as consecutive
+    sentences from a random start, rows padded with pad_sequence."""
+    bounds = [(d, i) for d, doc in enumerate(documents) for i in range(len(doc) - 1)]
+    labels = (torch.rand(len(bounds), generator=generator) < nsp_probability).long()
+    ids, types = [], []
+    for (d, i), label in zip(bounds, labels.tolist()):
+        a = list(documents[d][i])
+        if label:
+            other = documents[_other_doc(len(documents), d, generator)]
+            b = []
+            for s in other[_randint(len(other), generator) :]:
+                b += s
+                if len(a) + len(b) >= max_length - 3:
+                    break
+        else:
+            b = list(documents[d][i + 1])
+        a, b = truncate_seq_pair(a, b, max_length - 3, generator=generator)
+        ids.append(torch.tensor([cls_token_id, *a, sep_token_id, *b, sep_token_id]))
+        types.append(torch.tensor([0] * (len(a) + 2) + [1] * (len(b) + 1)))
+    input_ids = pad_sequence(ids, batch_first=True, padding_value=pad_token_id)
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": pad_sequence(types, batch_first=True, padding_value=0),
+        "attention_mask": pad_sequence(
+            [torch.ones(len(x), dtype=torch.long) for x in ids], batch_first=True, padding_value=0
+        ),
+        "next_sentence_label": labels,
+    }
+
+
+def google_chunks(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """Google's chunks (without short_seq_prob or putting unused sentences back): gather
+    sentences up to the budget, cut at a random boundary, B = the rest or another document."""
+    budget = max_length - 3
+    examples = []
+    for d, doc in enumerate(documents):
+        chunk = []
+        for k, sentence in enumerate(doc):
+            chunk.append(list(sentence))
+            if k < len(doc) - 1 and sum(map(len, chunk)) < budget:
+                continue
+            if len(chunk) >= 2:
+                a_end = 1 + _randint(len(chunk) - 1, generator)
+                a = [t for s in chunk[:a_end] for t in s]
+                if _u(generator) < nsp_probability:
+                    other = documents[_other_doc(len(documents), d, generator)]
+                    b = [t for s in other[_randint(len(other), generator) :] for t in s]
+                    label = 1
+                else:
+                    b, label = [t for s in chunk[a_end:] for t in s], 0
+                a, b = truncate_seq_pair(a, b, budget, generator=generator)
+                examples.append((a, b, label))
+            chunk = []
+    order = torch.randperm(len(examples), generator=generator).tolist()
+    return _build([examples[k] for k in order], cls_token_id, sep_token_id, pad_token_id)
+
+
+CORRECT = [
+    Attempt(per_boundary, "one pair per sentence boundary, tensors filled by hand"),
+    Attempt(
+        per_boundary_pad_sequence, "labels drawn at once, consecutive NotNext text, pad_sequence"
+    ),
+    Attempt(google_chunks, "Google-style chunks cut at a random boundary, examples shuffled"),
+]

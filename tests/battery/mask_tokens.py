@@ -1,0 +1,904 @@
+"""Attempts at ``mask_tokens`` (lesson 01, section 8): select each eligible position with
+probability ``mlm_probability``; labels = original id there, -100 elsewhere; 80/10/10 on the
+selected; ``input_ids`` untouched; every random number from ``generator``."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from transformers import DataCollatorForLanguageModeling  # imported once, not inside a check
+
+from ._attempt import Attempt
+
+EXERCISE = "mask_tokens"
+
+
+def _eligible(input_ids, special_tokens_mask):
+    """True where a position may be selected (the mask may hold 0/1 integers)."""
+    if special_tokens_mask is None:
+        return torch.ones_like(input_ids, dtype=torch.bool)
+    return ~special_tokens_mask.bool()
+
+
+def _replace(input_ids, selected, u, *, mask_token_id, vocab_size, pm, pr, generator):
+    """The 80/10/10 step on a copy of ``input_ids``, from a second uniform draw ``u``."""
+    masked = input_ids.clone()
+    masked[selected & (u < pm)] = mask_token_id
+    to_random = selected & (u >= pm) & (u < pm + pr)
+    masked[to_random] = torch.randint(
+        vocab_size, (int(to_random.sum()),), generator=generator, dtype=input_ids.dtype
+    )
+    return masked
+
+
+def _common(input_ids, special_tokens_mask, p, generator):
+    """Selection by one uniform draw per position, then a second draw for the replacement."""
+    selected = torch.rand(input_ids.shape, generator=generator) < p
+    selected &= _eligible(input_ids, special_tokens_mask)
+    u = torch.rand(input_ids.shape, generator=generator)
+    return selected, u
+
+
+# --------------------------------------------------------------------------------------------
+# wrong attempts
+# --------------------------------------------------------------------------------------------
+
+
+def forgets_specials(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
+    u = torch.rand(input_ids.shape, generator=generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def labels_everywhere(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = input_ids.clone()  # forgot labels[~selected] = -100
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def labels_from_masked(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    labels = torch.where(selected, masked, -100)  # the corrupted ids, not the originals
+    return masked, labels
+
+
+def labels_are_selection(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, selected  # the boolean mask of targets, not the ids
+
+
+def copied_from_transformers(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """transformers' torch_mask_tokens, which writes into the tensor it is given."""
+    inputs = input_ids
+    labels = inputs.clone()
+    probability_matrix = torch.full(labels.shape, mlm_probability)
+    if special_tokens_mask is not None:
+        probability_matrix.masked_fill_(special_tokens_mask.bool(), value=0.0)
+    masked_indices = torch.bernoulli(probability_matrix, generator=generator).bool()
+    labels[~masked_indices] = -100
+    replaced = torch.bernoulli(torch.full(labels.shape, mask_replace_prob), generator=generator)
+    replaced = replaced.bool() & masked_indices
+    inputs[replaced] = mask_token_id
+    if mask_replace_prob == 1 or random_replace_prob == 0:
+        return inputs, labels
+    scaled = random_replace_prob / (1 - mask_replace_prob)
+    rnd = torch.bernoulli(torch.full(labels.shape, scaled), generator=generator).bool()
+    rnd &= masked_indices & ~replaced
+    words = torch.randint(vocab_size, labels.shape, dtype=torch.long, generator=generator)
+    inputs[rnd] = words[rnd]
+    return inputs, labels
+
+
+def global_rng(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected = torch.rand(input_ids.shape) < mlm_probability
+    selected &= _eligible(input_ids, special_tokens_mask)
+    u = torch.rand(input_ids.shape)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=None,
+    )
+    return masked, labels
+
+
+def own_seeded_generator(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    g = torch.Generator().manual_seed(0)  # "reproducible", but the caller's generator is unused
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, g)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=g,
+    )
+    return masked, labels
+
+
+def random_share_unscaled(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, _ = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    to_mask = selected & (torch.rand(input_ids.shape, generator=generator) < mask_replace_prob)
+    # the random draw should be conditional on "not [MASK]": 0.1 / 0.2, not 0.1
+    to_random = selected & ~to_mask
+    to_random &= torch.rand(input_ids.shape, generator=generator) < random_replace_prob
+    masked = input_ids.masked_fill(to_mask, mask_token_id)
+    masked[to_random] = torch.randint(vocab_size, (int(to_random.sum()),), generator=generator)
+    return masked, labels
+
+
+def random_ids_from_one(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
+    to_random = selected & (u >= mask_replace_prob) & (u < mask_replace_prob + random_replace_prob)
+    n = int(to_random.sum())
+    masked[to_random] = torch.randint(1, vocab_size + 1, (n,), generator=generator)  # 1..V
+    return masked, labels
+
+
+def never_selects_id_zero(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    selected &= input_ids != 0  # "0 is [PAD]": a hard-coded id, and id 0 may be a real token
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def bert_shares_hard_coded(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=0.8,
+        pr=0.1,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def bert_rate_hard_coded(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, 0.15, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def crashes_without_special_mask(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
+    selected &= ~special_tokens_mask.bool()  # AttributeError when it is None
+    u = torch.rand(input_ids.shape, generator=generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def special_mask_as_index(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
+    if special_tokens_mask is not None:
+        # right for a bool mask; a 0/1 integer mask indexes rows 0 and 1 instead
+        selected[special_tokens_mask] = False
+    u = torch.rand(input_ids.shape, generator=generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def reuses_draw_unscaled(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    u = torch.rand(input_ids.shape, generator=generator)
+    selected = (u < mlm_probability) & _eligible(input_ids, special_tokens_mask)
+    labels = torch.where(selected, input_ids, -100)
+    # u < p already, so u < 0.8 is (nearly) always true: u should be divided by p first
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def float_labels(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100.0)  # a float scalar makes labels float32
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def flattened_output(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    flat = input_ids.reshape(-1)
+    special = None if special_tokens_mask is None else special_tokens_mask.reshape(-1)
+    selected, u = _common(flat, special, mlm_probability, generator)
+    labels = torch.where(selected, flat, -100)
+    masked = _replace(
+        flat,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels  # still (B*T,): forgot .view_as(input_ids)
+
+
+def swapped_outputs(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return labels, masked
+
+
+def floor_count_per_row(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    eligible = _eligible(input_ids, special_tokens_mask).reshape(-1, input_ids.shape[-1])
+    selected = torch.zeros_like(eligible)
+    for row in range(eligible.shape[0]):
+        pos = eligible[row].nonzero().flatten()
+        k = int(mlm_probability * len(pos))  # a fixed count per row, rounded down
+        pick = pos[torch.randperm(len(pos), generator=generator)[:k]]
+        selected[row, pick] = True
+    selected = selected.reshape(input_ids.shape)
+    u = torch.rand(input_ids.shape, generator=generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = _replace(
+        input_ids,
+        selected,
+        u,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        pm=mask_replace_prob,
+        pr=random_replace_prob,
+        generator=generator,
+    )
+    return masked, labels
+
+
+def python_random_replacement(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
+    to_random = selected & (u >= mask_replace_prob) & (u < mask_replace_prob + random_replace_prob)
+    for idx in to_random.nonzero().tolist():
+        masked[tuple(idx)] = random.randrange(vocab_size)  # Python's global generator
+    return masked, labels
+
+
+def random_from_batch(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
+    to_random = selected & (u >= mask_replace_prob) & (u < mask_replace_prob + random_replace_prob)
+    flat = input_ids.reshape(-1)
+    pick = torch.randint(flat.numel(), (int(to_random.sum()),), generator=generator)
+    masked[to_random] = flat[pick]  # "a random token": one of the batch's own tokens
+    return masked, labels
+
+
+def stacks_random_ids(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
+    labels = torch.where(selected, input_ids, -100)
+    masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
+    to_random = selected & (u >= mask_replace_prob) & (u < mask_replace_prob + random_replace_prob)
+    draws = [
+        torch.randint(vocab_size, (), generator=generator) for _ in range(int(to_random.sum()))
+    ]
+    masked[to_random] = torch.stack(draws)  # torch.stack([]) raises when nothing is drawn
+    return masked, labels
+
+
+WRONG = [
+    Attempt(
+        forgets_specials,
+        "never looks at special_tokens_mask, so [CLS]/[SEP]/[PAD] get selected",
+        "masks_special_tokens",
+    ),
+    Attempt(
+        labels_everywhere,
+        "labels are a copy of input_ids: -100 is never written at the unselected positions",
+        "labels_not_ignored",
+    ),
+    Attempt(
+        labels_from_masked,
+        "labels hold the corrupted ids ([MASK]/random) instead of the original ones",
+        "labels_are_corrupted_ids",
+    ),
+    Attempt(
+        labels_are_selection,
+        "returns the boolean selection as labels instead of ids and -100",
+        "labels_are_boolean_mask",
+    ),
+    Attempt(
+        copied_from_transformers,
+        "transformers' torch_mask_tokens copied as is: it writes "
+        "[MASK] and random ids into the caller's input_ids",
+        "modifies_input",
+    ),
+    Attempt(
+        global_rng,
+        "draws every random number from torch's global generator, not generator=",
+        "uses_global_rng",
+    ),
+    Attempt(
+        own_seeded_generator,
+        "builds its own torch.Generator seeded with 0 and never uses the caller's generator",
+        "ignores_generator",
+    ),
+    Attempt(
+        random_share_unscaled,
+        "draws 'random' with probability random_replace_prob among "
+        "the non-[MASK] selected (should be 0.1/0.2): ~2% random, ~18% kept",
+        "random_not_conditional",
+    ),
+    Attempt(
+        random_ids_from_one,
+        "random replacement ids drawn from [1, vocab_size], so vocab_size itself can appear",
+        "random_ids_out_of_range",
+    ),
+    Attempt(
+        never_selects_id_zero,
+        "treats token id 0 as padding (hard-coded): a real token with id 0 is never selected",
+        "hard_coded_special_ids",
+    ),
+    Attempt(
+        bert_shares_hard_coded,
+        "uses 0.8/0.1 whatever mask_replace_prob and random_replace_prob say",
+        "ignores_replace_probs",
+    ),
+    Attempt(
+        bert_rate_hard_coded,
+        "selects with 0.15 whatever mlm_probability says",
+        "ignores_mlm_probability",
+    ),
+    Attempt(
+        crashes_without_special_mask,
+        "calls special_tokens_mask.bool() without checking "
+        "for None, so the default special_tokens_mask=None crashes",
+        "special_tokens_mask_none",
+    ),
+    Attempt(
+        special_mask_as_index,
+        "indexes with special_tokens_mask as given: right for a "
+        "bool mask, but a 0/1 integer mask picks rows 0 and 1, so specials get selected",
+        "masks_special_tokens",
+    ),
+    Attempt(
+        reuses_draw_unscaled,
+        "reuses the selection draw u for 80/10/10 without dividing "
+        "by p: at p=0.15 every selected position becomes [MASK]",
+        "replacement_rates_off",
+    ),
+    Attempt(
+        float_labels,
+        "torch.where(selected, input_ids, -100.0): the float scalar makes labels float32",
+        "wrong_dtype",
+    ),
+    Attempt(
+        flattened_output, "works on input_ids.reshape(-1) and returns (B*T,) tensors", "wrong_shape"
+    ),
+    Attempt(
+        swapped_outputs,
+        "returns (labels, masked_input_ids) instead of (masked_input_ids, labels)",
+        "swapped_outputs",
+    ),
+    Attempt(
+        floor_count_per_row,
+        "selects exactly int(p * eligible) positions per row "
+        "(rounded down, never varying) instead of each position with probability p: the "
+        "rate is low on short rows; a good message names the selection rate or the count",
+        "selects_exact_count",
+    ),
+    Attempt(
+        python_random_replacement,
+        "draws the random replacement ids with Python's "
+        "random.randrange (global generator), the rest from generator=",
+        "uses_global_rng",
+    ),
+    Attempt(
+        random_from_batch,
+        "random replacements are tokens copied from the batch itself "
+        "(its unigram distribution), not ids uniform in [0, vocab_size); a good message "
+        "names where the random ids come from",
+        "random_ids_not_uniform",
+    ),
+    Attempt(
+        stacks_random_ids,
+        "builds the random ids with torch.stack of a list: raises when "
+        "no position gets a random id (mlm_probability=0, random_replace_prob=0)",
+        "fails_when_nothing_selected",
+    ),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# correct attempts
+# --------------------------------------------------------------------------------------------
+
+
+def three_bernoullis(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """transformers' torch_mask_tokens on a clone, with generator= on every draw."""
+    inputs = input_ids.clone()
+    labels = input_ids.clone()
+    prob = torch.full(labels.shape, float(mlm_probability))
+    if special_tokens_mask is not None:
+        prob.masked_fill_(special_tokens_mask.bool(), 0.0)
+    selected = torch.bernoulli(prob, generator=generator).bool()
+    labels[~selected] = -100
+    replaced = (
+        torch.bernoulli(
+            torch.full(labels.shape, float(mask_replace_prob)), generator=generator
+        ).bool()
+        & selected
+    )
+    inputs[replaced] = mask_token_id
+    remaining = 1.0 - mask_replace_prob
+    if remaining <= 0 or random_replace_prob == 0:
+        return inputs, labels
+    scaled = min(1.0, random_replace_prob / remaining)
+    rnd = torch.bernoulli(torch.full(labels.shape, scaled), generator=generator).bool()
+    rnd &= selected & ~replaced
+    words = torch.randint(vocab_size, labels.shape, dtype=input_ids.dtype, generator=generator)
+    inputs[rnd] = words[rnd]
+    return inputs, labels
+
+
+def one_categorical_draw(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """One categorical draw per position among skip / [MASK] / random / keep."""
+    p = float(mlm_probability)
+    keep = max(0.0, 1.0 - mask_replace_prob - random_replace_prob)
+    probs = torch.tensor(
+        [1.0 - p, p * mask_replace_prob, p * random_replace_prob, p * keep], dtype=torch.float64
+    )
+    n = input_ids.numel()
+    kind = torch.multinomial(probs, n, replacement=True, generator=generator)
+    kind = kind.reshape(input_ids.shape)
+    kind = kind.masked_fill(~_eligible(input_ids, special_tokens_mask), 0)
+    labels = torch.where(kind > 0, input_ids, torch.full_like(input_ids, -100))
+    random_ids = torch.randint(
+        vocab_size, input_ids.shape, generator=generator, dtype=input_ids.dtype
+    )
+    masked = torch.where(kind == 1, torch.full_like(input_ids, mask_token_id), input_ids)
+    masked = torch.where(kind == 2, random_ids, masked)
+    return masked, labels
+
+
+def scaled_thresholds_loop(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """One uniform draw u per position, thresholds p*pm and p*(pm+pr); rows one at a time."""
+    p = mlm_probability
+    masked = input_ids.clone()
+    labels = torch.full_like(input_ids, -100)
+    eligible = _eligible(input_ids, special_tokens_mask)
+    for row in range(input_ids.shape[0]):
+        u = torch.rand(input_ids.shape[1:], generator=generator)
+        sel = (u < p) & eligible[row]
+        labels[row][sel] = input_ids[row][sel]
+        masked[row][sel & (u < p * mask_replace_prob)] = mask_token_id
+        rnd = (
+            sel & (u >= p * mask_replace_prob) & (u < p * (mask_replace_prob + random_replace_prob))
+        )
+        n = int(rnd.sum())
+        if n:
+            masked[row][rnd] = torch.randint(
+                vocab_size, (n,), generator=generator, dtype=input_ids.dtype
+            )
+    return masked, labels
+
+
+class _StubTokenizer:
+    """Just what DataCollatorForLanguageModeling reads from a tokenizer."""
+
+    mask_token = "[MASK]"
+
+    def __init__(self, mask_token_id, vocab_size):
+        self._mask_id, self._size = mask_token_id, vocab_size
+
+    def __len__(self):
+        return self._size
+
+    def convert_tokens_to_ids(self, token):
+        return self._mask_id
+
+
+def via_transformers_collator(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """transformers' own DataCollatorForLanguageModeling.torch_mask_tokens, given our generator,
+    on a clone (it writes into its input)."""
+    collator = DataCollatorForLanguageModeling(
+        _StubTokenizer(mask_token_id, vocab_size),
+        mlm_probability=mlm_probability,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+    )
+    collator.generator = generator
+    special = special_tokens_mask
+    if special is None:
+        special = torch.zeros_like(input_ids, dtype=torch.bool)
+    return collator.torch_mask_tokens(input_ids.clone(), special_tokens_mask=special)
+
+
+CORRECT = [
+    Attempt(three_bernoullis, "transformers' three Bernoulli draws, on a clone, with generator="),
+    Attempt(
+        one_categorical_draw, "one torch.multinomial draw per position over skip/[MASK]/random/keep"
+    ),
+    Attempt(
+        scaled_thresholds_loop, "one uniform per position against p*pm and p*(pm+pr), row by row"
+    ),
+    Attempt(
+        via_transformers_collator,
+        "DataCollatorForLanguageModeling.torch_mask_tokens "
+        "itself, on a clone, with the caller's generator",
+    ),
+]
