@@ -70,7 +70,7 @@ class Mistake(Exception):
 
     def __init__(self, code: str, detail: str) -> None:
         entry = catalogue().get(code)
-        if entry is None:  # pragma: no cover - a checker's error, caught by tests/test_content.py
+        if entry is None:  # pragma: no cover - a checker's error, caught by tests/test_mistakes.py
             raise KeyError(f"mistake code {code!r} is not in mistakes.toml")
         super().__init__(code)
         self.code = code
