@@ -13,7 +13,7 @@ export MYPY_CACHE_DIR ?= $(or $(TMPDIR),/tmp)/lmlessons-mypy
 PYTEST := $(PY) -m pytest
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
 # Two workers (pytest-xdist); each module, and each notebook with its kernel, stays in one worker.
-XDIST := -n 2 --dist loadscope
+XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 # The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and oneDNN
 # held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
 # so strict nbval under both proves that no stored output depends on that order.
