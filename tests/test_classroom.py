@@ -64,11 +64,15 @@ NAIVE_MASK_TOKENS = """def my_mask_tokens(input_ids, *, mask_token_id, vocab_siz
     return torch.where(to_random, random_ids, masked), labels
 """
 
-ENDLESS_LOOP = """def my_select_whole_words(special_tokens_mask, is_continuation, *,
+# Endless, but asleep: the timeout is what is tested, and a busy loop would take a core from the
+# other tests for the whole timeout.
+ENDLESS_LOOP = """import time
+
+def my_select_whole_words(special_tokens_mask, is_continuation, *,
                           attention_mask=None, mlm_probability=0.15,
                           max_predictions_per_seq=20, generator=None):
     while True:
-        pass
+        time.sleep(0.05)
 """
 
 BROKEN_IMPORT = "import lmlessons_has_no_such_module\n\n"
