@@ -14,6 +14,8 @@ PYTEST := $(PY) -m pytest
 NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
 # Two workers (pytest-xdist); each module, and each notebook with its kernel, stays in one worker.
 XDIST := -n 2 --dist loadscope --no-loadscope-reorder
+# Two workers on two cores: one torch thread per process (and per lesson kernel), not two each.
+ONE_THREAD := OMP_NUM_THREADS=1
 # The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and oneDNN
 # held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
 # so strict nbval under both proves that no stored output depends on that order.
@@ -52,7 +54,7 @@ lint: setup
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
 test: setup lint
-	$(PYTEST) tests notebooks $(NBVAL) $(XDIST)
+	$(ONE_THREAD) $(PYTEST) tests notebooks $(NBVAL) $(XDIST)
 	$(MAKE) --no-print-directory test-portable
 	$(MAKE) --no-print-directory test-site
 
@@ -68,7 +70,7 @@ test-notebooks: setup
 
 # Strict nbval again, with the scalar kernels (see SCALAR_KERNELS).
 test-portable: setup
-	$(SCALAR_KERNELS) $(PYTEST) notebooks $(NBVAL) $(XDIST)
+	$(SCALAR_KERNELS) $(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) $(XDIST)
 
 test-browser: setup
 	$(PYTEST) tests -m browser
