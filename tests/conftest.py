@@ -48,3 +48,12 @@ def tok():
     from lmlessons import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def chat_tok():
+    """The course tokenizer with lesson 10's chat template (``lmlessons.course.chat``), loaded
+    once per module."""
+    from lmlessons.course.chat import chat_tokenizer
+
+    return chat_tokenizer()

@@ -16,17 +16,11 @@ from lmlessons.answer_only import (
     per_example_mean_loss,
     per_token_loss,
 )
-from lmlessons.course.chat import chat_tokenizer
 from lmlessons.packing import flatten_documents
 from lmlessons.shifting import shift_labels
 
 V = 13
 WORDS = ["the", "dog", "ran", "home", "which", "topic", "?", "animals", "sea", "first", "word"]
-
-
-@pytest.fixture(scope="module")
-def chat_tok():
-    return chat_tokenizer()
 
 
 def _logits(*shape: int, seed: int = 0) -> torch.Tensor:

@@ -17,18 +17,13 @@ datasets = pytest.importorskip("datasets", reason="TRL needs datasets")
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
 from lmlessons.answer_only import completion_only_labels  # noqa: E402
-from lmlessons.course.chat import chat_tokenizer, encode_example, instruction_set  # noqa: E402
+from lmlessons.course.chat import encode_example, instruction_set  # noqa: E402
 from lmlessons.course.models import tiny_gpt2  # noqa: E402
 from lmlessons.packing import flatten_documents  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 N_EXAMPLES = 8
-
-
-@pytest.fixture(scope="module")
-def chat_tok():
-    return chat_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -28,11 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def chat_tok():
-    return chat_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def heldout():
     return instruction_set("validation")
 

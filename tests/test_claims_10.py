@@ -30,11 +30,6 @@ CONVERSATION = [
 ]
 
 
-@pytest.fixture(scope="module")
-def chat_tok():
-    return chat_tokenizer()
-
-
 def _marked(tok, template: str | None = None) -> tuple[list[str], list[int]]:
     """(tokens, assistant_masks) of the conversation under ``template`` (default: the course's)."""
     out = tok.apply_chat_template(

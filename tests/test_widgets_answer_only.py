@@ -10,7 +10,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from lmlessons.course.chat import chat_tokenizer
 from lmlessons.widgets.answer_only import (
     TRAIN_ON,
     answer_only_widget,
@@ -25,11 +24,6 @@ MESSAGES = [
     {"role": "user", "content": "First word? The sea was calm."},
     {"role": "assistant", "content": "the"},
 ]
-
-
-@pytest.fixture(scope="module")
-def chat_tok():
-    return chat_tokenizer()
 
 
 def test_conversation_labels_for_each_choice(chat_tok):
