@@ -12,8 +12,8 @@ import pytest
 import torch
 from _widgets import marker_fields, shown_html, shown_marker
 
-from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.cases import (
+from lmlessons.bugzoo import bugs
+from lmlessons.bugzoo.cases import (
     CASES,
     DIAGNOSES,
     SETTINGS,
@@ -23,11 +23,11 @@ from lmlessons.course.bugzoo.cases import (
     evidence,
     get_case,
 )
-from lmlessons.course.bugzoo.data import chat_data, course_data, prompt_length
-from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
-from lmlessons.course.bugzoo.instruments import symptoms as signs
-from lmlessons.course.bugzoo.records import load_records, save_records, summary
-from lmlessons.course.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
+from lmlessons.bugzoo.data import chat_data, course_data, prompt_length
+from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
+from lmlessons.bugzoo.instruments import symptoms as signs
+from lmlessons.bugzoo.records import load_records, save_records, summary
+from lmlessons.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
 from lmlessons.exercises import check
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.widgets.bugzoo import (

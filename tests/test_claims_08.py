@@ -19,7 +19,7 @@ from transformers import (
     GPT2LMHeadModel,
 )
 
-from lmlessons.course.bugzoo.runs import RUNS, _model
+from lmlessons.bugzoo.runs import RUNS, _model
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.tokenizer import load_tokenizer
 from tests._tiny import VOCAB, bert_config, seeded
@@ -84,7 +84,7 @@ def test_claim_08_some_runs_use_the_trainer() -> None:
 
     from transformers import Trainer
 
-    from lmlessons.course.bugzoo import loops
+    from lmlessons.bugzoo import loops
     from lmlessons.course.trainer_ga import _quiet_and_seeded
 
     spec = RUNS["healthy_mlm_trainer"]
@@ -107,7 +107,7 @@ def test_claim_08_some_runs_use_the_trainer() -> None:
 
 
 def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
-    from lmlessons.course.bugzoo.data import chat_data
+    from lmlessons.bugzoo.data import chat_data
 
     model = _model(RUNS["healthy_chat"], chat_data()[2])
     assert type(model) is GPT2LMHeadModel
@@ -120,7 +120,7 @@ def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
 
 def test_claim_08_trainer_adds_up_bert_mlm_micro_batch_means() -> None:
     from lmlessons.course import trainer_ga
-    from lmlessons.course.bugzoo import bugs
+    from lmlessons.bugzoo import bugs
     from lmlessons.course.models import tiny_bert_mlm
 
     tokenizer = load_tokenizer()

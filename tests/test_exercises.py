@@ -29,7 +29,7 @@ from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguage
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 
 import lmlessons
-from lmlessons.course.bugzoo.records import load_records, summary
+from lmlessons.bugzoo.records import load_records, summary
 from lmlessons.exercises import EXERCISES, check, hint, quiz, solution, solutions
 from lmlessons.exercises._cases import random_word_rows, word_batch
 from lmlessons.exercises._framework import TIME_LIMIT, Case, Mistake, Runner

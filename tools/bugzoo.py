@@ -1,8 +1,8 @@
 """Record the bug zoo's training runs: ``python -m tools.bugzoo --out DIR [RUN ...]``.
 
-Trains every run of :data:`lmlessons.course.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
+Trains every run of :data:`lmlessons.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
 references included, with one thread, and writes their histories and symptoms to
-``DIR/runs.json`` (rounded; see :mod:`lmlessons.course.bugzoo.records`), and nothing else:
+``DIR/runs.json`` (rounded; see :mod:`lmlessons.bugzoo.records`), and nothing else:
 ``--out`` is required. Naming runs replaces only those in an existing file (the seconds of the
 others are kept). About 5 minutes on one core. The shipped file was made with::
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from lmlessons.course.bugzoo.records import RECORDS_FILE, save_records
-from lmlessons.course.bugzoo.runs import RUNS, run
+from lmlessons.bugzoo.records import RECORDS_FILE, save_records
+from lmlessons.bugzoo.runs import RUNS, run
 
 COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
 

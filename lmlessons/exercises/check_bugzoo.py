@@ -1,8 +1,8 @@
 """Checker for lesson 08's bug zoo: ``check("bug_zoo", {"A": "pad_is_eos", ...})``, in the
 runner's pattern (:mod:`._framework`).
 
-The answer is a dict from case letters (:data:`lmlessons.course.bugzoo.cases.CASES`) to diagnosis
-ids (:data:`~lmlessons.course.bugzoo.cases.DIAGNOSES`), or a function without arguments that
+The answer is a dict from case letters (:data:`lmlessons.bugzoo.cases.CASES`) to diagnosis
+ids (:data:`~lmlessons.bugzoo.cases.DIAGNOSES`), or a function without arguments that
 returns one (the lesson's exercise, called through the runner: a stub is "not attempted"); None
 leaves a case unanswered, unknown letters or ids raise. A wrong diagnosis gets what that bug would
 look like beside what the case really shows (its evidence, with the numbers of the recorded
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Diagnosis, evidence, get_case
+from lmlessons.bugzoo.cases import CASES, DIAGNOSES, Diagnosis, evidence, get_case
 from lmlessons.exercises._framework import Case, Mistake, NotAttempted, Runner
 from lmlessons.exercises._result import CheckResult
 

@@ -29,10 +29,10 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from lmlessons.course.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries, get_case
-from lmlessons.course.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
-from lmlessons.course.bugzoo.records import load_records
-from lmlessons.course.bugzoo.runs import RUNS
+from lmlessons.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries, get_case
+from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
+from lmlessons.bugzoo.records import load_records
+from lmlessons.bugzoo.runs import RUNS
 from lmlessons.course.palette import BAD, CODE_BOX, CODE_STYLE, GOOD, INK, MUTED, ink_on
 from lmlessons.course.training import smoothed
 from lmlessons.exercises.check_bugzoo import feedback
@@ -195,7 +195,7 @@ def _cell(instrument: Instrument, family: str, mine: Summary, healthy: Summary) 
 
 def symptom_table_html(case: Case | str, records: Records | None = None) -> str:
     """Every instrument measured for the case's model family: the case's value, the healthy
-    run's, and the sign (:func:`~lmlessons.course.bugzoo.instruments.symptom`)."""
+    run's, and the sign (:func:`~lmlessons.bugzoo.instruments.symptom`)."""
     case = get_case(case) if isinstance(case, str) else case
     mine, healthy = case_summaries(case, _records(records))
     rows = [_row(["instrument", f"case {case.id}", "healthy run", "sign"], head=True)]

@@ -2,7 +2,7 @@
 other setting changed (the learning rate, the seed of the initial weights).
 
 A run (:class:`RunSpec`) picks a *family* and plugs one function of each role of
-:mod:`lmlessons.course.bugzoo.bugs` into it; the healthy run of a family uses every ``*_fixed``
+:mod:`lmlessons.bugzoo.bugs` into it; the healthy run of a family uses every ``*_fixed``
 function, a buggy run swaps exactly one, and a run without a bug changes one setting. All runs
 of a family see the same batches in the same order (one generator, seeded :data:`SEED`), so a
 difference between two curves comes from that one change.
@@ -19,7 +19,7 @@ difference between two curves comes from that one change.
   fine-tuned on the conversations of :func:`lmlessons.course.chat.instruction_set`, 16 per step,
   padded or packed.
 
-The loops are :mod:`lmlessons.course.bugzoo.loops`: :func:`lmlessons.train`'s (AdamW, linear
+The loops are :mod:`lmlessons.bugzoo.loops`: :func:`lmlessons.train`'s (AdamW, linear
 warm-up, gradient clipping at 1.0) written out, so that it can record the gradient norm before
 clipping and run the buggy losses, or the ``Trainer`` with the same optimizer. After training,
 :func:`run` measures what a practitioner would look at: held-out metrics on the validation
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.course.batches import nsp_batches
-from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.data import (
+from lmlessons.bugzoo import bugs
+from lmlessons.bugzoo.data import (
     SEED,
     chat_data,
     course_data,
@@ -48,8 +48,8 @@ from lmlessons.course.bugzoo.data import (
     sentence_rows,
     split_by_length,
 )
-from lmlessons.course.bugzoo.loops import train_loop, train_with_trainer, trainer_one_step_check
-from lmlessons.course.bugzoo.symptoms import first_step_gradient_errors, measure
+from lmlessons.bugzoo.loops import train_loop, train_with_trainer, trainer_one_step_check
+from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.shifting import shift_labels
@@ -281,7 +281,7 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     """Train run ``run_id`` (one of :data:`RUNS`) and return its record: ``history`` (per step:
     ``loss`` as the run's own code reports it, ``grad_norm``, ``num_items``; for pretraining
     also ``mlm_loss``, ``nsp_loss``, ``nsp_accuracy``) and, with ``symptoms``, what the trained
-    model shows (:func:`lmlessons.course.bugzoo.symptoms.measure`). ``steps`` cuts the run short
+    model shows (:func:`lmlessons.bugzoo.symptoms.measure`). ``steps`` cuts the run short
     (a prefix of the full run: the same first steps)."""
     if run_id not in RUNS:
         raise ValueError(f"unknown run {run_id!r}; choose one of: {', '.join(RUNS)}")
@@ -314,7 +314,7 @@ def _one_step_check(
     """Every causal run's step code on the first step's rows, split by length into
     :data:`CHECK_MICRO_BATCHES` micro-batches, against the same rows as one batch: the logged
     loss and the gradient of the trained model
-    (:func:`~lmlessons.course.bugzoo.symptoms.first_step_gradient_errors`)."""
+    (:func:`~lmlessons.bugzoo.symptoms.first_step_gradient_errors`)."""
     rows = sentence_rows(corpus.train, tokenizer)
     first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
     micro_rows = split_by_length(first, CHECK_MICRO_BATCHES)

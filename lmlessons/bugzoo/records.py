@@ -28,7 +28,7 @@ __all__ = [
     "summary",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "bugzoo"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "bugzoo"
 RECORDS_FILE = "runs.json"
 FINAL_WINDOW = 20  # "final" = the mean of the last 20 steps
 SIGNIFICANT_DIGITS = 5

@@ -1,6 +1,6 @@
 """The bugs of the bug zoo, each beside its fix: small functions that really run.
 
-Every pair has the same signature, so a run of :mod:`lmlessons.course.bugzoo.runs` can plug in
+Every pair has the same signature, so a run of :mod:`lmlessons.bugzoo.runs` can plug in
 either one. Each function is short on purpose: lesson 08 shows its source beside its twin's
 (:func:`inspect.getsource`). The lines that differ carry a ``# BUG`` or ``# FIX`` comment.
 

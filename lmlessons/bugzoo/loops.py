@@ -24,8 +24,8 @@ from typing import Any, cast
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.data import EVAL_SEED, SEED, row_batches, sentence_rows
+from lmlessons.bugzoo import bugs
+from lmlessons.bugzoo.data import EVAL_SEED, SEED, row_batches, sentence_rows
 from lmlessons.course.trainer_ga import (
     _quiet_and_seeded,
     compare,

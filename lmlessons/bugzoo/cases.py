@@ -10,7 +10,7 @@ show.
 
 Case letters do not follow the order of :data:`DIAGNOSES`: the letter gives nothing away. Two
 cases share a diagnosis only as the same bug in two model families. The cases are data: a new
-one is a run in :data:`~lmlessons.course.bugzoo.runs.RUNS` and an entry here; the widget, the
+one is a run in :data:`~lmlessons.bugzoo.runs.RUNS` and an entry here; the widget, the
 tables and the checker take it up.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.records import load_records, summary
-from lmlessons.course.bugzoo.runs import model_family
+from lmlessons.bugzoo import bugs
+from lmlessons.bugzoo.records import load_records, summary
+from lmlessons.bugzoo.runs import model_family
 
 __all__ = [
     "Claim",
@@ -66,7 +66,7 @@ class Diagnosis:
 
 
 #: What a learner is told about a case before the diagnosis: the same for every case of a
-#: model family (:func:`~lmlessons.course.bugzoo.runs.model_family`), so that only the symptoms
+#: model family (:func:`~lmlessons.bugzoo.runs.model_family`), so that only the symptoms
 #: tell the cases apart.
 SETTINGS: dict[str, str] = {
     "BERT MLM": "A BERT MLM run: BertForMaskedLM, continuing from the course's bert checkpoint, "
@@ -623,7 +623,7 @@ def claim_holds(claim: Claim, case: Mapping[str, float], reference: Mapping[str,
 def case_summaries(
     case: Case, records: Mapping[str, dict[str, Any]] | None = None
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """:func:`~lmlessons.course.bugzoo.records.summary` of the case's run and of its reference
+    """:func:`~lmlessons.bugzoo.records.summary` of the case's run and of its reference
     (from ``records``, default: the shipped ones)."""
     records = load_records() if records is None else records
     return summary(records[case.run]), summary(records[case.reference])

@@ -29,8 +29,8 @@ from lmlessons._checks import IGNORE_INDEX
 from lmlessons.causality import prefix_loss
 from lmlessons.collator import special_token_ids
 from lmlessons.course.batches import nsp_batches
-from lmlessons.course.bugzoo import bugs
-from lmlessons.course.bugzoo.data import (
+from lmlessons.bugzoo import bugs
+from lmlessons.bugzoo.data import (
     EVAL_BATCH_SIZE,
     EVAL_SEED,
     Rendered,

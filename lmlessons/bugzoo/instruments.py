@@ -1,7 +1,7 @@
 """The instruments of the bug zoo: what a practitioner reads off a run, beside a healthy run.
 
 An :class:`Instrument` is one column of lesson 08's symptom table: for each model family it
-reads one number of a run's :func:`~lmlessons.course.bugzoo.records.summary` (or none: not
+reads one number of a run's :func:`~lmlessons.bugzoo.records.summary` (or none: not
 measured for that family). :func:`symptom` turns the number of a run and of its healthy
 reference into one of a few signs, by one rule for every instrument:
 
@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lmlessons.course.bugzoo.runs import MODEL_FAMILIES
+from lmlessons.bugzoo.runs import MODEL_FAMILIES
 
 __all__ = [
     "TOLERANCE",
