@@ -1,8 +1,8 @@
 """The package's layers (docs/ARCHITECTURE.md) hold, and the wheel is the course alone.
 
-- the core (``lmlessons/*.py``) imports nothing from ``lmlessons.course``, ``widgets``,
-  ``exercises`` or ``tools``; ``lmlessons.course`` nothing from ``widgets``, ``exercises`` or
-  ``tools``; nothing in the package imports ``tools``, playwright or nbformat;
+- each layer imports only the layers before it: core (``lmlessons/*.py``) -> ``course`` ->
+  ``bugzoo`` -> ``exercises`` -> ``widgets`` -> ``tools``; nothing in the package imports
+  ``tools``, playwright or nbformat;
 - every function is at most 60 lines; ``-100`` is written in code only where it is defined;
 - every name the package exported before the layout change still imports from ``lmlessons``;
 - ``pip wheel .`` holds the package and its data, no maintainer tool, and imports on its own.
@@ -66,22 +66,20 @@ PUBLIC_API = [
 ]
 
 
+LAYERS = ("core", "course", "bugzoo", "exercises", "widgets", "tools")  # each imports earlier ones
+
+
 def _layer(module: str) -> str:
-    """``core``, ``course``, ``widgets``, ``exercises`` or ``tools`` for a dotted module name."""
+    """The layer (one of :data:`LAYERS`) of a dotted module name."""
     parts = module.split(".")
     if parts[0] == "tools":
         return "tools"
-    if len(parts) > 1 and parts[1] in ("course", "widgets", "exercises"):
+    if len(parts) > 1 and parts[1] in LAYERS:
         return parts[1]
     return "core"
 
 
-FORBIDDEN = {
-    "core": {"course", "widgets", "exercises", "tools"},
-    "course": {"widgets", "exercises", "tools"},
-    "widgets": {"tools"},
-    "exercises": {"widgets", "tools"},
-}
+FORBIDDEN = {layer: set(LAYERS[i + 1 :]) for i, layer in enumerate(LAYERS)}
 
 
 def _module_name(path: Path) -> str:
@@ -139,6 +137,17 @@ def test_the_layer_rule_catches_a_wrong_import() -> None:
     assert {"lmlessons.course.corpus", "lmlessons.widgets"} <= imports
     assert _layer("lmlessons.course.corpus") in FORBIDDEN["core"]
     assert _layer("lmlessons.widgets") in FORBIDDEN["exercises"]
+    assert FORBIDDEN["tools"] == set() and "core" not in set().union(*FORBIDDEN.values())
+
+
+def test_the_layer_rule_places_the_bug_zoo_between_course_and_exercises() -> None:
+    tree = ast.parse("from ..bugzoo.cases import CASES\nfrom lmlessons.bugzoo import bugs\n")
+    imports = _imports(tree, "lmlessons.course.chat", is_package=False)
+    assert {"lmlessons.bugzoo.cases", "lmlessons.bugzoo"} <= imports
+    assert _layer("lmlessons.bugzoo.cases") == _layer("lmlessons.bugzoo") == "bugzoo"
+    assert "bugzoo" in FORBIDDEN["course"] and "bugzoo" in FORBIDDEN["core"]
+    assert "course" not in FORBIDDEN["bugzoo"] and "bugzoo" not in FORBIDDEN["exercises"]
+    assert {"exercises", "widgets"} <= FORBIDDEN["bugzoo"]
 
 
 def test_functions_are_at_most_60_lines() -> None:
