@@ -134,6 +134,21 @@ def check_labels(name: str, labels: object, vocab_size: int) -> torch.Tensor:
     return labels
 
 
+def check_logits_labels(
+    logits: object, labels: object, logits_name: str = "logits", labels_name: str = "labels"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float ``(..., V)`` logits and labels of shape ``logits.shape[:-1]`` (one per position), each
+    an id in ``[0, V)`` or -100."""
+    logits = check_float_tensor(logits_name, logits, min_ndim=2)
+    labels = check_labels(labels_name, labels, logits.shape[-1])
+    if tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"{labels_name} must have shape {logits_name}.shape[:-1] = {tuple(logits.shape[:-1])} "
+            f"(one label per position), got {tuple(labels.shape)}"
+        )
+    return logits, labels
+
+
 def check_num_items(num_items_in_batch: object) -> float | None:
     """``num_items_in_batch`` is None or a positive count of target tokens.
 

@@ -23,11 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_int, check_int_tensor
-from lmlessons.losses import _check_logits_labels, clm_loss
-from lmlessons.shifting import shift_labels
+from lmlessons.losses import clm_loss, token_nll
 
 __all__ = [
     "assistant_only_labels",
@@ -150,23 +148,15 @@ def per_example_mean_loss(
     normalisation gives them.
     """
     # 1. Validate; (B, T) labels only: a row is an example.
-    logits, labels = _check_logits_labels(logits, labels)
-    if labels.dim() != 2:
+    if isinstance(labels, torch.Tensor) and labels.dim() != 2:
         raise ValueError(f"labels must have shape (B, T), one row per example, got {labels.shape}")
     if num_examples_in_batch is not None:
         num_examples_in_batch = check_int("num_examples_in_batch", num_examples_in_batch, minimum=1)
     # 2. Token losses after the shift: position t is scored against labels[:, t + 1].
-    targets = shift_labels(labels)  # (B, T)
-    vocab_size = logits.shape[-1]
-    token_losses = F.cross_entropy(
-        logits.float().reshape(-1, vocab_size),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="none",
-    ).reshape(targets.shape)  # (B, T), 0 where the target is -100
+    token_losses, has_target = token_nll(logits, labels, shift=True)  # (B, T), (B, T)
     # 3. Each example's mean over its own targets.
-    counts = (targets != IGNORE_INDEX).sum(dim=1)  # (B,)
-    has_targets = counts > 0
+    counts = has_target.sum(dim=1)  # (B,)
+    has_targets = counts > 0  # (B,)
     means = token_losses.sum(dim=1)[has_targets] / counts[has_targets]  # (E,)
     # 4. The mean over examples (0, still backpropagating, when no example has a target).
     divisor = num_examples_in_batch if num_examples_in_batch is not None else means.numel()

@@ -1,5 +1,7 @@
 """The training losses: MLM, CLM, NSP and BERT's combined pretraining loss.
 
+All four reduce the terms of one kernel, :func:`token_nll` (the loss of every position).
+
 They mirror transformers' ``loss/loss_utils.py`` (``fixed_cross_entropy``, ``ForMaskedLMLoss``,
 ``ForCausalLMLoss``) and ``BertForPreTraining`` and are tested to equal them to 1e-5, with two
 deliberate differences, both documented where they happen:
@@ -14,41 +16,55 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lmlessons._checks import IGNORE_INDEX, check_float_tensor, check_labels, check_num_items
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_float_tensor,
+    check_labels,
+    check_logits_labels,
+    check_num_items,
+)
 from lmlessons.shifting import shift_labels
 
 
-def _token_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: float | None
-) -> torch.Tensor:
-    """Cross-entropy over rows whose label is not -100: ``(N, V)`` logits, ``(N,)`` labels.
+def token_nll(
+    logits: torch.Tensor, labels: torch.Tensor, *, shift: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(nll, has_target)``, both of ``labels``' shape: the loss in nats of every position (0
+    where there is no target) and whether it has a target. The one per-token kernel every loss
+    and perplexity here reduces.
 
-    ``num_items_in_batch=None``: the mean over target rows (0, not NaN, when there are none).
-    Otherwise the *sum* over target rows divided by ``num_items_in_batch``: summing these over
-    micro-batches with one shared count gives the full-batch mean (transformers'
-    ``fixed_cross_entropy``, the October 2024 gradient-accumulation fix).
+    1. ``shift=True`` (causal LM): ``labels`` are unshifted and position t is scored against
+       ``labels[..., t + 1]`` (:func:`lmlessons.shift_labels`, as in ``ForCausalLMLoss``);
+       ``shift=False`` (MLM, NSP): position t predicts its own label.
+    2. Cross-entropy per position on float32 logits (upcast like ``ForCausalLMLoss``), -100
+       ignored: ``F.cross_entropy(..., reduction="none")``, the terms ``fixed_cross_entropy``
+       sums. With no target at all the zeros still backpropagate (zero gradients).
     """
-    logits = logits.float()  # upcast like ForCausalLMLoss: bf16 logits lose precision
-    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")  # ()
+    logits, labels = check_logits_labels(logits, labels)
+    targets = shift_labels(labels) if shift else labels  # (B, T): targets[:, t] = labels[:, t + 1]
+    vocab_size = logits.shape[-1]
+    nll = F.cross_entropy(
+        logits.float().reshape(-1, vocab_size),  # (B*T, V)
+        targets.reshape(-1),  # (B*T,)
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    ).view(targets.shape)  # (B, T), 0 where ignored
+    return nll, targets != IGNORE_INDEX
+
+
+def _reduce(
+    nll: torch.Tensor, has_target: torch.Tensor, num_items_in_batch: float | None
+) -> torch.Tensor:
+    """The loss of a batch from :func:`token_nll`'s terms (transformers' ``fixed_cross_entropy``).
+
+    ``num_items_in_batch=None``: the mean over target positions (0, not NaN, when there are
+    none). Otherwise the *sum* divided by ``num_items_in_batch``: summing these over micro-batches
+    with one shared count gives the full-batch mean (the October 2024 gradient-accumulation fix).
+    """
+    total = nll.sum()  # (), 0.0 and still connected to the logits when nothing is a target
     if num_items_in_batch is not None:
         return total / num_items_in_batch
-    n_targets = int((labels != IGNORE_INDEX).sum())
-    # total is 0.0 (and connected to logits) when nothing is a target, so this is 0, never NaN.
-    return total / max(n_targets, 1)
-
-
-def _check_logits_labels(
-    logits: object, labels: object, logits_name: str = "logits", labels_name: str = "labels"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = check_float_tensor(logits_name, logits, min_ndim=2)
-    vocab_size = logits.shape[-1]
-    labels = check_labels(labels_name, labels, vocab_size)
-    if tuple(labels.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"{labels_name} must have shape {logits_name}.shape[:-1] = {tuple(logits.shape[:-1])} "
-            f"(one label per position), got {tuple(labels.shape)}"
-        )
-    return logits, labels
+    return total / max(int(has_target.sum()), 1)
 
 
 def _check_nsp(
@@ -89,10 +105,8 @@ def mlm_loss(
 
     Equals ``BertForMaskedLM(...).loss`` (transformers ``ForMaskedLMLoss``).
     """
-    logits, labels = _check_logits_labels(logits, labels)
     n = check_num_items(num_items_in_batch)
-    vocab_size = logits.shape[-1]
-    return _token_cross_entropy(logits.reshape(-1, vocab_size), labels.reshape(-1), n)  # (B*T, V)
+    return _reduce(*token_nll(logits, labels, shift=False), n)
 
 
 def clm_loss(
@@ -112,11 +126,8 @@ def clm_loss(
     Equals transformers' ``ForCausalLMLoss`` and so the loss of ``GPT2LMHeadModel`` and
     ``BertLMHeadModel(is_decoder=True)``.
     """
-    logits, labels = _check_logits_labels(logits, labels)
     n = check_num_items(num_items_in_batch)
-    vocab_size = logits.shape[-1]
-    targets = shift_labels(labels)  # (B, T): targets[:, t] = labels[:, t + 1], last column -100
-    return _token_cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), n)
+    return _reduce(*token_nll(logits, labels, shift=True), n)
 
 
 def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -127,7 +138,7 @@ def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     the opposite (``is_next=True`` -> 1), so mixing code from the two silently flips the task.
     """
     logits, labels = _check_nsp(logits, labels)
-    return _token_cross_entropy(logits, labels, None)
+    return _reduce(*token_nll(logits, labels, shift=False), None)
 
 
 def bert_pretraining_loss(
@@ -150,16 +161,13 @@ def bert_pretraining_loss(
             raise TypeError(f"{name} must be a number, got {type(w).__name__}")
         if not w >= 0:
             raise ValueError(f"{name} must be >= 0, got {w}")
-    mlm_logits, mlm_labels = _check_logits_labels(
-        mlm_logits, mlm_labels, "mlm_logits", "mlm_labels"
-    )
+    mlm_logits, mlm_labels = check_logits_labels(mlm_logits, mlm_labels, "mlm_logits", "mlm_labels")
     nsp_logits, nsp_labels = _check_nsp(nsp_logits, nsp_labels, "nsp_logits", "nsp_labels")
     if mlm_logits.dim() == 3 and mlm_logits.shape[0] != nsp_logits.shape[0]:
         raise ValueError(
             f"mlm_logits (B, T, V) and nsp_logits (B, 2) must share B, got {mlm_logits.shape[0]} "
             f"and {nsp_logits.shape[0]}"
         )
-    vocab_size = mlm_logits.shape[-1]
-    mlm = _token_cross_entropy(mlm_logits.reshape(-1, vocab_size), mlm_labels.reshape(-1), None)
-    nsp = _token_cross_entropy(nsp_logits, nsp_labels, None)
+    mlm = _reduce(*token_nll(mlm_logits, mlm_labels, shift=False), None)
+    nsp = _reduce(*token_nll(nsp_logits, nsp_labels, shift=False), None)
     return mlm_weight * mlm + nsp_weight * nsp

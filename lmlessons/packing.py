@@ -1,5 +1,8 @@
 """Three ways to put documents into a causal-LM batch, and the document boundaries each leaves.
 
+:func:`pad` is the one padding function of the package (TRL's ``pad``): ids, labels and masks
+are all padded with it.
+
 1. :func:`pad_documents`: one row per document, padded to the longest; ``labels`` are the ids
    with -100 on padding (the batch of ``DataCollatorForLanguageModeling(mlm=False)``).
 2. :func:`group_texts`: every document followed by an end-of-text token, all concatenated and
@@ -23,6 +26,7 @@ import torch
 from lmlessons._checks import IGNORE_INDEX, check_int, check_int_tensor
 
 __all__ = [
+    "pad",
     "pad_documents",
     "group_texts",
     "flatten_documents",
@@ -35,6 +39,17 @@ Documents = Sequence[Sequence[int] | torch.Tensor]
 PADDING_SIDES = ("right", "left")
 
 
+def _check_row(name: str, row: object) -> list[int]:
+    """One row of int ids: a list of ints or a 1-D integer tensor. Returns a new list."""
+    if isinstance(row, torch.Tensor):
+        row = check_int_tensor(name, row, ndim=1).tolist()
+    if not isinstance(row, Sequence) or isinstance(row, (str, bytes)):
+        raise TypeError(f"{name} must be a list of token ids, got {type(row).__name__}")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in row):
+        raise TypeError(f"{name} must hold int token ids")
+    return list(row)
+
+
 def _check_documents(name: str, docs: object, *, min_length: int = 1) -> list[list[int]]:
     """A non-empty list of documents, each a list (or 1-D tensor) of at least ``min_length`` int
     ids. Returns new lists."""
@@ -42,19 +57,34 @@ def _check_documents(name: str, docs: object, *, min_length: int = 1) -> list[li
         raise TypeError(f"{name} must be a list of token-id lists, got {type(docs).__name__}")
     if len(docs) == 0:
         raise ValueError(f"{name} must hold at least one document, got an empty list")
-    out = []
-    for i, doc in enumerate(docs):
-        if isinstance(doc, torch.Tensor):
-            doc = check_int_tensor(f"{name}[{i}]", doc, ndim=1).tolist()
-        if not isinstance(doc, Sequence) or isinstance(doc, (str, bytes)):
-            raise TypeError(f"{name}[{i}] must be a list of token ids, got {type(doc).__name__}")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in doc):
-            raise TypeError(f"{name}[{i}] must hold int token ids")
-        if len(doc) < min_length:
+    out = [_check_row(f"{name}[{i}]", doc) for i, doc in enumerate(docs)]
+    for i, row in enumerate(out):
+        if len(row) < min_length:
             raise ValueError(
-                f"{name}[{i}] must hold at least {min_length} token(s), got {len(doc)}"
+                f"{name}[{i}] must hold at least {min_length} token(s), got {len(row)}"
             )
-        out.append(list(doc))
+    return out
+
+
+def pad(rows: Documents, padding_value: int, *, padding_side: str = "right") -> torch.Tensor:
+    """The rows in one ``(B, T)`` long tensor, ``T`` the longest row, the rest ``padding_value``.
+
+    ``rows``: at least one row, each a list of ints or a 1-D integer tensor; an empty row is
+    allowed (all padding), as in TRL. Pad ``input_ids`` with the pad id, ``labels`` with -100 and
+    masks with 0. Equals TRL's ``trl.trainer.utils.pad`` on 1-D rows (without its
+    ``pad_to_multiple_of``); ``padding_side="left"`` puts the padding first (as for generation).
+    """
+    # 1. Validate: every row a list of ints, the side one of two.
+    checked = _check_documents("rows", rows, min_length=0)
+    padding_value = check_int("padding_value", padding_value)
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"padding_side must be one of {PADDING_SIDES}, got {padding_side!r}")
+    # 2. A block of padding, each row written at its end (left) or start (right).
+    width = max(len(r) for r in checked)
+    out = torch.full((len(checked), width), padding_value, dtype=torch.long)  # (B, T)
+    for i, row in enumerate(checked):
+        start = 0 if padding_side == "right" else width - len(row)
+        out[i, start : start + len(row)] = torch.tensor(row, dtype=torch.long)  # (len(row),)
     return out
 
 
@@ -63,24 +93,19 @@ def pad_documents(
 ) -> dict[str, torch.Tensor]:
     """One row per document, padded: ``input_ids``, ``attention_mask`` and ``labels``, ``(B, T)``.
 
-    ``labels`` are the ids with -100 on padding (unshifted: the model shifts). Built from the
-    attention mask, so a real token equal to ``pad_token_id`` keeps its label.
+    ``labels`` are the ids with -100 on padding (unshifted: the model shifts), each of the three
+    padded by :func:`pad`, so a real token equal to ``pad_token_id`` keeps its label.
     ``padding_side="left"`` puts the padding first (as for generation); then pass
     :func:`padded_position_ids` too, or the real tokens get shifted positions.
     """
     rows = _check_documents("docs", docs)
     pad_token_id = check_int("pad_token_id", pad_token_id, minimum=0)
-    if padding_side not in PADDING_SIDES:
-        raise ValueError(f"padding_side must be one of {PADDING_SIDES}, got {padding_side!r}")
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
-    for i, row in enumerate(rows):
-        cols = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
-        input_ids[i, cols] = torch.tensor(row, dtype=torch.long)
-        attention_mask[i, cols] = 1
-    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # (B, T)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    side = padding_side
+    return {
+        "input_ids": pad(rows, pad_token_id, padding_side=side),  # (B, T)
+        "attention_mask": pad([[1] * len(r) for r in rows], 0, padding_side=side),  # (B, T)
+        "labels": pad(rows, IGNORE_INDEX, padding_side=side),  # (B, T)
+    }
 
 
 def group_texts(

@@ -1,7 +1,5 @@
 """Perplexity and its relatives: what one number says about a language model, and what it does not.
 
-* :func:`token_nll`: the next-token loss of every position, ``(B, T)`` (the terms that
-  ``ForCausalLMLoss`` averages), and which positions have a target;
 * :func:`perplexity`: ``exp`` of the mean loss per *target token* over the whole batch or corpus
   (``exp(GPT2LMHeadModel(...).loss)`` for one batch): a token of a long text weighs as much as one
   of a short text;
@@ -12,7 +10,8 @@
   al. 2020, "Masked Language Model Scoring", arXiv:1910.14659).
 
 Kept apart from :mod:`lmlessons.losses`: those are training objectives; these are the
-measurements a trained model is reported with.
+measurements a trained model is reported with, built on the same per-position losses
+(:func:`lmlessons.losses.token_nll`).
 """
 
 from __future__ import annotations
@@ -21,20 +20,11 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from lmlessons._checks import (
-    IGNORE_INDEX,
-    check_float_tensor,
-    check_int,
-    check_int_tensor,
-    check_labels,
-    check_model,
-)
-from lmlessons.shifting import shift_labels
+from lmlessons._checks import check_float_tensor, check_int, check_int_tensor, check_model
+from lmlessons.losses import token_nll
 
 __all__ = [
-    "token_nll",
     "perplexity",
     "sequence_perplexities",
     "bits_per_unit",
@@ -43,36 +33,11 @@ __all__ = [
 ]
 
 
-def _check_pair(logits: object, labels: object) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = check_float_tensor("logits", logits, min_ndim=3)
-    if logits.dim() != 3:
+def _batch_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~lmlessons.losses.token_nll` of a batch of sequences, ``(B, T, V)`` logits only."""
+    if isinstance(logits, torch.Tensor) and logits.dim() != 3:
         raise ValueError(f"logits must have shape (B, T, V), got {tuple(logits.shape)}")
-    labels = check_labels("labels", labels, logits.shape[-1])
-    if tuple(labels.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"labels must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])}, "
-            f"got {tuple(labels.shape)}"
-        )
-    return logits, labels
-
-
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(nll, has_target)``, both ``(B, T)``: ``nll[b, t] = -log p(labels[b, t + 1] | ...)``
-    in nats (0 where there is no target) and whether position t has one.
-
-    ``labels`` are unshifted (``input_ids`` with -100 where nothing is scored), as for
-    ``GPT2LMHeadModel``; the shift is done here, as in ``ForCausalLMLoss``.
-    """
-    logits, labels = _check_pair(logits, labels)
-    targets = shift_labels(labels)  # (B, T): targets[:, t] = labels[:, t + 1]
-    vocab_size = logits.shape[-1]
-    nll = F.cross_entropy(
-        logits.float().reshape(-1, vocab_size),  # (B*T, V)
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="none",
-    ).view(targets.shape)  # (B, T), 0 where ignored
-    return nll, targets != IGNORE_INDEX
+    return token_nll(logits, labels, shift=True)  # (B, T), (B, T)
 
 
 def perplexity(logits: torch.Tensor, labels: torch.Tensor) -> float:
@@ -82,7 +47,7 @@ def perplexity(logits: torch.Tensor, labels: torch.Tensor) -> float:
     the sums and the counts of all batches first and take ``exp`` once (what
     ``lmlessons.evaluate`` records as ``perplexity``).
     """
-    nll, has_target = token_nll(logits, labels)  # (B, T), (B, T)
+    nll, has_target = _batch_nll(logits, labels)  # (B, T), (B, T)
     count = int(has_target.sum())
     if count == 0:
         raise ValueError("labels hold no target token: perplexity is undefined")
@@ -93,7 +58,7 @@ def sequence_perplexities(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     """``(B,)``: ``exp`` of each sequence's own mean token loss. Their mean is not
     :func:`perplexity`: short sequences weigh as much as long ones, and ``exp`` of a mean is at
     most the mean of the ``exp`` (Jensen), so hard sequences pull it up."""
-    nll, has_target = token_nll(logits, labels)  # (B, T), (B, T)
+    nll, has_target = _batch_nll(logits, labels)  # (B, T), (B, T)
     counts = has_target.sum(-1)  # (B,)
     if bool((counts == 0).any()):
         raise ValueError("labels must give every sequence at least one target token")

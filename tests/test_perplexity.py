@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from transformers import BertForMaskedLM, GPT2LMHeadModel
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.losses import token_nll
 from lmlessons.packing import pad_documents
 from lmlessons.perplexity import (
     bits_per_unit,
@@ -18,7 +19,6 @@ from lmlessons.perplexity import (
     pseudo_log_likelihoods,
     pseudo_perplexity,
     sequence_perplexities,
-    token_nll,
 )
 from tests._tiny import VOCAB, bert_config, gpt2_config, seeded
 
