@@ -8,15 +8,18 @@ A ledger entry is a level-3 heading with the claim id, then four bullets::
     - claim: what the lesson states, in one sentence.
     - evidence: test
 
-``evidence`` is ``test`` (``tests/test_claims.py`` has ``test_claim_<id with _ for ->``), a
-citation of code (``cite owner/repo@<40-hex commit> path#L<n>`` or ``#L<n>-L<m>``), or a
-citation of a paper (``paper arXiv:<id>, <where in the paper>``). The anchor is a piece of the
-lesson's text (whitespace folded) that makes the claim: ``lesson`` is a lesson number
-(``07``) or a quiz (``quiz 07``).
+``evidence`` is ``test`` (a ``test_claim_<id with _ for ->`` in ``tests/test_claims*.py``),
+``test tests/<file>.py::<function> ...`` (one or more existing tests that check the claim, so that
+no test is copied to carry a second name), a citation of code
+(``cite owner/repo@<40-hex commit> path#L<n>`` or ``#L<n>-L<m>``), or a citation of a paper
+(``paper arXiv:<id>, <where in the paper>``). The anchor is a piece of the lesson's text
+(whitespace folded) that makes the claim: ``lesson`` is a lesson number (``07``) or a quiz
+(``quiz 07``).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ LEDGER = ROOT / "docs" / "claims.md"
 FIELDS = ("lesson", "anchor", "claim", "evidence")
 CITE = re.compile(r"^cite [\w.-]+/[\w.-]+@[0-9a-f]{40} \S+#L\d+(-L\d+)?$")
 PAPER = re.compile(r"^paper arXiv:\d{4}\.\d{4,5}, .+$")
+TESTS = re.compile(r"^test( tests/[\w/]+\.py::\w+)*$")
 # Names of other systems: a paragraph naming one states something about it.
 SYSTEMS = re.compile(
     r"transformers|\bTrainer\b|Hugging Face|\btokenizers\b|fairseq|RoBERTa|Google|"
@@ -50,6 +54,14 @@ class Claim:
     @property
     def test_name(self) -> str:
         return "test_claim_" + self.id.replace("-", "_").replace(".", "_")
+
+    @property
+    def tests(self) -> list[tuple[str, str]]:
+        """The (path, function) of each test named by a ``test tests/x.py::name ...`` evidence;
+        empty for a bare ``test`` (its ``test_name``) and for a citation."""
+        if not TESTS.match(self.evidence):
+            return []
+        return [tuple(ref.split("::")) for ref in self.evidence.split()[1:]]  # type: ignore[misc]
 
 
 def fold(text: str) -> str:
@@ -133,3 +145,49 @@ def uncovered_quiz(number: str, claims: list[Claim]) -> list[str]:
         for qid, text in texts
         if SYSTEMS.search(text) and not any(a in text for a in anchors)
     ]
+
+
+def _is_skip_mark(node: ast.expr) -> bool:
+    """``pytest.mark.skip`` (called or not), or ``pytest.mark.skipif(True, ...)``."""
+    call = node if isinstance(node, ast.Call) else None
+    target = call.func if call else node
+    if not (isinstance(target, ast.Attribute) and target.attr in ("skip", "skipif")):
+        return False
+    if target.attr == "skip":
+        return True
+    first = call.args[0] if call and call.args else None
+    return isinstance(first, ast.Constant) and bool(first.value)
+
+
+def _skips_at_once(body: list[ast.stmt]) -> bool:
+    """The function's first statement is ``pytest.skip(...)``."""
+    first = body[0] if body else None
+    return (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Call)
+        and isinstance(first.value.func, ast.Attribute)
+        and first.value.func.attr == "skip"
+    )
+
+
+def named_test_problem(path: str, name: str, root: Path = ROOT) -> str | None:
+    """Why ``path::name`` cannot be a claim's evidence (it is missing, or always skipped), else
+    None. The module is parsed, not imported."""
+    if not (root / path).is_file():
+        return f"no file {path}"
+    tree = ast.parse((root / path).read_text(encoding="utf-8"))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if name not in functions:
+        return f"no function {name} in {path}"
+    module_marks = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+    ]
+    marks = [*functions[name].decorator_list]
+    for value in module_marks:
+        marks += value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+    if any(_is_skip_mark(m) for m in marks) or _skips_at_once(functions[name].body):
+        return f"{path}::{name} is always skipped"
+    return None

@@ -1,7 +1,7 @@
 """The claims ledger, ``docs/claims.md``: well formed, evidenced, and covering the lessons.
 
-The behaviour tests of the ledger's ``test`` claims are named ``test_claim_<id>`` and live in
-this module or in ``tests/test_claims_NN.py`` beside it.
+The behaviour test of a bare ``test`` claim is named ``test_claim_<id>`` and lives in
+``tests/test_claims_NN.py``; a ``test tests/x.py::name ...`` claim names tests that exist elsewhere.
 """
 
 from __future__ import annotations
@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests._claims import CITE, PAPER, Claim, fold, lesson_text, read_ledger, uncovered
+from tests._claims import (
+    CITE,
+    PAPER,
+    TESTS,
+    Claim,
+    fold,
+    lesson_text,
+    named_test_problem,
+    read_ledger,
+    uncovered,
+)
 from tests._lessons import LESSONS, cells
 
 HERE = Path(__file__).parent
@@ -42,12 +52,33 @@ def test_every_anchor_is_in_its_lesson(claim: Claim) -> None:
 def test_every_claim_has_evidence(claim: Claim) -> None:
     if claim.evidence == "test":
         assert claim.test_name in _claim_tests(), f"no {claim.test_name} in tests/test_claims*.py"
+    elif claim.evidence.startswith("test"):
+        assert TESTS.match(claim.evidence) and claim.tests, claim.evidence
+        problems = [named_test_problem(path, name) for path, name in claim.tests]
+        assert not any(problems), problems
     else:
         assert CITE.match(claim.evidence) or PAPER.match(claim.evidence), claim.evidence
 
 
+def test_a_named_test_must_exist_and_run(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text(
+        "import pytest\n\ndef test_runs(): pass\n\n@pytest.mark.skip\ndef test_off(): pass\n"
+        "\ndef test_leaves():\n    pytest.skip('no')\n\n"
+        "@pytest.mark.skipif(True, reason='never')\ndef test_never(): pass\n"
+    )
+    path = "tests/test_x.py"
+    assert named_test_problem(path, "test_runs", root=tmp_path) is None
+    for name in ("test_off", "test_leaves", "test_never"):
+        assert "always skipped" in str(named_test_problem(path, name, root=tmp_path)), name
+    assert "no function" in str(named_test_problem(path, "test_gone", root=tmp_path))
+    assert "no file" in str(named_test_problem("tests/test_y.py", "test_runs", root=tmp_path))
+
+
 def test_every_claim_test_belongs_to_a_claim() -> None:
     named = {c.test_name for c in CLAIMS if c.evidence == "test"}
+    named |= {name for c in CLAIMS for _, name in c.tests}
     orphans = {n for n in _claim_tests() if n.startswith("test_claim_")} - named
     assert not orphans, f"claim tests with no ledger entry: {sorted(orphans)}"
 
