@@ -37,6 +37,7 @@ from lmlessons._checks import (
     check_probability,
     check_token_documents,
 )
+from lmlessons.packing import pad
 
 __all__ = ["truncate_seq_pair", "make_nsp_pairs", "make_sop_pairs"]
 
@@ -153,26 +154,20 @@ def _shuffled(examples: list[Example], g: torch.Generator | None) -> list[Exampl
     return [examples[k] for k in order]
 
 
-def _pad_pairs(
+def _pair_batch(
     examples: list[Example], ids: dict[str, int], label_key: str
 ) -> dict[str, torch.Tensor]:
-    """``(A, B, label)`` examples as ``[CLS] A [SEP] B [SEP]`` LongTensors padded with
-    ``ids["pad_token_id"]`` to the longest: ``input_ids``, ``token_type_ids`` (1 for ``B [SEP]``),
-    ``attention_mask`` ``(N, L)`` and the labels ``(N,)`` under ``label_key``."""
-    width = max(len(a) + len(b) + 3 for a, b, _ in examples)
-    n = len(examples)
-    input_ids = torch.full((n, width), ids["pad_token_id"], dtype=torch.long)  # (N, L)
-    token_type_ids = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)  # (N, L)
-    for row, (a, b, _) in enumerate(examples):
-        seq = [ids["cls_token_id"], *a, ids["sep_token_id"], *b, ids["sep_token_id"]]
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        token_type_ids[row, len(a) + 2 : len(seq)] = 1
-        attention_mask[row, : len(seq)] = 1
+    """``(A, B, label)`` examples as ``[CLS] A [SEP] B [SEP]`` rows padded by
+    :func:`lmlessons.packing.pad` to the longest: ``input_ids`` (padded with
+    ``ids["pad_token_id"]``), ``token_type_ids`` (1 for ``B [SEP]``), ``attention_mask``
+    ``(N, L)`` and the labels ``(N,)`` under ``label_key``."""
+    cls_id, sep_id = ids["cls_token_id"], ids["sep_token_id"]
+    rows = [[cls_id, *a, sep_id, *b, sep_id] for a, b, _ in examples]
+    segments = [[0] * (len(a) + 2) + [1] * (len(b) + 1) for a, b, _ in examples]
     return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": attention_mask,
+        "input_ids": pad(rows, ids["pad_token_id"]),  # (N, L)
+        "token_type_ids": pad(segments, 0),  # (N, L)
+        "attention_mask": pad([[1] * len(r) for r in rows], 0),  # (N, L)
         label_key: torch.tensor([lab for _, _, lab in examples], dtype=torch.long),  # (N,)
     }
 
@@ -283,7 +278,7 @@ def make_nsp_pairs(
         g=g,
     )
     examples = _chunk_examples(docs, max_num_tokens, short_seq_prob, g, take)
-    return _pad_pairs(_shuffled(examples, g), ids, "next_sentence_label")
+    return _pair_batch(_shuffled(examples, g), ids, "next_sentence_label")
 
 
 def make_sop_pairs(
@@ -326,4 +321,4 @@ def make_sop_pairs(
         _sop_example, swap_probability=swap_probability, max_num_tokens=max_num_tokens, g=g
     )
     examples = _chunk_examples(docs, max_num_tokens, short_seq_prob, g, take)
-    return _pad_pairs(_shuffled(examples, g), ids, "sentence_order_label")
+    return _pair_batch(_shuffled(examples, g), ids, "sentence_order_label")

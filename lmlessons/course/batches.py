@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from lmlessons._checks import (
-    IGNORE_INDEX,
     check_generator,
     check_int,
     check_probability,
@@ -36,6 +35,7 @@ from lmlessons._checks import (
 from lmlessons.collator import special_token_ids
 from lmlessons.course.corpus import Corpus
 from lmlessons.masking import mask_tokens
+from lmlessons.packing import pad_documents
 from lmlessons.pairs import make_nsp_pairs, make_sop_pairs
 
 __all__ = [
@@ -122,16 +122,6 @@ def pack_sequences(
     return [[cls_token_id, *seq, sep_token_id] for seq in sequences]
 
 
-def _pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # (B, T)
-    for i, s in enumerate(sequences):
-        input_ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        attention_mask[i, : len(s)] = 1
-    return input_ids, attention_mask
-
-
 def _check_common(
     batch_size: object, max_length: object, epochs: object, generator: object
 ) -> tuple[int, int, int | None]:
@@ -176,15 +166,16 @@ def _shuffled_batches(
     pad_token_id: int,
     epochs: int | None,
     generator: torch.Generator | None,
-    make_batch: Callable[[torch.Tensor, torch.Tensor], Batch],
+    make_batch: Callable[[Batch], Batch],
 ) -> Iterator[Batch]:
-    """``make_batch(input_ids, attention_mask)`` of every ``batch_size`` sequences, padded
-    (``(B, T)`` each), in a new random order every epoch."""
+    """``make_batch`` of every ``batch_size`` sequences padded by
+    :func:`lmlessons.packing.pad_documents` (``input_ids``, ``attention_mask`` and ``labels``,
+    ``(B, T)`` each), in a new random order every epoch."""
     for _ in _epochs(epochs):
         order = torch.randperm(len(sequences), generator=generator).tolist()
         for start in range(0, len(order), batch_size):
             rows = [sequences[i] for i in order[start : start + batch_size]]
-            yield make_batch(*_pad(rows, pad_token_id))
+            yield make_batch(pad_documents(rows, pad_token_id=pad_token_id))
 
 
 def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:
@@ -285,11 +276,11 @@ def mlm_batches(
     sequences = _packed(documents, tokenizer, max_length)
     special_ids = special_token_ids(tokenizer)
 
-    def masked(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Batch:
+    def masked(padded: Batch) -> Batch:
         batch = {
-            "input_ids": input_ids,
-            "token_type_ids": torch.zeros_like(input_ids),
-            "attention_mask": attention_mask,
+            "input_ids": padded["input_ids"],  # (B, T)
+            "token_type_ids": torch.zeros_like(padded["input_ids"]),  # (B, T)
+            "attention_mask": padded["attention_mask"],  # (B, T)
         }
         return _mask(batch, tokenizer, special_ids, probs, generator)
 
@@ -384,9 +375,9 @@ def sop_batches(
     return _masked_pair_batches(make_pairs, labels, tokenizer, batch_size, probs, epochs, generator)
 
 
-def _clm_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Batch:
-    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # (B, T), a copy
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+def _clm_batch(padded: Batch) -> Batch:
+    """The padded batch as it is: ``labels`` are already the ids with -100 on padding."""
+    return padded
 
 
 def clm_batches(
