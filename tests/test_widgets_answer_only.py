@@ -10,13 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from lmlessons.widgets.answer_only import (
-    TRAIN_ON,
-    answer_only_widget,
-    conversation_labels,
-    label_chips_html,
-    plot_answer_curves,
-)
+from lmlessons.course.chat import TRAIN_ON
+from lmlessons.widgets.answer_only import answer_only_widget, label_chips_html, plot_answer_curves
 
 MESSAGES = [
     {"role": "user", "content": "Which topic? The dog ran home."},
@@ -24,27 +19,6 @@ MESSAGES = [
     {"role": "user", "content": "First word? The sea was calm."},
     {"role": "assistant", "content": "the"},
 ]
-
-
-def test_conversation_labels_for_each_choice(chat_tok):
-    ids, everything = conversation_labels(chat_tok, MESSAGES, "everything")
-    _, assistant = conversation_labels(chat_tok, MESSAGES, "assistant only")
-    _, completion = conversation_labels(chat_tok, MESSAGES, "completion only")
-    assert everything == ids
-    targets = {
-        name: [chat_tok.convert_ids_to_tokens(i) for i in labels if i != -100]
-        for name, labels in (("assistant", assistant), ("completion", completion))
-    }
-    assert targets == {
-        "assistant": ["animals", "[SEP]", "the", "[SEP]"],
-        "completion": ["the", "[SEP]"],
-    }
-    _, no_eos = conversation_labels(chat_tok, MESSAGES, "assistant only", pad_is_eos=True)
-    assert [chat_tok.convert_ids_to_tokens(i) for i in no_eos if i != -100] == ["animals", "the"]
-    with pytest.raises(ValueError, match="train_on must be one of"):
-        conversation_labels(chat_tok, MESSAGES, "answers")
-    with pytest.raises(ValueError, match="end with an assistant turn"):
-        conversation_labels(chat_tok, MESSAGES[:3], "everything")
 
 
 def test_chips_show_each_token_with_its_label():
@@ -73,7 +47,7 @@ def test_the_widget_follows_its_controls(chat_tok):
     assert marker_fields(shown_marker(box))["targets"] == "2"
     box.controls["train_on"].value = "everything"
     state = marker_fields(shown_marker(box))
-    n_tokens = len(conversation_labels(chat_tok, MESSAGES, "everything")[0])
+    n_tokens = len(chat_tok.apply_chat_template(MESSAGES)["input_ids"])
     assert state["targets"] == str(n_tokens) and int(state["prompt_targets"]) == n_tokens - 4
     box.controls["train_on"].value = "assistant only"
     box.controls["pad_is_eos"].value = True

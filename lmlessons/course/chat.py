@@ -14,11 +14,16 @@
   downloaded; ``"train"`` from the training documents, ``"validation"`` (held out) from the
   others. In TRL's conversational prompt-completion format (``prompt`` and ``completion`` are
   lists of messages), with the ``task`` beside them.
-* :func:`encode_example`, :func:`sft_batches`: token ids and labels (answers only, or
-  everything), padded batches for :func:`lmlessons.course.training.train`.
+* :func:`conversation_labels`: the one place a conversation is rendered and labelled, under
+  each choice of :data:`TRAIN_ON` (the assistant's turns, the last completion, or every token);
+  :func:`prompt_length`: the tokens before the last answer (the prompt rendered with the
+  generation prompt, a prefix of the conversation).
+* :func:`encode_example`, :func:`sft_batches`: the same for the instruction set's examples, and
+  padded batches for :func:`lmlessons.course.training.train`.
+* :func:`greedy_answers`: each prompt's greedy continuation, cut after the end-of-turn token.
 * :func:`answer_loss`, :func:`answer_metrics`: what a fine-tuned model does with held-out
-  questions: the loss on the answer tokens, how often its greedy answer starts with the right
-  answer, how often it stops.
+  questions: the loss on the answer tokens (``answer_loss``), how often its greedy answer starts
+  with the right answer (``greedy_answer_accuracy``), how often it stops (``stop_rate``).
 * :func:`fine_tune`: one fine-tuning run of lesson 10 (the course's ``train`` loop), with the
   held-out answer loss measured along the way.
 """
@@ -31,13 +36,13 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_generator, check_int, check_model
-from lmlessons.answer_only import assistant_only_labels
+from lmlessons.answer_only import assistant_only_labels, completion_only_labels
 from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import History, train
+from lmlessons.losses import clm_loss
 from lmlessons.sampling import sample
 
 if TYPE_CHECKING:
@@ -46,11 +51,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_TEMPLATE",
     "TASKS",
-    "TARGETS",
+    "TRAIN_ON",
     "chat_tokenizer",
     "instruction_set",
+    "conversation_labels",
+    "prompt_length",
     "encode_example",
     "sft_batches",
+    "greedy_answers",
     "answer_loss",
     "answer_metrics",
     "fine_tune",
@@ -75,8 +83,9 @@ TASKS: dict[str, str] = {
     "topic": "Which topic? {sentence}",
 }
 
-#: What :func:`encode_example` trains on: the answers only, or every token.
-TARGETS = ("answer", "everything")
+#: What the labels train on: the assistant's turns (TRL's ``assistant_only_loss``), the last
+#: answer only (``completion_only_loss``: the prompt is everything before it), or every token.
+TRAIN_ON: tuple[str, ...] = ("assistant only", "completion only", "everything")
 
 _WORD = re.compile(r"[a-z']+")
 MIN_WORDS, MAX_WORDS = 4, 14  # sentences of the instruction set: short, so sequences stay short
@@ -126,6 +135,74 @@ def instruction_set(split: str = "train", *, corpus: Corpus | None = None) -> li
     return [_example(task, s, topic) for task in TASKS for s, topic in sentences]
 
 
+def _check_messages(messages: object) -> list[dict[str, str]]:
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
+        raise TypeError("messages must be a non-empty list of {'role', 'content'} dicts")
+    if not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+        raise ValueError("messages must end with an assistant turn (the completion)")
+    return list(messages)
+
+
+def prompt_length(tokenizer: Any, messages: Sequence[dict[str, str]]) -> int:
+    """The number of tokens before the last answer of ``messages`` (which must end with an
+    assistant turn): every message before it, rendered with ``add_generation_prompt=True``, as the
+    model sees the prompt when it answers. TRL's ``SFTTrainer`` takes the same prompt for a
+    conversational prompt-completion example (its ``completion_mask`` starts here).
+
+    Raises ``ValueError`` if that rendering is not a prefix of the whole conversation's (a
+    template that renders a turn differently once the next one follows).
+    """
+    messages = _check_messages(messages)
+    prompt = tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True)
+    whole = tokenizer.apply_chat_template(messages)
+    prompt_ids, ids = list(prompt["input_ids"]), list(whole["input_ids"])
+    if ids[: len(prompt_ids)] != prompt_ids:
+        raise ValueError(
+            "the chat template renders the prompt (add_generation_prompt=True) differently from "
+            "the start of the whole conversation: no span of the answer can be found by prefix"
+        )
+    return len(prompt_ids)
+
+
+def conversation_labels(
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    *,
+    train_on: str = "assistant only",
+    pad_is_eos: bool = False,
+) -> dict[str, list[int]]:
+    """``input_ids``, ``labels`` and ``assistant_masks`` of ``messages`` (ending with an
+    assistant turn) rendered by the tokenizer's chat template
+    (``apply_chat_template(..., return_assistant_tokens_mask=True)``).
+
+    ``train_on``, one of :data:`TRAIN_ON`: ``"assistant only"``, the ids where the assistant mask
+    is 1 (:func:`lmlessons.answer_only.assistant_only_labels`, TRL's ``assistant_only_loss``);
+    ``"completion only"``, the tokens after :func:`prompt_length`
+    (:func:`lmlessons.answer_only.completion_only_labels`, TRL's ``completion_only_loss``);
+    ``"everything"``, ``labels = input_ids``. ``pad_is_eos=True``: every label equal to the
+    end-of-turn token becomes -100, as ``DataCollatorForLanguageModeling`` leaves them when
+    ``pad_token = eos_token`` (it finds padding by ``pad_token_id``).
+    """
+    if train_on not in TRAIN_ON:
+        raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
+    messages = _check_messages(messages)
+    rendered = tokenizer.apply_chat_template(
+        messages, return_dict=True, return_assistant_tokens_mask=True
+    )
+    ids = torch.tensor(rendered["input_ids"])  # (T,)
+    masks = list(rendered["assistant_masks"])
+    if train_on == "assistant only":
+        labels = assistant_only_labels(ids, masks)  # (T,)
+    elif train_on == "completion only":
+        n = prompt_length(tokenizer, messages)
+        labels = completion_only_labels(ids[:n], ids[n:])["labels"]  # (T,)
+    else:
+        labels = ids.clone()  # (T,)
+    if pad_is_eos:
+        labels = labels.masked_fill(ids == tokenizer.eos_token_id, IGNORE_INDEX)  # (T,)
+    return {"input_ids": ids.tolist(), "labels": labels.tolist(), "assistant_masks": masks}
+
+
 def _check_example(example: object) -> dict[str, Any]:
     if not isinstance(example, dict) or not {"prompt", "completion"} <= set(example):
         raise TypeError("example must be a dict with 'prompt' and 'completion' message lists")
@@ -133,30 +210,22 @@ def _check_example(example: object) -> dict[str, Any]:
 
 
 def encode_example(
-    tokenizer: Any, example: dict[str, Any], *, target: str = "answer", mask_eos: bool = False
+    tokenizer: Any,
+    example: dict[str, Any],
+    *,
+    train_on: str = "assistant only",
+    pad_is_eos: bool = False,
 ) -> dict[str, list[int]]:
-    """``input_ids`` and ``labels`` of one conversation (prompt then completion).
-
-    ``target="answer"``: labels from the template's assistant mask
-    (:func:`lmlessons.answer_only.assistant_only_labels`); ``"everything"``: ``labels = input_ids``.
-    ``mask_eos=True`` also sets every end-of-turn label to -100, as a collator that finds padding
-    by ``pad_token_id`` does when ``pad_token = eos_token``.
-    """
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    """``input_ids`` and ``labels`` of one example of :func:`instruction_set`, its prompt then its
+    completion: :func:`conversation_labels` with ``train_on`` and ``pad_is_eos``."""
     example = _check_example(example)
-    rendered = tokenizer.apply_chat_template(
-        example["prompt"] + example["completion"],
-        return_dict=True,
-        return_assistant_tokens_mask=True,
+    row = conversation_labels(
+        tokenizer,
+        list(example["prompt"]) + list(example["completion"]),
+        train_on=train_on,
+        pad_is_eos=pad_is_eos,
     )
-    ids = torch.tensor(rendered["input_ids"])  # (T,)
-    labels = ids.clone()
-    if target == "answer":
-        labels = assistant_only_labels(ids, rendered["assistant_masks"])  # (T,)
-    if mask_eos:
-        labels = labels.masked_fill(ids == tokenizer.eos_token_id, IGNORE_INDEX)
-    return {"input_ids": ids.tolist(), "labels": labels.tolist()}
+    return {"input_ids": row["input_ids"], "labels": row["labels"]}
 
 
 def _pad(rows: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -178,19 +247,21 @@ def sft_batches(
     tokenizer: Any,
     *,
     batch_size: int = 16,
-    target: str = "answer",
-    mask_eos: bool = False,
+    train_on: str = "assistant only",
+    pad_is_eos: bool = False,
     generator: torch.Generator | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Endless shuffled batches of ``examples`` (:func:`encode_example` with ``target`` and
-    ``mask_eos``): ``input_ids``, ``attention_mask`` and ``labels``, each ``(B, T)``, right-padded
+    """Endless shuffled batches of ``examples`` (:func:`encode_example` with ``train_on`` and
+    ``pad_is_eos``): ``input_ids``, ``attention_mask`` and ``labels``, each ``(B, T)``, right-padded
     with ``[PAD]`` and -100. A new permutation from ``generator`` each pass; an incomplete last
     batch of a pass is dropped."""
     batch_size = check_int("batch_size", batch_size, minimum=1)
     check_generator(generator)
     if len(examples) < batch_size:
         raise ValueError(f"examples must hold at least batch_size={batch_size} examples")
-    encoded = [encode_example(tokenizer, e, target=target, mask_eos=mask_eos) for e in examples]
+    encoded = [
+        encode_example(tokenizer, e, train_on=train_on, pad_is_eos=pad_is_eos) for e in examples
+    ]
     while True:
         order = torch.randperm(len(encoded), generator=generator).tolist()
         for start in range(0, len(order) - batch_size + 1, batch_size):
@@ -202,8 +273,9 @@ def sft_batches(
 def answer_loss(
     model: torch.nn.Module, examples: Sequence[dict[str, Any]], tokenizer: Any
 ) -> float:
-    """The mean cross-entropy of ``model`` over the answer tokens of ``examples`` (their
-    end-of-turn tokens included), after the shift, in one padded batch."""
+    """``answer_loss``: the mean cross-entropy of ``model`` over the answer tokens of
+    ``examples``, their end-of-turn tokens included (assistant-only labels), in one padded batch:
+    :func:`lmlessons.losses.clm_loss`, which is transformers' ``ForCausalLMLoss``."""
     model = check_model(model)
     if not examples:
         raise ValueError("examples must not be empty")
@@ -214,25 +286,39 @@ def answer_loss(
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     finally:
         model.train(was_training)
-    targets = batch["labels"][:, 1:]  # (B, T - 1): position t is scored against token t + 1
-    return F.cross_entropy(
-        logits[:, :-1].float().reshape(-1, logits.shape[-1]),  # (B * (T - 1), V)
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-    ).item()
+    return clm_loss(logits, batch["labels"]).item()  # the shift happens inside
 
 
-def _greedy_answers(
-    model: torch.nn.Module, prompts: list[list[int]], eos: int, max_new_tokens: int
+def _check_prompts(prompts: object) -> list[list[int]]:
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, Sequence) or not prompts:
+        raise TypeError("prompts must be a non-empty list of token-id lists")
+    for p in prompts:
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or not p:
+            raise TypeError("prompts must hold non-empty lists of token ids")
+    return [list(p) for p in prompts]
+
+
+def greedy_answers(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    eos_token_id: int,
+    max_new_tokens: int,
 ) -> list[list[int]]:
-    """Greedy continuations of each prompt (prompts of one length run as one batch), each
-    cut after ``eos`` when it came."""
+    """The greedy continuation of each prompt, at most ``max_new_tokens`` new tokens, cut after
+    ``eos_token_id`` when it came (kept; a continuation without it did not stop). Prompts of one
+    length run as one batch of :func:`lmlessons.sampling.sample` (``temperature=0``), so no
+    prompt is padded: transformers' ``model.generate(do_sample=False)`` one length at a time.
+    """
+    prompts = _check_prompts(prompts)
+    eos = check_int("eos_token_id", eos_token_id, minimum=0)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
     out: list[list[int]] = [[] for _ in prompts]
     for length in sorted({len(p) for p in prompts}):
         rows = [i for i, p in enumerate(prompts) if len(p) == length]
         ids = torch.tensor([prompts[i] for i in rows])  # (b, length)
         new = sample(model, ids, max_new_tokens=max_new_tokens, temperature=0, eos_token_id=eos)
-        for i, row in zip(rows, new[:, length:].tolist()):
+        for i, row in zip(rows, new[:, length:].tolist()):  # (b, n): the new tokens
             out[i] = row[: row.index(eos) + 1] if eos in row else row
     return out
 
@@ -245,27 +331,31 @@ def answer_metrics(
     *,
     max_new_tokens: int = 6,
 ) -> dict[str, float]:
-    """Held-out answers of ``model``: ``answer_loss`` (mean cross-entropy over the answer tokens,
-    their end-of-turn token included), ``answer_accuracy`` (share of greedy answers that begin
-    with the reference answer, whether or not they stop after it), ``stop_rate`` (share of greedy
-    answers that emit the end-of-turn token within ``max_new_tokens``), and ``num_examples``."""
+    """Held-out answers of ``model``: ``answer_loss`` (:func:`answer_loss`: mean cross-entropy
+    over the answer tokens, their end-of-turn token included), ``greedy_answer_accuracy`` (share
+    of greedy answers, :func:`greedy_answers`, that begin with the reference answer, whether or
+    not they stop after it), ``stop_rate`` (share of greedy answers that emit the end-of-turn
+    token within ``max_new_tokens``), and ``num_examples``."""
     model = check_model(model)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
     if not examples:
         raise ValueError("examples must not be empty")
     eos = tokenizer.eos_token_id
-    prompts = [
-        tokenizer.apply_chat_template(e["prompt"], add_generation_prompt=True)["input_ids"]
-        for e in examples
-    ]
-    answers = _greedy_answers(model, prompts, eos, max_new_tokens)  # sample() restores the mode
-    # the reference answers without their end-of-turn token
-    wanted = [
-        encode_example(tokenizer, e)["input_ids"][len(p) : -1] for e, p in zip(examples, prompts)
-    ]
+    conversations = [list(_check_example(e)["prompt"]) + list(e["completion"]) for e in examples]
+    ids = [conversation_labels(tokenizer, c)["input_ids"] for c in conversations]
+    starts = [prompt_length(tokenizer, c) for c in conversations]
+    # sample() restores the model's mode
+    answers = greedy_answers(
+        model,
+        [row[:n] for row, n in zip(ids, starts)],
+        eos_token_id=eos,
+        max_new_tokens=max_new_tokens,
+    )
+    wanted = [row[n:-1] for row, n in zip(ids, starts)]  # the reference answers without [SEP]
+    right = sum(a[: len(w)] == w for a, w in zip(answers, wanted))
     return {
         "answer_loss": answer_loss(model, examples, tokenizer),
-        "answer_accuracy": sum(a[: len(w)] == w for a, w in zip(answers, wanted)) / len(examples),
+        "greedy_answer_accuracy": right / len(examples),
         "stop_rate": sum(bool(a) and a[-1] == eos for a in answers) / len(examples),
         "num_examples": len(examples),
     }
@@ -279,8 +369,8 @@ def fine_tune(
     heldout: Sequence[dict[str, Any]],
     max_steps: int = 100,
     eval_every: int = 20,
-    target: str = "answer",
-    mask_eos: bool = False,
+    train_on: str = "assistant only",
+    pad_is_eos: bool = False,
     batch_size: int = 16,
     lr: float = 1e-3,
     seed: int = 0,
@@ -289,8 +379,8 @@ def fine_tune(
     5 warm-up steps, then a constant ``lr``) and measure the held-out :func:`answer_loss` before
     the first step and every ``eval_every`` steps.
 
-    Returns the training history (its ``loss`` is the loss the run reports: over the answer
-    tokens, or over every token with ``target="everything"``) and ``{step: held-out answer loss}``.
+    Returns the training history (its ``loss`` is the loss the run reports: over its own
+    targets, ``train_on``) and ``{step: held-out answer loss}``.
     The batches and the dropout draws are seeded by ``seed``.
     """
     max_steps = check_int("max_steps", max_steps, minimum=1)
@@ -298,7 +388,12 @@ def fine_tune(
     torch.manual_seed(seed)  # dropout (the checkpoint's config keeps GPT-2's 0.1)
     g = torch.Generator().manual_seed(seed)
     batches = sft_batches(
-        examples, tokenizer, batch_size=batch_size, target=target, mask_eos=mask_eos, generator=g
+        examples,
+        tokenizer,
+        batch_size=batch_size,
+        train_on=train_on,
+        pad_is_eos=pad_is_eos,
+        generator=g,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     curve = {0: answer_loss(model, heldout, tokenizer)}

@@ -1,15 +1,14 @@
 """Lesson 10 (fine-tuning on the answer only): which tokens of a conversation are targets.
 
-* :func:`conversation_labels`: the labels of one conversation under each choice of
-  :data:`TRAIN_ON` (the assistant's tokens, the last completion, or every token), optionally
-  with every end-of-turn label set to -100 as a ``pad_token = eos_token`` collator does.
 * :func:`label_chips_html`: the conversation as a wrapping row of token chips, each with its
   label below (``-100`` or the token), targets highlighted: a long conversation stays readable
   where a one-row table would not.
-* :func:`answer_only_widget`: a ``train on`` toggle and a ``pad = eos`` checkbox over one
-  conversation; the output names how many tokens are targets, how many of them are prompt
-  tokens and how many are end-of-turn tokens. A :class:`~lmlessons.widgets.base.LessonWidget`,
-  so a viewer without a kernel sees the picture of its state.
+* :func:`answer_only_widget`: a ``train on`` toggle (:data:`lmlessons.course.chat.TRAIN_ON`) and
+  a ``pad = eos`` checkbox over one conversation, labelled by
+  :func:`lmlessons.course.chat.conversation_labels`; the output names how many tokens are
+  targets, how many of them are prompt tokens and how many are end-of-turn tokens. A
+  :class:`~lmlessons.widgets.base.LessonWidget`, so a viewer without a kernel sees the picture
+  of its state.
 * :func:`plot_answer_curves`: the loss each fine-tuning run reports and its held-out answer loss.
 """
 
@@ -20,25 +19,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
-import torch
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.answer_only import assistant_only_labels, completion_only_labels
+from lmlessons.course.chat import TRAIN_ON, conversation_labels
 from lmlessons.course.palette import MUTED, on_color
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import COLORS, OutputRecord, html_output, state_output
 
 __all__ = [
-    "TRAIN_ON",
-    "conversation_labels",
     "label_chips_html",
     "answer_only_widget",
     "plot_answer_curves",
 ]
-
-#: What the labels train on: the assistant's turns (``assistant_only_loss``), the last answer
-#: only (``completion_only_loss``: the prompt is everything before it), or every token.
-TRAIN_ON = ("assistant only", "completion only", "everything")
 
 _LEGEND = {
     "target: learned": COLORS["target"],
@@ -48,44 +40,6 @@ _CHIP = (
     "display:inline-block;border:1px solid #bbb;padding:1px 4px;margin:1px;text-align:center;"
     "font-family:monospace;font-size:12px;line-height:1.3;"
 )
-
-
-def _check_messages(messages: object) -> list[dict[str, str]]:
-    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
-        raise TypeError("messages must be a non-empty list of {'role', 'content'} dicts")
-    if not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
-        raise ValueError("messages must end with an assistant turn (the completion)")
-    return list(messages)
-
-
-def conversation_labels(
-    tokenizer: Any, messages: Sequence[dict[str, str]], train_on: str, *, pad_is_eos: bool = False
-) -> tuple[list[int], list[int]]:
-    """``(input_ids, labels)`` of ``messages`` rendered by the tokenizer's chat template.
-
-    ``train_on``: one of :data:`TRAIN_ON`. ``"completion only"`` takes the prompt to be every
-    message before the last one, rendered with the generation prompt.
-    ``pad_is_eos``: every label equal to the end-of-turn token becomes -100 (what
-    ``DataCollatorForLanguageModeling`` does to it when the pad token is the eos token).
-    """
-    if train_on not in TRAIN_ON:
-        raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
-    messages = _check_messages(messages)
-    rendered = tokenizer.apply_chat_template(
-        messages, return_dict=True, return_assistant_tokens_mask=True
-    )
-    ids = torch.tensor(rendered["input_ids"])  # (T,)
-    if train_on == "assistant only":
-        labels = assistant_only_labels(ids, rendered["assistant_masks"])
-    elif train_on == "completion only":
-        prompt = tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True)
-        n = len(prompt["input_ids"])
-        labels = completion_only_labels(ids[:n], ids[n:])["labels"]
-    else:
-        labels = ids.clone()
-    if pad_is_eos:
-        labels = labels.masked_fill(ids == tokenizer.eos_token_id, IGNORE_INDEX)
-    return ids.tolist(), labels.tolist()
 
 
 def label_chips_html(
@@ -143,11 +97,11 @@ def answer_only_widget(
     and how many targets there are, how many of them are prompt tokens and end-of-turn tokens.
     Its hidden state: ``train_on=assistant_only pad_is_eos=False targets=4 prompt_targets=0
     eos_targets=2``."""
-    messages = _check_messages(messages)
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
-    ids, assistant = conversation_labels(tokenizer, messages, "assistant only")
-    answers = {i for i, label in enumerate(assistant) if label != IGNORE_INDEX}
+    row = conversation_labels(tokenizer, messages)  # checks the messages
+    ids = row["input_ids"]
+    answers = {i for i, m in enumerate(row["assistant_masks"]) if m}
     tokens = tokenizer.convert_ids_to_tokens(ids)
     controls = {
         "train_on": widgets.ToggleButtons(
@@ -165,7 +119,8 @@ def answer_only_widget(
 
     def draw() -> tuple[OutputRecord, ...]:
         mode, pad_eos = str(controls["train_on"].value), bool(controls["pad_is_eos"].value)
-        _, labels = conversation_labels(tokenizer, messages, mode, pad_is_eos=pad_eos)
+        row = conversation_labels(tokenizer, messages, train_on=mode, pad_is_eos=pad_eos)
+        labels = row["labels"]
         s = _summary(tokenizer, ids, labels, answers)
         caption = (
             f"train on {mode}{', pad = eos' if pad_eos else ''}: {s['targets']} of {len(ids)} "
