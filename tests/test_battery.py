@@ -1,10 +1,11 @@
-"""An independent battery of learners' attempts for the checked exercises.
+"""The corpus of learners' attempts at the checked exercises (``tests/battery/``), run through
+``check``.
 
-Every module ``tests/battery/<exercise>.py`` holds ``EXERCISE``, ``WRONG`` and ``CORRECT``
-(lists of :class:`battery._attempt.Attempt`). A wrong attempt must fail ``check`` and be named by
-the mistake code it expects (or, with ``expect=None``, fail with a message that says what was
-expected); a correct one must pass. The attempts were written from what a learner sees (the
-lessons, the exercises README, the package functions), not from the checkers.
+Every module ``tests/battery/<exercise>.py`` holds attempts marked ``@wrong(code)``,
+``@wrong(says=...)`` or ``@correct`` (``battery/_attempt.py``). A correct attempt must pass; a
+wrong one must fail, be named by its mistake code and/or carry its words, and point to the first
+hint. The attempts were written from what a learner sees (the lessons, the exercises README, the
+package functions), not from the checkers.
 """
 
 from __future__ import annotations
@@ -14,57 +15,48 @@ import pkgutil
 from pathlib import Path
 
 import pytest
+from battery._attempt import ATTEMPTS, CORRECT, Attempt
 
-from lmlessons.exercises import check
+from lmlessons.exercises import EXERCISES, check
+from lmlessons.exercises.content import load
 
 BATTERY = Path(__file__).parent / "battery"
+for _module in pkgutil.iter_modules([str(BATTERY)]):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"battery.{_module.name}")
+
+CASES = [
+    pytest.param(exercise, attempt, id=f"{exercise}-{attempt.id}")
+    for exercise, attempts in sorted(ATTEMPTS.items())
+    for attempt in attempts
+]
 
 
-def _modules() -> list:
-    names = sorted(
-        m.name for m in pkgutil.iter_modules([str(BATTERY)]) if not m.name.startswith("_")
-    )
-    return [importlib.import_module(f"battery.{name}") for name in names]
+def test_every_exercise_has_a_battery_of_documented_attempts():
+    """Each checked exercise has at least 12 wrong and 3 correct attempts, each with a docstring,
+    each expected code is in the mistake catalogue, and no two attempts share an id."""
+    codes = set(load("mistakes"))
+    assert set(ATTEMPTS) == set(EXERCISES) - {"bug_zoo"}, set(ATTEMPTS) ^ set(EXERCISES)
+    for exercise, attempts in ATTEMPTS.items():
+        wrong = [a for a in attempts if a.expect != CORRECT]
+        assert len(wrong) >= 12 and len(attempts) - len(wrong) >= 3, exercise
+        assert len({a.id for a in attempts}) == len(attempts), exercise
+        for a in attempts:
+            assert a.does.strip(), f"{exercise}.{a.id} has no docstring"
+            assert a.expect in codes | {CORRECT, None}, f"{exercise}.{a.id}: {a.expect}"
+            assert a.says is None or a.says.lower() != "expected", f"{exercise}.{a.id}"
 
 
-def _cases() -> list:
-    cases = []
-    for module in _modules():
-        for kind in ("wrong", "correct"):
-            attempts = getattr(module, kind.upper())
-            for i, attempt in enumerate(attempts, 1):
-                slug = attempt.fn.__name__.strip("_")
-                case_id = f"{module.EXERCISE}-{kind}-{i:02d}-{slug}"
-                cases.append(pytest.param(module.EXERCISE, kind, attempt, id=case_id))
-    return cases
-
-
-def test_battery_modules_are_complete():
-    """Each exercise module has at least 12 wrong and 3 correct attempts, each with a `does`."""
-    modules = _modules()
-    assert modules, "no battery module found"
-    for module in modules:
-        assert isinstance(module.EXERCISE, str) and module.EXERCISE
-        assert len(module.WRONG) >= 12, module.EXERCISE
-        assert len(module.CORRECT) >= 3, module.EXERCISE
-        assert all(a.does.strip() for a in module.WRONG + module.CORRECT), module.EXERCISE
-
-
-@pytest.mark.parametrize(("exercise", "kind", "attempt"), _cases())
-def test_attempt(exercise, kind, attempt):
+@pytest.mark.parametrize(("exercise", "attempt"), CASES)
+def test_attempt(exercise: str, attempt: Attempt) -> None:
     result = check(exercise, attempt.fn)
-    if kind == "correct":
-        assert result.passed, (
-            f"{attempt.does}\n-> [{result.mistake}] {result.title}: {result.message}"
-        )
+    seen = f"{attempt.does}\n-> [{result.mistake}] {result.title}: {result.message}"
+    if attempt.expect == CORRECT:
+        assert result.passed, seen
         return
-    assert not result.passed, f"slipped through: {attempt.does}"
-    if attempt.expect is None:
-        assert "expected" in result.message.lower(), (
-            f"{attempt.does}\n-> [{result.mistake}] {result.title}: {result.message}"
-        )
-    else:
-        assert result.mistake == attempt.expect, (
-            f"{attempt.does}\nexpected {attempt.expect}, got [{result.mistake}] {result.title}: "
-            f"{result.message}"
-        )
+    assert result.status == "failed", f"slipped through: {seen}"
+    if attempt.expect is not None:
+        assert result.mistake == attempt.expect, f"expected {attempt.expect}, got {seen}"
+    if attempt.says is not None:
+        assert attempt.says in f"{result.title}\n{result.message}", f"no {attempt.says!r}: {seen}"
+    assert f'hint("{exercise}", 1)' in str(result), seen

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from battery._attempt import Attempt
+from battery._attempt import correct, wrong
 
-EXERCISE = "assistant_labels"
 IGNORE = -100
 
 
@@ -41,13 +40,19 @@ def _find(seq, sub, begin=0):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("last_answer_only")
 def completion_only(tokenizer, messages):
+    """completion-only: every token after the last prompt is a target, the earlier answers are
+    not."""
     ids = _ids(tokenizer, messages)
     start = len(_ids(tokenizer, messages[:-1], add_generation_prompt=True))
     return [IGNORE] * start + ids[start:]  # everything after the last prompt
 
 
+@wrong("trains_on_prompt")
 def keeps_the_header(tokenizer, messages):
+    """Starts each answer at the rendering of messages[:i] without add_generation_prompt: the
+    'assistant:' header is a target."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for i, message in enumerate(messages):
@@ -58,7 +63,9 @@ def keeps_the_header(tokenizer, messages):
     return labels
 
 
+@wrong("drops_end_of_turn")
 def stops_before_eos(tokenizer, messages):
+    """Ends each answer one token early: the end-of-turn token is not a target."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -66,7 +73,10 @@ def stops_before_eos(tokenizer, messages):
     return labels
 
 
+@wrong("drops_end_of_turn")
 def searches_content(tokenizer, messages):
+    """Finds each answer by searching its content's tokens from the start of the ids: no end-of-turn
+    token, and an answer word that also occurs in the question ("the") is labelled in the prompt."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for message in messages:
@@ -77,7 +87,10 @@ def searches_content(tokenizer, messages):
     return labels
 
 
+@wrong(says="(two turns, the same answer twice), your targets are at positions")
 def searches_answer_and_eos(tokenizer, messages):
+    """Searches content + eos from the start of the ids: right unless two answers are equal, then
+    the first is labelled twice and the later one never."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for message in messages:
@@ -89,7 +102,9 @@ def searches_answer_and_eos(tokenizer, messages):
     return labels
 
 
+@wrong("labels_shifted")
 def pre_shifted(tokenizer, messages):
+    """Writes the answer ids one place to the left (labels[start - 1:end - 1] = ids[start:end])."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -97,7 +112,9 @@ def pre_shifted(tokenizer, messages):
     return labels
 
 
+@wrong("labels_not_ignored")
 def zeros_elsewhere(tokenizer, messages):
+    """0 instead of -100 outside the answers (token 0 is a class: the prompt trains on [PAD])."""
     ids = _ids(tokenizer, messages)
     labels = [0] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -105,7 +122,9 @@ def zeros_elsewhere(tokenizer, messages):
     return labels
 
 
+@wrong("labels_are_boolean_mask")
 def returns_the_mask(tokenizer, messages):
+    """Returns the 0/1 assistant mask, not labels."""
     ids = _ids(tokenizer, messages)
     mask = [0] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -113,7 +132,9 @@ def returns_the_mask(tokenizer, messages):
     return mask
 
 
+@wrong("trains_on_prompt")
 def inverted(tokenizer, messages):
+    """Keeps the prompt ids and writes -100 on the answers."""
     ids = _ids(tokenizer, messages)
     labels = list(ids)
     for start, end in _spans(tokenizer, messages):
@@ -121,12 +142,18 @@ def inverted(tokenizer, messages):
     return labels
 
 
+@wrong("no_targets")
 def asks_transformers_for_the_mask(tokenizer, messages):
+    """return_assistant_tokens_mask=True on the tagless template: a mask of zeros, all labels
+    -100."""
     out = tokenizer.apply_chat_template(messages, return_assistant_tokens_mask=True)
     return [i if m else IGNORE for i, m in zip(out["input_ids"], out["assistant_masks"])]
 
 
+@wrong("trains_on_prompt")
 def generation_prompt_at_the_end_too(tokenizer, messages):
+    """Renders messages[:i + 1] with add_generation_prompt=True as well: an answer followed by a
+    user turn takes that turn's first tokens as targets (right for the last turn)."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for i, message in enumerate(messages):
@@ -137,7 +164,9 @@ def generation_prompt_at_the_end_too(tokenizer, messages):
     return labels
 
 
+@wrong("modifies_input")
 def pops_the_messages(tokenizer, messages):
+    """Walks back through the conversation with messages.pop(): the caller's list is emptied."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     while messages:  # walks back through the conversation by shortening it
@@ -151,7 +180,9 @@ def pops_the_messages(tokenizer, messages):
     return labels
 
 
+@wrong("wrong_shape")
 def batch_of_one(tokenizer, messages):
+    """Returns a (1, T) tensor (a batch of one) instead of a list or a 1-D tensor."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -159,7 +190,9 @@ def batch_of_one(tokenizer, messages):
     return torch.tensor([labels])  # (1, T), as a model's batch
 
 
+@wrong("wrong_dtype")
 def float_labels(tokenizer, messages):
+    """Float labels (torch.full_like of a float tensor of the ids)."""
     ids = torch.tensor(_ids(tokenizer, messages), dtype=torch.float)  # (T,)
     labels = torch.full_like(ids, IGNORE)
     for start, end in _spans(tokenizer, messages):
@@ -167,7 +200,10 @@ def float_labels(tokenizer, messages):
     return labels
 
 
+@wrong("hard_coded_special_ids")
 def hard_coded_course_ids(tokenizer, messages):
+    """Searches the course tokenizer's ids of 'assistant:' and [SEP] as literals (204, 33, 456, 398,
+    66 and 3): wrong for any other tokenizer."""
     ids = _ids(tokenizer, messages)
     header, eos = [204, 33, 456, 398, 66], 3  # "assistant:" and [SEP], read off the lesson's table
     labels, k = [IGNORE] * len(ids), 0
@@ -178,7 +214,11 @@ def hard_coded_course_ids(tokenizer, messages):
     return labels
 
 
+@wrong(says="right on the course tokenizer, not on this one")
 def course_template_header(tokenizer, messages):
+    """Finds 'assistant:' (encoded with the given tokenizer) and takes the tokens up to
+    eos_token_id: right for the course template only; the statement says 'a tokenizer whose chat
+    template has no tags', not which template (ambiguous)."""
     ids = _ids(tokenizer, messages)
     header = tokenizer.encode("assistant:", add_special_tokens=False)
     labels, k = [IGNORE] * len(ids), 0
@@ -189,7 +229,9 @@ def course_template_header(tokenizer, messages):
     return labels
 
 
+@wrong(says="(one question and its answer), your targets are at positions")
 def skips_first_answer_token(tokenizer, messages):
+    """Starts one token late: the first token of every answer is not a target."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -197,7 +239,9 @@ def skips_first_answer_token(tokenizer, messages):
     return labels
 
 
+@wrong(says="(two turns), your targets are at positions")
 def returns_inside_the_loop(tokenizer, messages):
+    """'return labels' one level too deep: only the first assistant turn is labelled."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for i, message in enumerate(messages):
@@ -209,7 +253,9 @@ def returns_inside_the_loop(tokenizer, messages):
     return labels
 
 
+@wrong("wrong_type")
 def returns_ids_and_labels(tokenizer, messages):
+    """Returns the pair (input_ids, labels) instead of the labels."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for start, end in _spans(tokenizer, messages):
@@ -217,7 +263,10 @@ def returns_ids_and_labels(tokenizer, messages):
     return ids, labels
 
 
+@wrong("wrong_shape")
 def retokenizes_the_text(tokenizer, messages):
+    """Renders with tokenize=False and calls tokenizer.encode(text): add_special_tokens adds a
+    second [CLS] and a final [SEP], so the labels are two tokens longer than the ids."""
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     ids = tokenizer.encode(text)  # add_special_tokens=True: a second [CLS] and a [SEP]
     labels = [IGNORE] * len(ids)
@@ -233,130 +282,13 @@ def retokenizes_the_text(tokenizer, messages):
     return labels
 
 
-WRONG = [
-    Attempt(
-        completion_only,
-        "completion-only: every token after the last prompt is a target, the earlier answers "
-        "are not",
-        "last_answer_only",
-    ),
-    Attempt(
-        keeps_the_header,
-        "starts each answer at the rendering of messages[:i] without add_generation_prompt: "
-        "the 'assistant:' header is a target",
-        "trains_on_prompt",
-    ),
-    Attempt(
-        stops_before_eos,
-        "ends each answer one token early: the end-of-turn token is not a target",
-        "drops_end_of_turn",
-    ),
-    Attempt(
-        searches_content,
-        "finds each answer by searching its content's tokens from the start of the ids: no "
-        'end-of-turn token, and an answer word that also occurs in the question ("the") is '
-        "labelled in the prompt",
-        "drops_end_of_turn",
-    ),
-    Attempt(
-        searches_answer_and_eos,
-        "searches content + eos from the start of the ids: right unless two answers are equal, "
-        "then the first is labelled twice and the later one never; no code names a missing "
-        "middle/later answer: a good message names the turn",
-        None,
-    ),
-    Attempt(
-        pre_shifted,
-        "writes the answer ids one place to the left (labels[start - 1:end - 1] = ids[start:end])",
-        "labels_shifted",
-    ),
-    Attempt(
-        zeros_elsewhere,
-        "0 instead of -100 outside the answers (token 0 is a class: the prompt trains on [PAD])",
-        "labels_not_ignored",
-    ),
-    Attempt(
-        returns_the_mask,
-        "returns the 0/1 assistant mask, not labels",
-        "labels_are_boolean_mask",
-    ),
-    Attempt(
-        inverted,
-        "keeps the prompt ids and writes -100 on the answers",
-        "trains_on_prompt",
-    ),
-    Attempt(
-        asks_transformers_for_the_mask,
-        "return_assistant_tokens_mask=True on the tagless template: a mask of zeros, all labels "
-        "-100",
-        "no_targets",
-    ),
-    Attempt(
-        generation_prompt_at_the_end_too,
-        "renders messages[:i + 1] with add_generation_prompt=True as well: an answer followed by "
-        "a user turn takes that turn's first tokens as targets (right for the last turn)",
-        "trains_on_prompt",
-    ),
-    Attempt(
-        pops_the_messages,
-        "walks back through the conversation with messages.pop(): the caller's list is emptied",
-        "modifies_input",
-    ),
-    Attempt(
-        batch_of_one,
-        "returns a (1, T) tensor (a batch of one) instead of a list or a 1-D tensor",
-        "wrong_shape",
-    ),
-    Attempt(
-        float_labels,
-        "float labels (torch.full_like of a float tensor of the ids)",
-        "wrong_dtype",
-    ),
-    Attempt(
-        hard_coded_course_ids,
-        "searches the course tokenizer's ids of 'assistant:' and [SEP] as literals (204, 33, 456, "
-        "398, 66 and 3): wrong for any other tokenizer",
-        "hard_coded_special_ids",
-    ),
-    Attempt(
-        course_template_header,
-        "finds 'assistant:' (encoded with the given tokenizer) and takes the tokens up to "
-        "eos_token_id: right for the course template only; the statement says 'a tokenizer "
-        "whose chat template has no tags', not which template (ambiguous): a good message "
-        "names another template",
-        None,
-    ),
-    Attempt(
-        skips_first_answer_token,
-        "starts one token late: the first token of every answer is not a target; no code names "
-        "it: a good message names the answer's first token",
-        None,
-    ),
-    Attempt(
-        returns_inside_the_loop,
-        "'return labels' one level too deep: only the first assistant turn is labelled; no code "
-        "names a missing later answer (last_answer_only is the opposite): a good message names "
-        "the turn",
-        None,
-    ),
-    Attempt(
-        returns_ids_and_labels,
-        "returns the pair (input_ids, labels) instead of the labels",
-        "wrong_type",
-    ),
-    Attempt(
-        retokenizes_the_text,
-        "renders with tokenize=False and calls tokenizer.encode(text): add_special_tokens adds a "
-        "second [CLS] and a final [SEP], so the labels are two tokens longer than the ids",
-        "wrong_shape",
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def char_offsets(tokenizer, messages):
+    """Character spans of the rendered prefixes, mapped to tokens with the fast tokenizer's
+    offset_mapping (calls tokenizer(text, ...), as any tokenizer allows)."""
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans = []
@@ -376,7 +308,9 @@ def char_offsets(tokenizer, messages):
     ]
 
 
+@correct
 def torch_mask(tokenizer, messages):
+    """A boolean torch mask from the prefix lengths, then torch.where."""
     ids = torch.tensor(_ids(tokenizer, messages))  # (T,)
     is_answer = torch.zeros_like(ids, dtype=torch.bool)  # (T,)
     for start, end in _spans(tokenizer, messages):
@@ -384,7 +318,10 @@ def torch_mask(tokenizer, messages):
     return torch.where(is_answer, ids, torch.full_like(ids, IGNORE))  # (T,)
 
 
+@correct
 def turn_minus_header(tokenizer, messages):
+    """One pass over the turns: each turn's token span minus the header that the generation prompt
+    adds."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     before = 0  # tokens of messages[:i]
@@ -398,7 +335,10 @@ def turn_minus_header(tokenizer, messages):
     return labels
 
 
+@correct
 def common_prefix(tokenizer, messages):
+    """The start as the common prefix of the prompt's and the conversation's tokens, the end from
+    messages[:i + 1]."""
     ids = _ids(tokenizer, messages)
     labels = [IGNORE] * len(ids)
     for i, message in enumerate(messages):
@@ -409,23 +349,3 @@ def common_prefix(tokenizer, messages):
         end = len(_ids(tokenizer, messages[: i + 1]))
         labels[start:end] = ids[start:end]
     return labels
-
-
-CORRECT = [
-    Attempt(
-        char_offsets,
-        "character spans of the rendered prefixes, mapped to tokens with the "
-        "fast tokenizer's offset_mapping (calls tokenizer(text, ...), as any tokenizer allows)",
-    ),
-    Attempt(torch_mask, "a boolean torch mask from the prefix lengths, then torch.where"),
-    Attempt(
-        turn_minus_header,
-        "one pass over the turns: each turn's token span minus the "
-        "header that the generation prompt adds",
-    ),
-    Attempt(
-        common_prefix,
-        "the start as the common prefix of the prompt's and the "
-        "conversation's tokens, the end from messages[:i + 1]",
-    ),
-]

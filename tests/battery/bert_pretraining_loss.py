@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from battery._attempt import Attempt
+from battery._attempt import correct, wrong
 
-EXERCISE = "bert_pretraining_loss"
 IGNORE = -100
 
 
@@ -32,50 +31,66 @@ def _nsp(nsp_logits, nsp_labels):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("nan_when_no_targets")
 def nan_when_nothing_masked(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """MLM term as a plain F.cross_entropy mean: NaN when nothing is masked, and the sum is NaN."""
     mlm = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1))
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)  # NaN + NSP = NaN
 
 
+@wrong("unweighted")
 def ignores_the_weights(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Adds MLM + NSP, ignoring mlm_weight and nsp_weight."""
     return _mlm(mlm_logits, mlm_labels) + _nsp(nsp_logits, nsp_labels)
 
 
+@wrong("misweighted")
 def swaps_the_weights(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """nsp_weight on the MLM term and mlm_weight on the NSP term."""
     return nsp_weight * _mlm(mlm_logits, mlm_labels) + mlm_weight * _nsp(nsp_logits, nsp_labels)
 
 
+@wrong("misweighted")
 def weight_on_the_total(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Multiplies the whole sum by mlm_weight, so it scales NSP too."""
     total = _mlm(mlm_logits, mlm_labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
     return mlm_weight * total  # mlm_weight also scales the NSP term
 
 
+@wrong("missing_nsp")
 def mlm_only(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """Returns the MLM term alone."""
     return mlm_weight * _mlm(mlm_logits, mlm_labels)
 
 
+@wrong("missing_mlm")
 def nsp_only(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """Returns the NSP term alone."""
     return nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
+@wrong("averages_losses")
 def averages_the_two(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Averages the two terms instead of adding them."""
     mlm, nsp = _mlm(mlm_logits, mlm_labels), _nsp(nsp_logits, nsp_labels)
     return (mlm_weight * mlm + nsp_weight * nsp) / 2
 
 
+@wrong("counts_unmasked_positions")
 def mlm_over_every_position(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """MLM sum divided by every position (B*T), not by the masked tokens."""
     total = F.cross_entropy(
         mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1), reduction="sum"
     )
@@ -83,136 +98,100 @@ def mlm_over_every_position(
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
+@wrong("swapped_nsp_labels")
 def is_next_is_one(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Uses 1 = IsNext (d2l's convention), flipping the NSP labels."""
     nsp = F.cross_entropy(nsp_logits, 1 - nsp_labels)  # d2l's convention: is_next -> 1
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
+@wrong("sum_not_mean")
 def nsp_summed(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """NSP summed over the sequences instead of averaged."""
     nsp = F.cross_entropy(nsp_logits, nsp_labels, reduction="sum")  # over sequences, not a mean
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
+@wrong("class_dim")
 def nsp_softmax_over_batch(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """NSP log_softmax over dim 0, the sequences, instead of the two classes."""
     log_probs = nsp_logits.log_softmax(dim=0)  # (B, 2): normalised over the sequences
     nsp = -log_probs.gather(1, nsp_labels.unsqueeze(1)).mean()
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
+@wrong(says="nsp_labels [0, 1, 1, 0], default weights), the loss is")
 def nsp_binary_on_one_logit(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
     # a sigmoid on the NotNext logit alone, ignoring the IsNext logit
+    """NSP as a binary cross-entropy on the NotNext logit alone."""
     nsp = F.binary_cross_entropy_with_logits(nsp_logits[:, 1], nsp_labels.float())
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
+@wrong("returns_tuple")
 def returns_all_three(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Returns (loss, mlm, nsp) instead of the loss."""
     mlm, nsp = _mlm(mlm_logits, mlm_labels), _nsp(nsp_logits, nsp_labels)
     return mlm_weight * mlm + nsp_weight * nsp, mlm, nsp  # the loss and its two terms
 
 
+@wrong("per_row_mean")
 def mlm_per_sequence(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """MLM term as the mean of per-sequence means."""
     per_token = F.cross_entropy(mlm_logits.transpose(1, 2), mlm_labels, reduction="none")  # (B, T)
     is_target = (mlm_labels != IGNORE).float()
     mlm = ((per_token * is_target).sum(1) / is_target.sum(1).clamp(min=1)).mean()
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
+@wrong("detached")
 def logged_numbers(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Rebuilds the loss from .item() values: no gradient."""
     mlm, nsp = _mlm(mlm_logits, mlm_labels).item(), _nsp(nsp_logits, nsp_labels).item()
     return torch.tensor(mlm_weight * mlm + nsp_weight * nsp)  # the value, without the graph
 
 
+@wrong("skips_target_zero")
 def zero_id_skipped(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """Selects MLM targets with labels > 0, dropping masked tokens of id 0."""
     is_target = mlm_labels > 0  # skips -100, and every masked token whose id is 0
     total = F.cross_entropy(mlm_logits[is_target], mlm_labels[is_target], reduction="sum")
     mlm = total / max(int(is_target.sum()), 1)
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
-WRONG = [
-    Attempt(
-        nan_when_nothing_masked,
-        "MLM term as a plain F.cross_entropy mean: NaN when nothing is masked, and the sum is NaN",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        ignores_the_weights, "adds MLM + NSP, ignoring mlm_weight and nsp_weight", "unweighted"
-    ),
-    Attempt(
-        swaps_the_weights,
-        "nsp_weight on the MLM term and mlm_weight on the NSP term",
-        "misweighted",
-    ),
-    Attempt(
-        weight_on_the_total,
-        "multiplies the whole sum by mlm_weight, so it scales NSP too",
-        "misweighted",
-    ),
-    Attempt(mlm_only, "returns the MLM term alone", "missing_nsp"),
-    Attempt(nsp_only, "returns the NSP term alone", "missing_mlm"),
-    Attempt(averages_the_two, "averages the two terms instead of adding them", "averages_losses"),
-    Attempt(
-        mlm_over_every_position,
-        "MLM sum divided by every position (B*T), not by the masked tokens",
-        "counts_unmasked_positions",
-    ),
-    Attempt(
-        is_next_is_one,
-        "uses 1 = IsNext (d2l's convention), flipping the NSP labels",
-        "swapped_nsp_labels",
-    ),
-    Attempt(nsp_summed, "NSP summed over the sequences instead of averaged", "sum_not_mean"),
-    Attempt(
-        nsp_softmax_over_batch,
-        "NSP log_softmax over dim 0, the sequences, instead of the two classes",
-        "class_dim",
-    ),
-    Attempt(
-        nsp_binary_on_one_logit,
-        "NSP as a binary cross-entropy on the NotNext logit "
-        "alone; a good message names the NSP term's value",
-        None,
-    ),
-    Attempt(returns_all_three, "returns (loss, mlm, nsp) instead of the loss", "returns_tuple"),
-    Attempt(mlm_per_sequence, "MLM term as the mean of per-sequence means", "per_row_mean"),
-    Attempt(logged_numbers, "rebuilds the loss from .item() values: no gradient", "detached"),
-    Attempt(
-        zero_id_skipped,
-        "selects MLM targets with labels > 0, dropping masked tokens of "
-        "id 0; a good message names the target id 0",
-        None,
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def two_cross_entropy_modules(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
-    """BertForPreTraining's two CrossEntropyLoss(), with the empty MLM term replaced by 0."""
+    """BertForPreTraining's CrossEntropyLoss() pair, NaN -> 0."""
+    # BertForPreTraining's two CrossEntropyLoss(), with the empty MLM term replaced by 0.
     ce = torch.nn.CrossEntropyLoss()
     mlm = ce(mlm_logits.view(-1, mlm_logits.shape[-1]), mlm_labels.view(-1))
     mlm = torch.where(torch.isnan(mlm), torch.zeros_like(mlm), mlm)
     return mlm_weight * mlm + nsp_weight * ce(nsp_logits.view(-1, 2), nsp_labels.view(-1))
 
 
+@correct
 def by_hand(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """log_softmax and gather for both terms, weights clamped."""
     weights = (mlm_labels != IGNORE).to(mlm_logits.dtype)  # (B, T)
     log_probs = mlm_logits.log_softmax(-1)  # (B, T, V)
     nll = -log_probs.gather(-1, mlm_labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -222,9 +201,11 @@ def by_hand(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, n
     return mlm_weight * mlm + nsp_weight * nsp
 
 
+@correct
 def the_course_losses(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """The course's mlm_loss and nsp_loss, weighted."""
     from lmlessons import mlm_loss, nsp_loss
 
     return mlm_weight * mlm_loss(mlm_logits, mlm_labels) + nsp_weight * nsp_loss(
@@ -232,9 +213,11 @@ def the_course_losses(
     )
 
 
+@correct
 def nsp_as_logit_difference(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
+    """NSP as a sigmoid of the logit difference."""
     is_target = mlm_labels != IGNORE
     mlm = F.cross_entropy(mlm_logits[is_target], mlm_labels[is_target], reduction="sum")
     mlm = mlm / is_target.sum().clamp(min=1)
@@ -243,11 +226,3 @@ def nsp_as_logit_difference(
         nsp_logits[:, 1] - nsp_logits[:, 0], nsp_labels.to(nsp_logits.dtype)
     )
     return mlm_weight * mlm + nsp_weight * nsp
-
-
-CORRECT = [
-    Attempt(two_cross_entropy_modules, "BertForPreTraining's CrossEntropyLoss() pair, NaN -> 0"),
-    Attempt(by_hand, "log_softmax and gather for both terms, weights clamped"),
-    Attempt(the_course_losses, "the course's mlm_loss and nsp_loss, weighted"),
-    Attempt(nsp_as_logit_difference, "NSP as a sigmoid of the logit difference"),
-]

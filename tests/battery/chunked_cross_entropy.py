@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from battery._attempt import Attempt
+from battery._attempt import correct, wrong
 
-EXERCISE = "chunked_cross_entropy"
 IGNORE = -100
 
 
@@ -62,12 +61,16 @@ def _divide(total, labels, num_items_in_batch):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("builds_full_logits")
 def dense_logits(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """One F.cross_entropy on hidden @ weight.T: the whole (N, V) logits."""
     total = F.cross_entropy(hidden @ weight.T, labels, reduction="sum")  # (N, V) at once
     return _divide(total, labels, num_items_in_batch)
 
 
+@wrong("keeps_chunks_for_backward")
 def plain_autograd_loop(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Chunk loop under plain autograd: every chunk's softmax is kept for the backward pass."""
     total = hidden.new_zeros(())
     for s in range(0, hidden.shape[0], chunk_size):  # autograd keeps each chunk's softmax
         total = total + F.cross_entropy(
@@ -91,12 +94,16 @@ class _ChunkMean(_ChunkSum):
         return grad_logits @ weight, grad_logits.T @ h, None
 
 
+@wrong("averages_chunk_means")
 def mean_of_chunk_means(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Averages the chunks' means: tokens of sparse chunks weigh more."""
     means = _chunk_sums(hidden, weight, labels, chunk_size, chunk=_ChunkMean)
     return torch.stack(means).mean()  # a chunk with 1 target weighs as much as one with 50
 
 
+@wrong("drops_last_chunk")
 def drops_the_short_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Loops over N // chunk_size full chunks only: the last, shorter chunk is lost."""
     n_full = hidden.shape[0] // chunk_size * chunk_size  # the last, shorter chunk is lost
     parts = _chunk_sums(hidden[:n_full], weight, labels[:n_full], chunk_size)
     total = torch.stack(parts).sum() if parts else hidden.sum() * 0.0
@@ -111,25 +118,34 @@ class _ChunkMeanTimesCount(_ChunkSum):
         return mean * (y != IGNORE).sum()
 
 
+@wrong("nan_on_ignored_chunk")
 def sum_as_mean_times_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Each chunk's sum as mean * count: NaN for a chunk without a target."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _ChunkMeanTimesCount)).sum()
     return _divide(total, labels, num_items_in_batch)
 
 
+@wrong("nan_when_no_targets")
 def unguarded_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Divides by the target count without a guard: NaN when every label is -100."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
     if num_items_in_batch is not None:
         return total / num_items_in_batch
     return total / (labels != IGNORE).sum()  # 0 / 0 when every label is -100
 
 
+@wrong("ignores_num_items_in_batch")
 def ignores_num_items(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Always the mean; num_items_in_batch never used."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
     return _divide(total, labels, None)
 
 
+@wrong("chunk_too_large")
 def torch_chunk_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
     # torch.chunk's second argument is the number of chunks, not the rows per chunk
+    """hidden.chunk(chunk_size) makes chunk_size chunks of N / chunk_size rows, not chunks of
+    chunk_size rows."""
     parts = [
         _ChunkSum.apply(h, weight, y)
         for h, y in zip(hidden.chunk(chunk_size), labels.chunk(chunk_size))
@@ -137,7 +153,9 @@ def torch_chunk_count(hidden, weight, labels, *, chunk_size, num_items_in_batch=
     return _divide(torch.stack(parts).sum(), labels, num_items_in_batch)
 
 
+@wrong("builds_full_logits")
 def fixed_chunk_size(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Ignores chunk_size and always uses 1024 rows."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, 1024)).sum()  # chunk_size unused
     return _divide(total, labels, num_items_in_batch)
 
@@ -152,7 +170,9 @@ class _ClampedTargets(_ChunkSum):
         return grad_logits @ weight, grad_logits.T @ h, None
 
 
+@wrong("wrong_gradient")
 def ignored_rows_get_gradient(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Right value, but backward scores rows labelled -100 as class 0, so they get a gradient."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _ClampedTargets)).sum()
     return _divide(total, labels, num_items_in_batch)
 
@@ -165,12 +185,16 @@ class _NoGradOutput(_ChunkSum):
         return grad_logits @ weight, grad_logits.T @ h, None
 
 
+@wrong("wrong_gradient")
 def forgets_grad_output(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Backward ignores grad_output: the division by the count never reaches the gradients."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size, _NoGradOutput)).sum()
     return _divide(total, labels, num_items_in_batch)  # the 1/count never reaches the gradients
 
 
+@wrong("detached")
 def under_no_grad(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Computes the loss under torch.no_grad(): the right number, no gradient."""
     with torch.no_grad():  # "no graph, no memory"
         total = sum(
             F.cross_entropy(
@@ -181,12 +205,16 @@ def under_no_grad(hidden, weight, labels, *, chunk_size, num_items_in_batch=None
     return _divide(total, labels, num_items_in_batch)
 
 
+@wrong("counts_padding_positions")
 def divides_by_every_row(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Divides by N, every row, instead of the target count."""
     total = torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum()
     return total / labels.shape[0] if num_items_in_batch is None else total / num_items_in_batch
 
 
+@wrong("num_items_divides_mean")
 def num_items_divides_the_mean(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """With num_items_in_batch divides the *mean* by it."""
     mean = _divide(torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum(), labels, None)
     return mean if num_items_in_batch is None else mean / num_items_in_batch
 
@@ -209,13 +237,18 @@ class _DenseBackward(torch.autograd.Function):
         return grad_logits @ weight, grad_logits.T @ hidden, None, None
 
 
+@wrong("builds_full_logits")
 def chunked_forward_dense_backward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Chunked forward, but backward recomputes the whole (N, V) logits at once."""
     return _divide(
         _DenseBackward.apply(hidden, weight, labels, chunk_size), labels, num_items_in_batch
     )
 
 
+@wrong("not_a_tensor")
 def python_zero_when_empty(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Skips chunks without targets and sums a Python list: every label -100 gives the float 0.0,
+    not a tensor."""
     parts = []
     for s in range(0, hidden.shape[0], chunk_size):
         y = labels[s : s + chunk_size]
@@ -224,7 +257,9 @@ def python_zero_when_empty(hidden, weight, labels, *, chunk_size, num_items_in_b
     return _divide(sum(parts), labels, num_items_in_batch)  # sum([]) is the int 0
 
 
+@wrong(says="chunk_size=8), the loss is")
 def skips_a_row_per_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Slices [s, s + chunk_size - 1): the last row of every chunk is skipped."""
     parts = [
         _ChunkSum.apply(hidden[s : s + chunk_size - 1], weight, labels[s : s + chunk_size - 1])
         for s in range(0, hidden.shape[0], chunk_size)
@@ -232,7 +267,9 @@ def skips_a_row_per_chunk(hidden, weight, labels, *, chunk_size, num_items_in_ba
     return _divide(torch.stack(parts).sum(), labels, num_items_in_batch)
 
 
+@wrong("modifies_input")
 def clamps_labels_in_place(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Right value and gradients, but clamps the caller's labels in place (-100 becomes 0)."""
     count = int((labels != IGNORE).sum())
     weights = (labels != IGNORE).to(hidden.dtype)  # (N,)
     labels.clamp_(min=0)  # in place, "so gather works"; -100 rows are zeroed by the weights
@@ -262,104 +299,13 @@ class _WeightedChunk(torch.autograd.Function):
         return grad_logits @ weight, grad_logits.T @ h, None, None
 
 
-WRONG = [
-    Attempt(
-        dense_logits,
-        "one F.cross_entropy on hidden @ weight.T: the whole (N, V) logits",
-        "builds_full_logits",
-    ),
-    Attempt(
-        plain_autograd_loop,
-        "chunk loop under plain autograd: every chunk's softmax is kept for the backward pass",
-        "keeps_chunks_for_backward",
-    ),
-    Attempt(
-        mean_of_chunk_means,
-        "averages the chunks' means: tokens of sparse chunks weigh more",
-        "averages_chunk_means",
-    ),
-    Attempt(
-        drops_the_short_chunk,
-        "loops over N // chunk_size full chunks only: the last, shorter chunk is lost",
-        "drops_last_chunk",
-    ),
-    Attempt(
-        sum_as_mean_times_count,
-        "each chunk's sum as mean * count: NaN for a chunk without a target",
-        "nan_on_ignored_chunk",
-    ),
-    Attempt(
-        unguarded_count,
-        "divides by the target count without a guard: NaN when every label is -100",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        ignores_num_items,
-        "always the mean; num_items_in_batch never used",
-        "ignores_num_items_in_batch",
-    ),
-    Attempt(
-        torch_chunk_count,
-        "hidden.chunk(chunk_size) makes chunk_size chunks of N / "
-        "chunk_size rows, not chunks of chunk_size rows",
-        "chunk_too_large",
-    ),
-    Attempt(fixed_chunk_size, "ignores chunk_size and always uses 1024 rows", "builds_full_logits"),
-    Attempt(
-        ignored_rows_get_gradient,
-        "right value, but backward scores rows labelled -100 as class 0, so they get a gradient",
-        "wrong_gradient",
-    ),
-    Attempt(
-        forgets_grad_output,
-        "backward ignores grad_output: the division by the count never reaches the gradients",
-        "wrong_gradient",
-    ),
-    Attempt(
-        under_no_grad,
-        "computes the loss under torch.no_grad(): the right number, no gradient",
-        "detached",
-    ),
-    Attempt(
-        divides_by_every_row,
-        "divides by N, every row, instead of the target count",
-        "counts_padding_positions",
-    ),
-    Attempt(
-        num_items_divides_the_mean,
-        "with num_items_in_batch divides the *mean* by it",
-        "num_items_divides_mean",
-    ),
-    Attempt(
-        chunked_forward_dense_backward,
-        "chunked forward, but backward recomputes the whole (N, V) logits at once",
-        "builds_full_logits",
-    ),
-    Attempt(
-        python_zero_when_empty,
-        "skips chunks without targets and sums a Python list: "
-        "every label -100 gives the float 0.0, not a tensor",
-        "not_a_tensor",
-    ),
-    Attempt(
-        skips_a_row_per_chunk,
-        "slices [s, s + chunk_size - 1): the last row of every "
-        "chunk is skipped; a good message names the rows left out",
-        None,
-    ),
-    Attempt(
-        clamps_labels_in_place,
-        "right value and gradients, but clamps the caller's labels in place (-100 becomes 0)",
-        "modifies_input",
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def recompute_in_backward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
-    """Cut Cross-Entropy's idea: save the chunk's inputs, recompute its logits in backward."""
+    """An autograd.Function per chunk that recomputes in backward."""
+    # Cut Cross-Entropy's idea: save the chunk's inputs, recompute its logits in backward.
     return _divide(
         torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum(),
         labels,
@@ -390,7 +336,9 @@ class _GradientsInForward(torch.autograd.Function):
         return grad_hidden * grad_output, grad_weight * grad_output, None, None, None
 
 
+@correct
 def gradients_in_forward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """One autograd.Function, gradients computed in forward."""
     count = max(int((labels != IGNORE).sum()), 1)
     divisor = float(num_items_in_batch) if num_items_in_batch is not None else float(count)
     return _GradientsInForward.apply(hidden, weight, labels, chunk_size, divisor)
@@ -414,17 +362,12 @@ class _LogSumExpChunk(torch.autograd.Function):
         return grad_logits @ weight, grad_logits.T @ h, None
 
 
+@correct
 def target_rows_first(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Target rows gathered first, logsumexp chunks, recompute."""
     rows = (labels != IGNORE).nonzero().squeeze(1)  # (M,) BERT's gather_indexes
     h, y = hidden.index_select(0, rows), labels.index_select(0, rows)  # (M, H), (M,)
     total = hidden.sum() * 0.0
     for s in range(0, rows.shape[0], chunk_size):
         total = total + _LogSumExpChunk.apply(h[s : s + chunk_size], weight, y[s : s + chunk_size])
     return total / (num_items_in_batch if num_items_in_batch is not None else max(len(rows), 1))
-
-
-CORRECT = [
-    Attempt(recompute_in_backward, "an autograd.Function per chunk that recomputes in backward"),
-    Attempt(gradients_in_forward, "one autograd.Function, gradients computed in forward"),
-    Attempt(target_rows_first, "target rows gathered first, logsumexp chunks, recompute"),
-]

@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from transformers.loss.loss_utils import ForCausalLMLoss
 
-from battery._attempt import Attempt
+from battery._attempt import correct, wrong
 
-EXERCISE = "clm_loss"
 IGNORE = -100
 
 
@@ -40,27 +39,38 @@ def _finish(total, count, num_items_in_batch):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("not_shifted")
 def never_shifts(logits, labels, *, num_items_in_batch=None):
+    """No shift: position t is scored against its own token."""
     return _finish(*_sum_and_count(logits, labels), num_items_in_batch)  # position t against t
 
 
+@wrong("shifted_twice")
 def shifts_twice(logits, labels, *, num_items_in_batch=None):
+    """Shifts the labels and then slices logits[:, :-1] / labels[:, 1:] again: next-next-token
+    prediction."""
     targets = _shifted(labels)  # "shift to be safe" ...
     total, count = _sum_and_count(logits[:, :-1], targets[:, 1:])  # ... and shift again
     return _finish(total, count, num_items_in_batch)
 
 
+@wrong("shifted_wrong_way")
 def shifts_the_wrong_way(logits, labels, *, num_items_in_batch=None):
+    """logits[:, 1:] against labels[:, :-1]: position t + 1 predicts token t."""
     total, count = _sum_and_count(logits[:, 1:], labels[:, :-1])  # position t + 1 against t
     return _finish(total, count, num_items_in_batch)
 
 
+@wrong("counts_before_shift")
 def counts_before_the_shift(logits, labels, *, num_items_in_batch=None):
+    """Divides by the labels that are not -100 before the shift (one target too many per row)."""
     total, _ = _sum_and_count(logits, _shifted(labels))
     return _finish(total, int((labels != IGNORE).sum()), num_items_in_batch)  # one too many a row
 
 
+@wrong("nan_when_no_targets")
 def plain_mean(logits, labels, *, num_items_in_batch=None):
+    """F.cross_entropy mean: NaN when nothing is left to predict."""
     targets = _shifted(labels).reshape(-1)
     flat = logits.reshape(-1, logits.shape[-1])
     if num_items_in_batch is not None:
@@ -68,7 +78,10 @@ def plain_mean(logits, labels, *, num_items_in_batch=None):
     return F.cross_entropy(flat, targets)  # NaN when nothing is left to predict
 
 
+@wrong("nan_when_no_targets")
 def guards_before_the_shift(logits, labels, *, num_items_in_batch=None):
+    """Guards against NaN by looking at the labels before the shift: a batch whose only label is in
+    the first column still gives NaN."""
     if num_items_in_batch is None and not bool((labels != IGNORE).any()):
         return logits.sum() * 0.0  # guard looks at the labels, not at the targets after the shift
     targets = _shifted(labels)
@@ -77,18 +90,25 @@ def guards_before_the_shift(logits, labels, *, num_items_in_batch=None):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+@wrong("ignores_num_items_in_batch")
 def ignores_num_items(logits, labels, *, num_items_in_batch=None):
+    """Always the mean over its own targets; num_items_in_batch is never used."""
     total, count = _sum_and_count(logits, _shifted(labels))
     return total / max(count, 1)
 
 
+@wrong("num_items_divides_mean")
 def num_items_divides_the_mean(logits, labels, *, num_items_in_batch=None):
+    """With num_items_in_batch divides the *mean* by it."""
     total, count = _sum_and_count(logits, _shifted(labels))
     mean = total / max(count, 1)
     return mean if num_items_in_batch is None else mean / num_items_in_batch
 
 
+@wrong("shifts_across_rows")
 def shifts_the_flattened_batch(logits, labels, *, num_items_in_batch=None):
+    """Flattens first and shifts the flat batch: the last position of each row is scored against the
+    next row's first token."""
     flat_logits = logits.reshape(-1, logits.shape[-1])  # (B*T, V)
     flat_labels = labels.reshape(-1)  # (B*T,)
     # the last position of row b is scored against the first label of row b + 1
@@ -96,23 +116,31 @@ def shifts_the_flattened_batch(logits, labels, *, num_items_in_batch=None):
     return _finish(total, count, num_items_in_batch)
 
 
+@wrong("counts_padding_positions")
 def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
+    """Divides by B*(T-1), counting the padding positions."""
     total, _ = _sum_and_count(logits, _shifted(labels))
     batch, length = labels.shape
     return _finish(total, batch * (length - 1), num_items_in_batch)  # padding counted too
 
 
+@wrong("scores_last_position")
 def pads_label_with_zero(logits, labels, *, num_items_in_batch=None):
+    """Pads the shifted labels with 0 instead of -100: every last position learns token id 0."""
     targets = F.pad(labels, (0, 1), value=0)[..., 1:]  # last position now predicts token 0
     return _finish(*_sum_and_count(logits, targets), num_items_in_batch)
 
 
+@wrong("minus100_not_ignored")
 def clamps_padding_to_zero(logits, labels, *, num_items_in_batch=None):
+    """Clamps -100 to 0: padding becomes token 0 and is learned."""
     targets = _shifted(labels.clamp(min=0))  # padding -100 becomes token 0 and is learned
     return _finish(*_sum_and_count(logits, targets), num_items_in_batch)
 
 
+@wrong("per_row_mean")
 def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
+    """Mean of the per-sequence means."""
     targets = _shifted(labels)  # (B, T)
     per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     is_target = (targets != IGNORE).float()
@@ -121,13 +149,17 @@ def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
     return ((per_token * is_target).sum(1) / is_target.sum(1).clamp(min=1)).mean()
 
 
+@wrong("modifies_input")
 def shifts_labels_in_place(logits, labels, *, num_items_in_batch=None):
+    """Right value, but shifts the caller's labels in place."""
     labels[:, :-1] = labels[:, 1:].clone()  # the caller's labels are shifted for good
     labels[:, -1] = IGNORE
     return _finish(*_sum_and_count(logits, labels), num_items_in_batch)
 
 
+@wrong("not_scalar")
 def per_position_vector(logits, labels, *, num_items_in_batch=None):
+    """Sums over rows only and returns a (T,) vector, not a scalar."""
     targets = _shifted(labels)  # (B, T)
     per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     is_target = (targets != IGNORE).float()
@@ -135,86 +167,12 @@ def per_position_vector(logits, labels, *, num_items_in_batch=None):
     return (per_token * is_target).sum(0) / denominator  # (T,): summed over rows only
 
 
-WRONG = [
-    Attempt(never_shifts, "no shift: position t is scored against its own token", "not_shifted"),
-    Attempt(
-        shifts_twice,
-        "shifts the labels and then slices logits[:, :-1] / labels[:, 1:] "
-        "again: next-next-token prediction",
-        "shifted_twice",
-    ),
-    Attempt(
-        shifts_the_wrong_way,
-        "logits[:, 1:] against labels[:, :-1]: position t + 1 predicts token t",
-        "shifted_wrong_way",
-    ),
-    Attempt(
-        counts_before_the_shift,
-        "divides by the labels that are not -100 before the shift (one target too many per row)",
-        "counts_before_shift",
-    ),
-    Attempt(
-        plain_mean,
-        "F.cross_entropy mean: NaN when nothing is left to predict",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        guards_before_the_shift,
-        "guards against NaN by looking at the labels before the "
-        "shift: a batch whose only label is in the first column still gives NaN",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        ignores_num_items,
-        "always the mean over its own targets; num_items_in_batch is never used",
-        "ignores_num_items_in_batch",
-    ),
-    Attempt(
-        num_items_divides_the_mean,
-        "with num_items_in_batch divides the *mean* by it",
-        "num_items_divides_mean",
-    ),
-    Attempt(
-        shifts_the_flattened_batch,
-        "flattens first and shifts the flat batch: the last "
-        "position of each row is scored against the next row's first token; a good message "
-        "names the row boundary",
-        None,
-    ),
-    Attempt(
-        divides_by_every_position,
-        "divides by B*(T-1), counting the padding positions",
-        "counts_padding_positions",
-    ),
-    Attempt(
-        pads_label_with_zero,
-        "pads the shifted labels with 0 instead of -100: every last "
-        "position learns token id 0; a good message names the last position",
-        None,
-    ),
-    Attempt(
-        clamps_padding_to_zero,
-        "clamps -100 to 0: padding becomes token 0 and is learned",
-        "minus100_not_ignored",
-    ),
-    Attempt(mean_per_sequence, "mean of the per-sequence means", "per_row_mean"),
-    Attempt(
-        shifts_labels_in_place,
-        "right value, but shifts the caller's labels in place",
-        "modifies_input",
-    ),
-    Attempt(
-        per_position_vector,
-        "sums over rows only and returns a (T,) vector, not a scalar",
-        "not_scalar",
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def slice_logits_and_labels(logits, labels, *, num_items_in_batch=None):
+    """logits[:, :-1] against labels[:, 1:], count clamped."""
     shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # (B*(T-1), V)
     shift_targets = labels[:, 1:].reshape(-1)  # (B*(T-1),)
     total = F.cross_entropy(shift_logits, shift_targets, reduction="sum")
@@ -223,7 +181,9 @@ def slice_logits_and_labels(logits, labels, *, num_items_in_batch=None):
     return total / (shift_targets != IGNORE).sum().clamp(min=1)
 
 
+@correct
 def gather_per_row(logits, labels, *, num_items_in_batch=None):
+    """A loop over rows, log_softmax and gather."""
     total, count = logits.sum() * 0.0, 0
     for row_logits, row_labels in zip(logits, labels):  # (T, V), (T,)
         keep = row_labels[1:] != IGNORE  # (T-1,)
@@ -233,7 +193,9 @@ def gather_per_row(logits, labels, *, num_items_in_batch=None):
     return total / (num_items_in_batch if num_items_in_batch is not None else max(count, 1))
 
 
+@correct
 def roll_and_mask(logits, labels, *, num_items_in_batch=None):
+    """Roll the labels, mask the last column, logsumexp minus the logit."""
     targets = labels.roll(-1, dims=1).clone()  # (B, T): labels[:, t + 1], wrapped at the end
     targets[:, -1] = IGNORE  # the last position has no next token
     is_target = targets != IGNORE
@@ -244,14 +206,8 @@ def roll_and_mask(logits, labels, *, num_items_in_batch=None):
     return total / count
 
 
+@correct
 def transformers_loss(logits, labels, *, num_items_in_batch=None):
+    """transformers' ForCausalLMLoss with its NaN replaced by 0."""
     loss = ForCausalLMLoss(logits, labels, logits.shape[-1], num_items_in_batch=num_items_in_batch)
     return torch.nan_to_num(loss, nan=0.0)  # its mean of zero targets is 0 / 0
-
-
-CORRECT = [
-    Attempt(slice_logits_and_labels, "logits[:, :-1] against labels[:, 1:], count clamped"),
-    Attempt(gather_per_row, "a loop over rows, log_softmax and gather"),
-    Attempt(roll_and_mask, "roll the labels, mask the last column, logsumexp minus the logit"),
-    Attempt(transformers_loss, "transformers' ForCausalLMLoss with its NaN replaced by 0"),
-]

@@ -16,9 +16,7 @@ import numpy as np
 import torch
 from transformers import DataCollatorWithFlattening
 
-from battery._attempt import Attempt
-
-EXERCISE = "flatten_documents"
+from battery._attempt import correct, wrong
 
 
 def _row(values, dtype=torch.long):
@@ -32,20 +30,27 @@ def _pack(ids, labels, positions):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("positions_not_restarted")
 def numbers_straight_through(docs, *, separator_id=-100):
+    """position_ids 0 .. N-1 through the whole row, as for one long text."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
     return _pack(ids, labels, range(len(ids)))  # one long text: 0 .. N-1
 
 
+@wrong("positions_from_one")
 def positions_from_one(docs, *, separator_id=-100):
+    """position_ids restart for each document but count 1, 2, ... (range(1, len + 1))."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
     positions = [p for doc in docs for p in range(1, len(doc) + 1)]
     return _pack(ids, labels, positions)
 
 
+@wrong("positions_from_one")
 def later_docs_from_one(docs, *, separator_id=-100):
+    """Takes the index of the previous document's last token as the next one's start: the first
+    document counts from 0, every later one from 1."""
     ids, labels, positions = [], [], []
     last = 0  # index of the previous document's last token, taken for this document's start
     for doc in docs:
@@ -57,40 +62,55 @@ def later_docs_from_one(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("no_separator")
 def labels_are_input_ids(docs, *, separator_id=-100):
+    """Labels = input_ids ('the model shifts'): the last token of each document is trained to
+    predict the first of the next."""
     ids = [t for doc in docs for t in doc]
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, list(ids), positions)  # "the model shifts, nothing else to do"
 
 
+@wrong("no_separator")
 def separator_only_at_row_start(docs, *, separator_id=-100):
+    """Replaces the first label of the whole row by separator_id, not each document's: right for one
+    document, a cross-document target at every later boundary."""
     ids = [t for doc in docs for t in doc]
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, [separator_id, *ids[1:]], positions)  # the row's first label only
 
 
+@wrong("separator_at_end")
 def separator_at_doc_end(docs, *, separator_id=-100):
+    """Puts separator_id on each document's last label (doc[:-1] + [sep]) instead of its first."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [*doc[:-1], separator_id]]
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, labels, positions)
 
 
+@wrong("flatten_shifts_labels")
 def pre_shifted_labels(docs, *, separator_id=-100):
+    """Shifts the labels itself (doc[1:] + [sep]): the model shifts again."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [*doc[1:], separator_id]]  # labels[t] = ids[t + 1]
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, labels, positions)
 
 
+@wrong("ignores_separator_id")
 def hard_coded_minus_100(docs, *, separator_id=-100):
+    """Writes -100 as each first label whatever separator_id is passed."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [-100, *doc[1:]]]
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, labels, positions)
 
 
+@wrong("no_separator")
 def separators_at_ends_of_lengths(docs, *, separator_id=-100):
+    """Vectorised, puts separator_id at cumsum(lengths)[:-1], the starts of documents 1, 2, ... but
+    forgets document 0 (its first label stays its token id)."""
     lengths = torch.tensor([len(doc) for doc in docs])
     ids = torch.tensor([t for doc in docs for t in doc])  # (N,)
     labels = ids.clone()
@@ -100,7 +120,10 @@ def separators_at_ends_of_lengths(docs, *, separator_id=-100):
     return {"input_ids": ids[None], "labels": labels[None], "position_ids": positions[None]}
 
 
+@wrong(says="are [-100, 6, 7, -100]; expected [-100, 6, 7, 8]")
 def also_ignores_last_token(docs, *, separator_id=-100):
+    """Also sets -100 on each document's last label ('the last token has no next token'): after the
+    model's shift the second-to-last token loses its target."""
     ids = [t for doc in docs for t in doc]
     labels = []
     for doc in docs:  # "the last token has no next token": -100 on it too
@@ -109,7 +132,9 @@ def also_ignores_last_token(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("flatten_wrong_ids")
 def skips_one_token_docs(docs, *, separator_id=-100):
+    """Drops one-token documents ('no target in them'): their tokens are missing from input_ids."""
     docs = [doc for doc in docs if len(doc) > 1]  # "a one-token document has no target"
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
@@ -117,7 +142,9 @@ def skips_one_token_docs(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("flatten_wrong_ids")
 def separator_token_between_docs(docs, *, separator_id=-100):
+    """Inserts separator_id into input_ids between documents, like an end-of-text token."""
     ids, labels, positions = [], [], []
     for i, doc in enumerate(docs):
         if i:  # mark the boundary in the ids as well, like group_texts' end-of-text token
@@ -130,7 +157,11 @@ def separator_token_between_docs(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("positions_not_restarted")
 def restarts_at_first_token_value(docs, *, separator_id=-100):
+    """Finds document starts by the value of the first document's first token (assumes every
+    document starts with the same [CLS]): positions do not restart where a document starts with
+    another token, and restart inside one that contains it."""
     ids = torch.tensor([t for doc in docs for t in doc])  # (N,)
     labels = torch.tensor([t for doc in docs for t in [separator_id, *doc[1:]]])
     starts = (ids == docs[0][0]).long()  # "every document starts with [CLS]"
@@ -141,7 +172,10 @@ def restarts_at_first_token_value(docs, *, separator_id=-100):
     return {"input_ids": ids[None], "labels": labels[None], "position_ids": positions[None]}
 
 
+@wrong(says="`position_ids` of document 1 of 2 ([7, 0, 9]) are [0, 0, 1]; expected [0, 1, 2]")
 def restarts_at_separator_labels(docs, *, separator_id=-100):
+    """Restarts the positions wherever a label equals separator_id: right for -100, but with a
+    separator_id that is also a token of a document, positions restart inside it."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
     positions, p = [], 0
@@ -151,7 +185,9 @@ def restarts_at_separator_labels(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("modifies_input")
 def edits_the_documents(docs, *, separator_id=-100):
+    """Writes separator_id into the caller's documents (doc[0] = separator_id) to build labels."""
     ids = [t for doc in docs for t in doc]
     labels, positions = [], []
     for doc in docs:
@@ -161,21 +197,29 @@ def edits_the_documents(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@wrong("wrong_dtype")
 def flash_style_int32_positions(docs, *, separator_id=-100):
+    """position_ids as int32 (torch.arange(..., dtype=torch.int32), as flash-attention's cu_seqlens
+    are); the statement says torch.long."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
     positions = torch.cat([torch.arange(len(doc), dtype=torch.int32) for doc in docs])
     return {"input_ids": _row(ids), "labels": _row(labels), "position_ids": positions[None]}
 
 
+@wrong("wrong_shape")
 def one_dim_positions(docs, *, separator_id=-100):
+    """position_ids of shape (N,) (torch.cat of aranges, no [None]), the others (1, N)."""
     ids = [t for doc in docs for t in doc]
     labels = [t for doc in docs for t in [separator_id, *doc[1:]]]
     positions = torch.cat([torch.arange(len(doc)) for doc in docs])  # (N,): no batch dim
     return {"input_ids": _row(ids), "labels": _row(labels), "position_ids": positions}
 
 
+@wrong("wrong_keys")
 def adds_attention_mask(docs, *, separator_id=-100):
+    """Adds an attention_mask of ones, a key the collator does not return (and which, as the lesson
+    measures, makes attention leak)."""
     batch = _pack(
         [t for doc in docs for t in doc],
         [t for doc in docs for t in [separator_id, *doc[1:]]],
@@ -185,7 +229,9 @@ def adds_attention_mask(docs, *, separator_id=-100):
     return batch
 
 
+@wrong("wrong_type")
 def returns_lists(docs, *, separator_id=-100):
+    """Returns nested Python lists instead of tensors."""
     return {
         "input_ids": [[t for doc in docs for t in doc]],
         "labels": [[t for doc in docs for t in [separator_id, *doc[1:]]]],
@@ -193,7 +239,10 @@ def returns_lists(docs, *, separator_id=-100):
     }
 
 
+@wrong("raised_exception")
 def stacks_documents(docs, *, separator_id=-100):
+    """torch.tensor(docs).reshape(1, -1): works only when every document has the same length, raises
+    on ragged documents."""
     ids = torch.tensor(docs, dtype=torch.long).reshape(1, -1)  # needs equal lengths
     labels = ids.clone()
     labels[0, :: len(docs[0])] = separator_id
@@ -201,14 +250,20 @@ def stacks_documents(docs, *, separator_id=-100):
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
+@wrong("flatten_shifts_labels")
 def shifts_the_row(docs, *, separator_id=-100):
+    """Shifts the flat row itself (labels[t] = input_ids[t + 1], separator_id at the very end): pre-
+    shifted, and the last token of each document targets the next document's first."""
     ids = [t for doc in docs for t in doc]
     labels = [*ids[1:], separator_id]  # next-token targets of the flat row, sep after the last
     positions = [p for doc in docs for p in range(len(doc))]
     return _pack(ids, labels, positions)
 
 
+@wrong("flatten_wrong_ids")
 def labels_alias_ids(docs, *, separator_id=-100):
+    """Labels = ids without .clone(), then labels[0, starts] = separator_id: the separators are
+    written into input_ids too."""
     lengths = torch.tensor([len(doc) for doc in docs])
     ids = torch.tensor([[t for doc in docs for t in doc]])  # (1, N)
     starts = torch.cumsum(lengths, 0) - lengths
@@ -218,7 +273,10 @@ def labels_alias_ids(docs, *, separator_id=-100):
     return {"input_ids": ids, "labels": labels, "position_ids": positions[None]}
 
 
+@wrong("no_separator")
 def one_token_doc_keeps_label(docs, *, separator_id=-100):
+    """Keeps a one-token document's only label as its token id ('nothing to separate'): the previous
+    document's last token is trained to predict it."""
     ids = [t for doc in docs for t in doc]
     labels = []
     for doc in docs:  # "a one-token document has no boundary inside it to protect"
@@ -227,145 +285,12 @@ def one_token_doc_keeps_label(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
-WRONG = [
-    Attempt(
-        numbers_straight_through,
-        "position_ids 0 .. N-1 through the whole row, as for one long text",
-        "positions_not_restarted",
-    ),
-    Attempt(
-        positions_from_one,
-        "position_ids restart for each document but count 1, 2, ... (range(1, len + 1))",
-        "positions_from_one",
-    ),
-    Attempt(
-        later_docs_from_one,
-        "takes the index of the previous document's last token as the next one's start: the first "
-        "document counts from 0, every later one from 1",
-        "positions_from_one",
-    ),
-    Attempt(
-        labels_are_input_ids,
-        "labels = input_ids ('the model shifts'): the last token of each document is trained to "
-        "predict the first of the next",
-        "no_separator",
-    ),
-    Attempt(
-        separator_only_at_row_start,
-        "replaces the first label of the whole row by separator_id, not each document's: right "
-        "for one document, a cross-document target at every later boundary",
-        "no_separator",
-    ),
-    Attempt(
-        separators_at_ends_of_lengths,
-        "vectorised, puts separator_id at cumsum(lengths)[:-1], the starts of documents 1, 2, ... "
-        "but forgets document 0 (its first label stays its token id)",
-        "no_separator",
-    ),
-    Attempt(
-        separator_at_doc_end,
-        "puts separator_id on each document's last label (doc[:-1] + [sep]) instead of its first",
-        "separator_at_end",
-    ),
-    Attempt(
-        pre_shifted_labels,
-        "shifts the labels itself (doc[1:] + [sep]): the model shifts again",
-        "flatten_shifts_labels",
-    ),
-    Attempt(
-        hard_coded_minus_100,
-        "writes -100 as each first label whatever separator_id is passed",
-        "ignores_separator_id",
-    ),
-    Attempt(
-        also_ignores_last_token,
-        "also sets -100 on each document's last label ('the last token has no next token'): "
-        "after the model's shift the second-to-last token loses its target; no code names it: "
-        "a good message names the last label of a document",
-        None,
-    ),
-    Attempt(
-        skips_one_token_docs,
-        "drops one-token documents ('no target in them'): their tokens are missing from input_ids",
-        "flatten_wrong_ids",
-    ),
-    Attempt(
-        separator_token_between_docs,
-        "inserts separator_id into input_ids between documents, like an end-of-text token",
-        "flatten_wrong_ids",
-    ),
-    Attempt(
-        restarts_at_first_token_value,
-        "finds document starts by the value of the first document's first token (assumes every "
-        "document starts with the same [CLS]): positions do not restart where a document starts "
-        "with another token, and restart inside one that contains it",
-        "positions_not_restarted",
-    ),
-    Attempt(
-        restarts_at_separator_labels,
-        "restarts the positions wherever a label equals separator_id: right for -100, but with a "
-        "separator_id that is also a token of a document, positions restart inside it; no code "
-        "names a restart inside a document: a good message names that document",
-        None,
-    ),
-    Attempt(
-        edits_the_documents,
-        "writes separator_id into the caller's documents (doc[0] = separator_id) to build labels",
-        "modifies_input",
-    ),
-    Attempt(
-        flash_style_int32_positions,
-        "position_ids as int32 (torch.arange(..., dtype=torch.int32), as flash-attention's "
-        "cu_seqlens are); the statement says torch.long",
-        "wrong_dtype",
-    ),
-    Attempt(
-        one_dim_positions,
-        "position_ids of shape (N,) (torch.cat of aranges, no [None]), the others (1, N)",
-        "wrong_shape",
-    ),
-    Attempt(
-        adds_attention_mask,
-        "adds an attention_mask of ones, a key the collator does not return (and which, as the "
-        "lesson measures, makes attention leak)",
-        "wrong_keys",
-    ),
-    Attempt(
-        returns_lists,
-        "returns nested Python lists instead of tensors",
-        "wrong_type",
-    ),
-    Attempt(
-        stacks_documents,
-        "torch.tensor(docs).reshape(1, -1): works only when every document has the same length, "
-        "raises on ragged documents",
-        "raised_exception",
-    ),
-    Attempt(
-        shifts_the_row,
-        "shifts the flat row itself (labels[t] = input_ids[t + 1], separator_id at the very end): "
-        "pre-shifted, and the last token of each document targets the next document's first",
-        "flatten_shifts_labels",
-    ),
-    Attempt(
-        labels_alias_ids,
-        "labels = ids without .clone(), then labels[0, starts] = separator_id: the separators are "
-        "written into input_ids too",
-        "flatten_wrong_ids",
-    ),
-    Attempt(
-        one_token_doc_keeps_label,
-        "keeps a one-token document's only label as its token id ('nothing to separate'): the "
-        "previous document's last token is trained to predict it",
-        "no_separator",
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def loops(docs, *, separator_id=-100):
+    """One loop over documents and tokens, three lists, enumerate for the position."""
     ids, labels, positions = [], [], []
     for doc in docs:
         for i, token in enumerate(doc):
@@ -375,7 +300,10 @@ def loops(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
+@correct
 def vectorised(docs, *, separator_id=-100):
+    """Torch: cumsum of lengths for the starts, repeat_interleave for the positions, index
+    assignment for the separators."""
     lengths = torch.tensor([len(doc) for doc in docs], dtype=torch.long)  # (D,)
     ids = torch.cat([torch.as_tensor(doc, dtype=torch.long) for doc in docs])  # (N,)
     starts = torch.cumsum(lengths, 0) - lengths  # (D,): index of each document's first token
@@ -385,12 +313,17 @@ def vectorised(docs, *, separator_id=-100):
     return {"input_ids": ids[None], "labels": labels[None], "position_ids": positions[None]}
 
 
+@correct
 def with_transformers(docs, *, separator_id=-100):
+    """Calls DataCollatorWithFlattening(separator_id=...) itself."""
     collator = DataCollatorWithFlattening(separator_id=separator_id)
     return collator([{"input_ids": list(doc)} for doc in docs], return_tensors="pt")
 
 
+@correct
 def with_numpy_and_itertools(docs, *, separator_id=-100):
+    """Numpy int64 arrays built with itertools.chain and accumulate, converted with
+    torch.from_numpy."""
     lengths = [len(doc) for doc in docs]
     ends = list(itertools.accumulate(lengths))
     ids = np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64, count=ends[-1])
@@ -401,19 +334,3 @@ def with_numpy_and_itertools(docs, *, separator_id=-100):
         k: torch.from_numpy(v)[None]
         for k, v in (("input_ids", ids), ("labels", labels), ("position_ids", positions))
     }
-
-
-CORRECT = [
-    Attempt(loops, "one loop over documents and tokens, three lists, enumerate for the position"),
-    Attempt(
-        vectorised,
-        "torch: cumsum of lengths for the starts, repeat_interleave for the "
-        "positions, index assignment for the separators",
-    ),
-    Attempt(with_transformers, "calls DataCollatorWithFlattening(separator_id=...) itself"),
-    Attempt(
-        with_numpy_and_itertools,
-        "numpy int64 arrays built with itertools.chain and "
-        "accumulate, converted with torch.from_numpy",
-    ),
-]

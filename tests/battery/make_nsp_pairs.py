@@ -10,11 +10,8 @@ import random
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from battery._attempt import correct, wrong
 from lmlessons import truncate_seq_pair
-
-from ._attempt import Attempt
-
-EXERCISE = "make_nsp_pairs"
 
 
 def _u(g) -> float:
@@ -101,6 +98,7 @@ def _standard(
 # --------------------------------------------------------------------------------------------
 
 
+@wrong("swapped_nsp_labels")
 def swapped_labels(
     documents,
     *,
@@ -111,6 +109,7 @@ def swapped_labels(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Label 1 for IsNext and 0 for NotNext (d2l.ai's convention)."""
     out = _standard(
         documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
     )
@@ -118,6 +117,7 @@ def swapped_labels(
     return out
 
 
+@wrong("negative_same_document")
 def negative_from_any_document(
     documents,
     *,
@@ -128,6 +128,8 @@ def negative_from_any_document(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Draws the NotNext document among all documents, the current one included."""
+
     def negative(docs, d, g):
         other = docs[_randint(len(docs), g)]  # may be the same document
         return list(other[_randint(len(other), g)])
@@ -144,6 +146,7 @@ def negative_from_any_document(
     )
 
 
+@wrong("negative_random_ids")
 def random_token_negatives(
     documents,
     *,
@@ -154,6 +157,7 @@ def random_token_negatives(
     nsp_probability=0.5,
     generator=None,
 ):
+    """NotNext B = random token ids, not text from another document."""
     vocab = 1 + max(t for doc in documents for s in doc for t in s)
 
     def negative(docs, d, g):
@@ -172,6 +176,7 @@ def random_token_negatives(
     )
 
 
+@wrong("missing_cls")
 def no_cls(
     documents,
     *,
@@ -182,6 +187,7 @@ def no_cls(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Builds A [SEP] B [SEP] without [CLS]."""
     examples = _pairs(documents, nsp_probability, max_length - 2, generator)
     return _build(
         examples,
@@ -193,6 +199,7 @@ def no_cls(
     )
 
 
+@wrong("sep_wrong")
 def no_final_sep(
     documents,
     *,
@@ -203,6 +210,7 @@ def no_final_sep(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Builds [CLS] A [SEP] B without the final [SEP]."""
     examples = _pairs(documents, nsp_probability, max_length - 2, generator)
     return _build(
         examples,
@@ -214,6 +222,7 @@ def no_final_sep(
     )
 
 
+@wrong("wrong_segment_ids")
 def first_sep_in_segment_b(
     documents,
     *,
@@ -224,6 +233,7 @@ def first_sep_in_segment_b(
     nsp_probability=0.5,
     generator=None,
 ):
+    """token_type_ids 1 from the first [SEP] on (it belongs to segment 0)."""
     examples = _pairs(documents, nsp_probability, max_length - 3, generator)
     return _build(
         examples,
@@ -234,6 +244,7 @@ def first_sep_in_segment_b(
     )
 
 
+@wrong("wrong_segment_ids")
 def segment_one_on_padding(
     documents,
     *,
@@ -244,6 +255,7 @@ def segment_one_on_padding(
     nsp_probability=0.5,
     generator=None,
 ):
+    """token_type_ids 1 from B to the end of the row, padding included."""
     examples = _pairs(documents, nsp_probability, max_length - 3, generator)
     return _build(
         examples,
@@ -254,6 +266,7 @@ def segment_one_on_padding(
     )
 
 
+@wrong("hard_coded_special_ids")
 def pads_with_zero(
     documents,
     *,
@@ -264,11 +277,13 @@ def pads_with_zero(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Pads input_ids with 0 instead of pad_token_id."""
     return _standard(
         documents, cls_token_id, sep_token_id, 0, max_length, nsp_probability, generator
     )
 
 
+@wrong("attention_mask_wrong")
 def attention_everywhere(
     documents,
     *,
@@ -279,6 +294,7 @@ def attention_everywhere(
     nsp_probability=0.5,
     generator=None,
 ):
+    """attention_mask all ones, padding included."""
     out = _standard(
         documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
     )
@@ -286,6 +302,7 @@ def attention_everywhere(
     return out
 
 
+@wrong("ignores_max_length")
 def no_truncation(
     documents,
     *,
@@ -296,6 +313,7 @@ def no_truncation(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Never truncates: long pairs exceed max_length."""
     return _standard(
         documents,
         cls_token_id,
@@ -308,6 +326,7 @@ def no_truncation(
     )
 
 
+@wrong("ignores_max_length")
 def budget_forgets_specials(
     documents,
     *,
@@ -318,10 +337,13 @@ def budget_forgets_specials(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Truncates A+B to max_length, forgetting the 3 special tokens: examples up to max_length +
+    3."""
     examples = _pairs(documents, nsp_probability, max_length, generator)
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("ignores_nsp_probability")
 def always_half(
     documents,
     *,
@@ -332,11 +354,13 @@ def always_half(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Uses 0.5 whatever nsp_probability says."""
     return _standard(
         documents, cls_token_id, sep_token_id, pad_token_id, max_length, 0.5, generator
     )
 
 
+@wrong("uses_global_rng")
 def python_random(
     documents,
     *,
@@ -347,6 +371,7 @@ def python_random(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Python's random module for the NotNext draws and documents."""
     examples = []
     for d, doc in enumerate(documents):
         for i in range(len(doc) - 1):
@@ -360,6 +385,7 @@ def python_random(
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("positive_not_continuation")
 def any_later_sentence(
     documents,
     *,
@@ -370,6 +396,8 @@ def any_later_sentence(
     nsp_probability=0.5,
     generator=None,
 ):
+    """IsNext B is any later sentence of the document, not the next one."""
+
     def positive(doc, i, g):
         return list(doc[i + 1 + _randint(len(doc) - i - 1, g)])  # any later sentence
 
@@ -385,6 +413,7 @@ def any_later_sentence(
     )
 
 
+@wrong("positive_from_other_document")
 def one_stream(
     documents,
     *,
@@ -395,8 +424,10 @@ def one_stream(
     nsp_probability=0.5,
     generator=None,
 ):
-    """All sentences in one list: the last sentence of a document and the first of the next
-    become an IsNext pair."""
+    """Pairs consecutive sentences of one stream of all documents: the last sentence of a document
+    and the first of the next make an IsNext pair."""
+    # All sentences in one list: the last sentence of a document and the first of the next
+    #     become an IsNext pair.
     stream = [(d, s) for d, doc in enumerate(documents) for s in doc]
     examples = []
     for i in range(len(stream) - 1):
@@ -410,6 +441,7 @@ def one_stream(
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("empty_segment")
 def empty_b_at_document_end(
     documents,
     *,
@@ -420,6 +452,7 @@ def empty_b_at_document_end(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Also pairs the last sentence of a document, whose IsNext B is empty."""
     examples = []
     for d, doc in enumerate(documents):
         for i in range(len(doc)):  # the last sentence too: its B is doc[i+1:i+2] == []
@@ -432,6 +465,7 @@ def empty_b_at_document_end(
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("wrong_dtype")
 def bool_labels(
     documents,
     *,
@@ -442,6 +476,7 @@ def bool_labels(
     nsp_probability=0.5,
     generator=None,
 ):
+    """next_sentence_label is a bool tensor."""
     out = _standard(
         documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
     )
@@ -449,6 +484,7 @@ def bool_labels(
     return out
 
 
+@wrong("wrong_keys")
 def labels_key(
     documents,
     *,
@@ -459,6 +495,7 @@ def labels_key(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Returns the labels under 'labels' instead of 'next_sentence_label'."""
     out = _standard(
         documents, cls_token_id, sep_token_id, pad_token_id, max_length, nsp_probability, generator
     )
@@ -476,6 +513,7 @@ def _google_truncate_in_place(a, b, max_num_tokens, g):
     return a, b
 
 
+@wrong("modifies_input")
 def trims_document_sentences(
     documents,
     *,
@@ -486,6 +524,8 @@ def trims_document_sentences(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Truncates in place the documents' own sentence lists (no copy), changing the caller's
+    documents."""
     examples = []
     for d, doc in enumerate(documents):
         for i in range(len(doc) - 1):
@@ -500,6 +540,7 @@ def trims_document_sentences(
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("raised_exception")
 def chunk_split_crashes_on_one_sentence(
     documents,
     *,
@@ -510,7 +551,9 @@ def chunk_split_crashes_on_one_sentence(
     nsp_probability=0.5,
     generator=None,
 ):
-    """Google-style: the whole document is one chunk, cut at a_end in [1, len(chunk))."""
+    """Cuts each document once at a random sentence boundary: crashes on a single-sentence
+    document."""
+    # Google-style: the whole document is one chunk, cut at a_end in [1, len(chunk)).
     examples = []
     for d, doc in enumerate(documents):
         a_end = 1 + _randint(len(doc) - 1, generator)  # randint(0) fails for a 1-sentence doc
@@ -524,6 +567,7 @@ def chunk_split_crashes_on_one_sentence(
     return _build(examples, cls_token_id, sep_token_id, pad_token_id)
 
 
+@wrong("padding_wrong")
 def pads_to_max_length(
     documents,
     *,
@@ -534,10 +578,12 @@ def pads_to_max_length(
     nsp_probability=0.5,
     generator=None,
 ):
+    """Pads every row to max_length instead of the longest example."""
     examples = _pairs(documents, nsp_probability, max_length - 3, generator)
     return _build(examples, cls_token_id, sep_token_id, pad_token_id, pad_to=max_length)
 
 
+@wrong("empty_segment")
 def trims_only_b(
     documents,
     *,
@@ -548,7 +594,8 @@ def trims_only_b(
     nsp_probability=0.5,
     generator=None,
 ):
-    """Keeps A whole and cuts B to what is left: B is empty when A alone fills the budget."""
+    """Keeps A whole and cuts B to the rest of the budget: B is empty when A is long."""
+    # Keeps A whole and cuts B to what is left: B is empty when A alone fills the budget.
     budget = max_length - 3
 
     def trim(a, b):
@@ -567,105 +614,12 @@ def trims_only_b(
     )
 
 
-WRONG = [
-    Attempt(
-        swapped_labels,
-        "label 1 for IsNext and 0 for NotNext (d2l.ai's convention)",
-        "swapped_nsp_labels",
-    ),
-    Attempt(
-        negative_from_any_document,
-        "draws the NotNext document among all documents, the current one included",
-        "negative_same_document",
-    ),
-    Attempt(
-        random_token_negatives,
-        "NotNext B = random token ids, not text from another document",
-        "negative_random_ids",
-    ),
-    Attempt(no_cls, "builds A [SEP] B [SEP] without [CLS]", "missing_cls"),
-    Attempt(no_final_sep, "builds [CLS] A [SEP] B without the final [SEP]", "sep_wrong"),
-    Attempt(
-        first_sep_in_segment_b,
-        "token_type_ids 1 from the first [SEP] on (it belongs to segment 0)",
-        "wrong_segment_ids",
-    ),
-    Attempt(
-        segment_one_on_padding,
-        "token_type_ids 1 from B to the end of the row, padding included",
-        "wrong_segment_ids",
-    ),
-    Attempt(
-        pads_with_zero, "pads input_ids with 0 instead of pad_token_id", "hard_coded_special_ids"
-    ),
-    Attempt(
-        attention_everywhere, "attention_mask all ones, padding included", "attention_mask_wrong"
-    ),
-    Attempt(no_truncation, "never truncates: long pairs exceed max_length", "ignores_max_length"),
-    Attempt(
-        budget_forgets_specials,
-        "truncates A+B to max_length, forgetting the 3 special "
-        "tokens: examples up to max_length + 3",
-        "ignores_max_length",
-    ),
-    Attempt(always_half, "uses 0.5 whatever nsp_probability says", "ignores_nsp_probability"),
-    Attempt(
-        python_random,
-        "Python's random module for the NotNext draws and documents",
-        "uses_global_rng",
-    ),
-    Attempt(
-        any_later_sentence,
-        "IsNext B is any later sentence of the document, not the next one",
-        "positive_not_continuation",
-    ),
-    Attempt(
-        one_stream,
-        "pairs consecutive sentences of one stream of all documents: the last "
-        "sentence of a document and the first of the next make an IsNext pair",
-        "positive_from_other_document",
-    ),
-    Attempt(
-        empty_b_at_document_end,
-        "also pairs the last sentence of a document, whose IsNext B is empty",
-        "empty_segment",
-    ),
-    Attempt(
-        trims_only_b,
-        "keeps A whole and cuts B to the rest of the budget: B is empty when A is long",
-        "empty_segment",
-    ),
-    Attempt(bool_labels, "next_sentence_label is a bool tensor", "wrong_dtype"),
-    Attempt(
-        labels_key,
-        "returns the labels under 'labels' instead of 'next_sentence_label'",
-        "wrong_keys",
-    ),
-    Attempt(
-        trims_document_sentences,
-        "truncates in place the documents' own sentence lists "
-        "(no copy), changing the caller's documents",
-        "modifies_input",
-    ),
-    Attempt(
-        chunk_split_crashes_on_one_sentence,
-        "cuts each document once at a random sentence "
-        "boundary: crashes on a single-sentence document",
-        "raised_exception",
-    ),
-    Attempt(
-        pads_to_max_length,
-        "pads every row to max_length instead of the longest example",
-        "padding_wrong",
-    ),
-]
-
-
 # --------------------------------------------------------------------------------------------
 # correct attempts
 # --------------------------------------------------------------------------------------------
 
 
+@correct
 def per_boundary(
     documents,
     *,
@@ -676,7 +630,8 @@ def per_boundary(
     nsp_probability=0.5,
     generator=None,
 ):
-    """One pair per sentence boundary, tensors padded by hand."""
+    """One pair per sentence boundary, tensors filled by hand."""
+    # One pair per sentence boundary, tensors padded by hand.
     if nsp_probability > 0 and len(documents) < 2:
         raise ValueError("documents: NotNext needs at least 2 documents")
     return _standard(
@@ -684,6 +639,7 @@ def per_boundary(
     )
 
 
+@correct
 def per_boundary_pad_sequence(
     documents,
     *,
@@ -694,8 +650,9 @@ def per_boundary_pad_sequence(
     nsp_probability=0.5,
     generator=None,
 ):
-    """Labels drawn for all boundaries at once, B from another document as consecutive
-    sentences from a random start, rows padded with pad_sequence."""
+    """Labels drawn at once, consecutive NotNext text, pad_sequence."""
+    # Labels drawn for all boundaries at once, B from another document as consecutive
+    #     sentences from a random start, rows padded with pad_sequence.
     bounds = [(d, i) for d, doc in enumerate(documents) for i in range(len(doc) - 1)]
     labels = (torch.rand(len(bounds), generator=generator) < nsp_probability).long()
     ids, types = [], []
@@ -724,6 +681,7 @@ def per_boundary_pad_sequence(
     }
 
 
+@correct
 def google_chunks(
     documents,
     *,
@@ -734,8 +692,9 @@ def google_chunks(
     nsp_probability=0.5,
     generator=None,
 ):
-    """Google's chunks (without short_seq_prob or putting unused sentences back): gather
-    sentences up to the budget, cut at a random boundary, B = the rest or another document."""
+    """Google-style chunks cut at a random boundary, examples shuffled."""
+    # Google's chunks (without short_seq_prob or putting unused sentences back): gather
+    #     sentences up to the budget, cut at a random boundary, B = the rest or another document.
     budget = max_length - 3
     examples = []
     for d, doc in enumerate(documents):
@@ -758,12 +717,3 @@ def google_chunks(
             chunk = []
     order = torch.randperm(len(examples), generator=generator).tolist()
     return _build([examples[k] for k in order], cls_token_id, sep_token_id, pad_token_id)
-
-
-CORRECT = [
-    Attempt(per_boundary, "one pair per sentence boundary, tensors filled by hand"),
-    Attempt(
-        per_boundary_pad_sequence, "labels drawn at once, consecutive NotNext text, pad_sequence"
-    ),
-    Attempt(google_chunks, "Google-style chunks cut at a random boundary, examples shuffled"),
-]

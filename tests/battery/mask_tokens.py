@@ -9,9 +9,7 @@ import random
 import torch
 from transformers import DataCollatorForLanguageModeling  # imported once, not inside a check
 
-from ._attempt import Attempt
-
-EXERCISE = "mask_tokens"
+from battery._attempt import correct, wrong
 
 
 def _eligible(input_ids, special_tokens_mask):
@@ -45,6 +43,7 @@ def _common(input_ids, special_tokens_mask, p, generator):
 # --------------------------------------------------------------------------------------------
 
 
+@wrong("masks_special_tokens")
 def forgets_specials(
     input_ids,
     *,
@@ -56,6 +55,7 @@ def forgets_specials(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Never looks at special_tokens_mask, so [CLS]/[SEP]/[PAD] get selected."""
     selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
     u = torch.rand(input_ids.shape, generator=generator)
     labels = torch.where(selected, input_ids, -100)
@@ -72,6 +72,7 @@ def forgets_specials(
     return masked, labels
 
 
+@wrong("labels_not_ignored")
 def labels_everywhere(
     input_ids,
     *,
@@ -83,6 +84,7 @@ def labels_everywhere(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Labels are a copy of input_ids: -100 is never written at the unselected positions."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = input_ids.clone()  # forgot labels[~selected] = -100
     masked = _replace(
@@ -98,6 +100,7 @@ def labels_everywhere(
     return masked, labels
 
 
+@wrong("labels_are_corrupted_ids")
 def labels_from_masked(
     input_ids,
     *,
@@ -109,6 +112,7 @@ def labels_from_masked(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Labels hold the corrupted ids ([MASK]/random) instead of the original ones."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     masked = _replace(
         input_ids,
@@ -124,6 +128,7 @@ def labels_from_masked(
     return masked, labels
 
 
+@wrong("labels_are_boolean_mask")
 def labels_are_selection(
     input_ids,
     *,
@@ -135,6 +140,7 @@ def labels_are_selection(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Returns the boolean selection as labels instead of ids and -100."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     masked = _replace(
         input_ids,
@@ -149,6 +155,7 @@ def labels_are_selection(
     return masked, selected  # the boolean mask of targets, not the ids
 
 
+@wrong("modifies_input")
 def copied_from_transformers(
     input_ids,
     *,
@@ -160,7 +167,9 @@ def copied_from_transformers(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """transformers' torch_mask_tokens, which writes into the tensor it is given."""
+    """transformers' torch_mask_tokens copied as is: it writes [MASK] and random ids into the
+    caller's input_ids."""
+    # transformers' torch_mask_tokens, which writes into the tensor it is given.
     inputs = input_ids
     labels = inputs.clone()
     probability_matrix = torch.full(labels.shape, mlm_probability)
@@ -181,6 +190,7 @@ def copied_from_transformers(
     return inputs, labels
 
 
+@wrong("uses_global_rng")
 def global_rng(
     input_ids,
     *,
@@ -192,6 +202,7 @@ def global_rng(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Draws every random number from torch's global generator, not generator=."""
     selected = torch.rand(input_ids.shape) < mlm_probability
     selected &= _eligible(input_ids, special_tokens_mask)
     u = torch.rand(input_ids.shape)
@@ -209,6 +220,7 @@ def global_rng(
     return masked, labels
 
 
+@wrong("ignores_generator")
 def own_seeded_generator(
     input_ids,
     *,
@@ -220,6 +232,7 @@ def own_seeded_generator(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Builds its own torch.Generator seeded with 0 and never uses the caller's generator."""
     g = torch.Generator().manual_seed(0)  # "reproducible", but the caller's generator is unused
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, g)
     labels = torch.where(selected, input_ids, -100)
@@ -236,6 +249,7 @@ def own_seeded_generator(
     return masked, labels
 
 
+@wrong("random_not_conditional")
 def random_share_unscaled(
     input_ids,
     *,
@@ -247,6 +261,8 @@ def random_share_unscaled(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Draws 'random' with probability random_replace_prob among the non-[MASK] selected (should be
+    0.1/0.2): ~2% random, ~18% kept."""
     selected, _ = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     to_mask = selected & (torch.rand(input_ids.shape, generator=generator) < mask_replace_prob)
@@ -258,6 +274,7 @@ def random_share_unscaled(
     return masked, labels
 
 
+@wrong("random_ids_out_of_range")
 def random_ids_from_one(
     input_ids,
     *,
@@ -269,6 +286,7 @@ def random_ids_from_one(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Random replacement ids drawn from [1, vocab_size], so vocab_size itself can appear."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
@@ -278,6 +296,7 @@ def random_ids_from_one(
     return masked, labels
 
 
+@wrong("hard_coded_special_ids")
 def never_selects_id_zero(
     input_ids,
     *,
@@ -289,6 +308,7 @@ def never_selects_id_zero(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Treats token id 0 as padding (hard-coded): a real token with id 0 is never selected."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     selected &= input_ids != 0  # "0 is [PAD]": a hard-coded id, and id 0 may be a real token
     labels = torch.where(selected, input_ids, -100)
@@ -305,6 +325,7 @@ def never_selects_id_zero(
     return masked, labels
 
 
+@wrong("ignores_replace_probs")
 def bert_shares_hard_coded(
     input_ids,
     *,
@@ -316,6 +337,7 @@ def bert_shares_hard_coded(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Uses 0.8/0.1 whatever mask_replace_prob and random_replace_prob say."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = _replace(
@@ -331,6 +353,7 @@ def bert_shares_hard_coded(
     return masked, labels
 
 
+@wrong("ignores_mlm_probability")
 def bert_rate_hard_coded(
     input_ids,
     *,
@@ -342,6 +365,7 @@ def bert_rate_hard_coded(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Selects with 0.15 whatever mlm_probability says."""
     selected, u = _common(input_ids, special_tokens_mask, 0.15, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = _replace(
@@ -357,6 +381,7 @@ def bert_rate_hard_coded(
     return masked, labels
 
 
+@wrong("special_tokens_mask_none")
 def crashes_without_special_mask(
     input_ids,
     *,
@@ -368,6 +393,8 @@ def crashes_without_special_mask(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Calls special_tokens_mask.bool() without checking for None, so the default
+    special_tokens_mask=None crashes."""
     selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
     selected &= ~special_tokens_mask.bool()  # AttributeError when it is None
     u = torch.rand(input_ids.shape, generator=generator)
@@ -385,6 +412,7 @@ def crashes_without_special_mask(
     return masked, labels
 
 
+@wrong("masks_special_tokens")
 def special_mask_as_index(
     input_ids,
     *,
@@ -396,6 +424,8 @@ def special_mask_as_index(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Indexes with special_tokens_mask as given: right for a bool mask, but a 0/1 integer mask
+    picks rows 0 and 1, so specials get selected."""
     selected = torch.rand(input_ids.shape, generator=generator) < mlm_probability
     if special_tokens_mask is not None:
         # right for a bool mask; a 0/1 integer mask indexes rows 0 and 1 instead
@@ -415,6 +445,7 @@ def special_mask_as_index(
     return masked, labels
 
 
+@wrong("replacement_rates_off")
 def reuses_draw_unscaled(
     input_ids,
     *,
@@ -426,6 +457,8 @@ def reuses_draw_unscaled(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Reuses the selection draw u for 80/10/10 without dividing by p: at p=0.15 every selected
+    position becomes [MASK]."""
     u = torch.rand(input_ids.shape, generator=generator)
     selected = (u < mlm_probability) & _eligible(input_ids, special_tokens_mask)
     labels = torch.where(selected, input_ids, -100)
@@ -443,6 +476,7 @@ def reuses_draw_unscaled(
     return masked, labels
 
 
+@wrong("wrong_dtype")
 def float_labels(
     input_ids,
     *,
@@ -454,6 +488,7 @@ def float_labels(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """torch.where(selected, input_ids, -100.0): the float scalar makes labels float32."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100.0)  # a float scalar makes labels float32
     masked = _replace(
@@ -469,6 +504,7 @@ def float_labels(
     return masked, labels
 
 
+@wrong("wrong_shape")
 def flattened_output(
     input_ids,
     *,
@@ -480,6 +516,7 @@ def flattened_output(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Works on input_ids.reshape(-1) and returns (B*T,) tensors."""
     flat = input_ids.reshape(-1)
     special = None if special_tokens_mask is None else special_tokens_mask.reshape(-1)
     selected, u = _common(flat, special, mlm_probability, generator)
@@ -497,6 +534,7 @@ def flattened_output(
     return masked, labels  # still (B*T,): forgot .view_as(input_ids)
 
 
+@wrong("swapped_outputs")
 def swapped_outputs(
     input_ids,
     *,
@@ -508,6 +546,7 @@ def swapped_outputs(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Returns (labels, masked_input_ids) instead of (masked_input_ids, labels)."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = _replace(
@@ -523,6 +562,7 @@ def swapped_outputs(
     return labels, masked
 
 
+@wrong("selects_exact_count")
 def floor_count_per_row(
     input_ids,
     *,
@@ -534,6 +574,8 @@ def floor_count_per_row(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Selects exactly int(p * eligible) positions per row (rounded down, never varying) instead of
+    each position with probability p: the rate is low on short rows."""
     eligible = _eligible(input_ids, special_tokens_mask).reshape(-1, input_ids.shape[-1])
     selected = torch.zeros_like(eligible)
     for row in range(eligible.shape[0]):
@@ -557,6 +599,7 @@ def floor_count_per_row(
     return masked, labels
 
 
+@wrong("uses_global_rng")
 def python_random_replacement(
     input_ids,
     *,
@@ -568,6 +611,8 @@ def python_random_replacement(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Draws the random replacement ids with Python's random.randrange (global generator), the rest
+    from generator=."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
@@ -577,6 +622,7 @@ def python_random_replacement(
     return masked, labels
 
 
+@wrong("random_ids_not_uniform")
 def random_from_batch(
     input_ids,
     *,
@@ -588,6 +634,8 @@ def random_from_batch(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Random replacements are tokens copied from the batch itself (its unigram distribution), not
+    ids uniform in [0, vocab_size)."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
@@ -598,6 +646,7 @@ def random_from_batch(
     return masked, labels
 
 
+@wrong("fails_when_nothing_selected")
 def stacks_random_ids(
     input_ids,
     *,
@@ -609,6 +658,8 @@ def stacks_random_ids(
     random_replace_prob=0.1,
     generator=None,
 ):
+    """Builds the random ids with torch.stack of a list: raises when no position gets a random id
+    (mlm_probability=0, random_replace_prob=0)."""
     selected, u = _common(input_ids, special_tokens_mask, mlm_probability, generator)
     labels = torch.where(selected, input_ids, -100)
     masked = input_ids.masked_fill(selected & (u < mask_replace_prob), mask_token_id)
@@ -620,134 +671,12 @@ def stacks_random_ids(
     return masked, labels
 
 
-WRONG = [
-    Attempt(
-        forgets_specials,
-        "never looks at special_tokens_mask, so [CLS]/[SEP]/[PAD] get selected",
-        "masks_special_tokens",
-    ),
-    Attempt(
-        labels_everywhere,
-        "labels are a copy of input_ids: -100 is never written at the unselected positions",
-        "labels_not_ignored",
-    ),
-    Attempt(
-        labels_from_masked,
-        "labels hold the corrupted ids ([MASK]/random) instead of the original ones",
-        "labels_are_corrupted_ids",
-    ),
-    Attempt(
-        labels_are_selection,
-        "returns the boolean selection as labels instead of ids and -100",
-        "labels_are_boolean_mask",
-    ),
-    Attempt(
-        copied_from_transformers,
-        "transformers' torch_mask_tokens copied as is: it writes "
-        "[MASK] and random ids into the caller's input_ids",
-        "modifies_input",
-    ),
-    Attempt(
-        global_rng,
-        "draws every random number from torch's global generator, not generator=",
-        "uses_global_rng",
-    ),
-    Attempt(
-        own_seeded_generator,
-        "builds its own torch.Generator seeded with 0 and never uses the caller's generator",
-        "ignores_generator",
-    ),
-    Attempt(
-        random_share_unscaled,
-        "draws 'random' with probability random_replace_prob among "
-        "the non-[MASK] selected (should be 0.1/0.2): ~2% random, ~18% kept",
-        "random_not_conditional",
-    ),
-    Attempt(
-        random_ids_from_one,
-        "random replacement ids drawn from [1, vocab_size], so vocab_size itself can appear",
-        "random_ids_out_of_range",
-    ),
-    Attempt(
-        never_selects_id_zero,
-        "treats token id 0 as padding (hard-coded): a real token with id 0 is never selected",
-        "hard_coded_special_ids",
-    ),
-    Attempt(
-        bert_shares_hard_coded,
-        "uses 0.8/0.1 whatever mask_replace_prob and random_replace_prob say",
-        "ignores_replace_probs",
-    ),
-    Attempt(
-        bert_rate_hard_coded,
-        "selects with 0.15 whatever mlm_probability says",
-        "ignores_mlm_probability",
-    ),
-    Attempt(
-        crashes_without_special_mask,
-        "calls special_tokens_mask.bool() without checking "
-        "for None, so the default special_tokens_mask=None crashes",
-        "special_tokens_mask_none",
-    ),
-    Attempt(
-        special_mask_as_index,
-        "indexes with special_tokens_mask as given: right for a "
-        "bool mask, but a 0/1 integer mask picks rows 0 and 1, so specials get selected",
-        "masks_special_tokens",
-    ),
-    Attempt(
-        reuses_draw_unscaled,
-        "reuses the selection draw u for 80/10/10 without dividing "
-        "by p: at p=0.15 every selected position becomes [MASK]",
-        "replacement_rates_off",
-    ),
-    Attempt(
-        float_labels,
-        "torch.where(selected, input_ids, -100.0): the float scalar makes labels float32",
-        "wrong_dtype",
-    ),
-    Attempt(
-        flattened_output, "works on input_ids.reshape(-1) and returns (B*T,) tensors", "wrong_shape"
-    ),
-    Attempt(
-        swapped_outputs,
-        "returns (labels, masked_input_ids) instead of (masked_input_ids, labels)",
-        "swapped_outputs",
-    ),
-    Attempt(
-        floor_count_per_row,
-        "selects exactly int(p * eligible) positions per row "
-        "(rounded down, never varying) instead of each position with probability p: the "
-        "rate is low on short rows; a good message names the selection rate or the count",
-        "selects_exact_count",
-    ),
-    Attempt(
-        python_random_replacement,
-        "draws the random replacement ids with Python's "
-        "random.randrange (global generator), the rest from generator=",
-        "uses_global_rng",
-    ),
-    Attempt(
-        random_from_batch,
-        "random replacements are tokens copied from the batch itself "
-        "(its unigram distribution), not ids uniform in [0, vocab_size); a good message "
-        "names where the random ids come from",
-        "random_ids_not_uniform",
-    ),
-    Attempt(
-        stacks_random_ids,
-        "builds the random ids with torch.stack of a list: raises when "
-        "no position gets a random id (mlm_probability=0, random_replace_prob=0)",
-        "fails_when_nothing_selected",
-    ),
-]
-
-
 # --------------------------------------------------------------------------------------------
 # correct attempts
 # --------------------------------------------------------------------------------------------
 
 
+@correct
 def three_bernoullis(
     input_ids,
     *,
@@ -759,7 +688,8 @@ def three_bernoullis(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """transformers' torch_mask_tokens on a clone, with generator= on every draw."""
+    """transformers' three Bernoulli draws, on a clone, with generator=."""
+    # transformers' torch_mask_tokens on a clone, with generator= on every draw.
     inputs = input_ids.clone()
     labels = input_ids.clone()
     prob = torch.full(labels.shape, float(mlm_probability))
@@ -785,6 +715,7 @@ def three_bernoullis(
     return inputs, labels
 
 
+@correct
 def one_categorical_draw(
     input_ids,
     *,
@@ -796,7 +727,8 @@ def one_categorical_draw(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """One categorical draw per position among skip / [MASK] / random / keep."""
+    """One torch.multinomial draw per position over skip/[MASK]/random/keep."""
+    # One categorical draw per position among skip / [MASK] / random / keep.
     p = float(mlm_probability)
     keep = max(0.0, 1.0 - mask_replace_prob - random_replace_prob)
     probs = torch.tensor(
@@ -815,6 +747,7 @@ def one_categorical_draw(
     return masked, labels
 
 
+@correct
 def scaled_thresholds_loop(
     input_ids,
     *,
@@ -826,7 +759,8 @@ def scaled_thresholds_loop(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """One uniform draw u per position, thresholds p*pm and p*(pm+pr); rows one at a time."""
+    """One uniform per position against p*pm and p*(pm+pr), row by row."""
+    # One uniform draw u per position, thresholds p*pm and p*(pm+pr); rows one at a time.
     p = mlm_probability
     masked = input_ids.clone()
     labels = torch.full_like(input_ids, -100)
@@ -862,6 +796,7 @@ class _StubTokenizer:
         return self._mask_id
 
 
+@correct
 def via_transformers_collator(
     input_ids,
     *,
@@ -873,8 +808,10 @@ def via_transformers_collator(
     random_replace_prob=0.1,
     generator=None,
 ):
-    """transformers' own DataCollatorForLanguageModeling.torch_mask_tokens, given our generator,
-    on a clone (it writes into its input)."""
+    """DataCollatorForLanguageModeling.torch_mask_tokens itself, on a clone, with the caller's
+    generator."""
+    # transformers' own DataCollatorForLanguageModeling.torch_mask_tokens, given our generator,
+    #     on a clone (it writes into its input).
     collator = DataCollatorForLanguageModeling(
         _StubTokenizer(mask_token_id, vocab_size),
         mlm_probability=mlm_probability,
@@ -886,19 +823,3 @@ def via_transformers_collator(
     if special is None:
         special = torch.zeros_like(input_ids, dtype=torch.bool)
     return collator.torch_mask_tokens(input_ids.clone(), special_tokens_mask=special)
-
-
-CORRECT = [
-    Attempt(three_bernoullis, "transformers' three Bernoulli draws, on a clone, with generator="),
-    Attempt(
-        one_categorical_draw, "one torch.multinomial draw per position over skip/[MASK]/random/keep"
-    ),
-    Attempt(
-        scaled_thresholds_loop, "one uniform per position against p*pm and p*(pm+pr), row by row"
-    ),
-    Attempt(
-        via_transformers_collator,
-        "DataCollatorForLanguageModeling.torch_mask_tokens "
-        "itself, on a clone, with the caller's generator",
-    ),
-]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from battery._attempt import Attempt
+from battery._attempt import correct, wrong
 
-EXERCISE = "rank_loss"
 IGNORE = -100
 
 
@@ -34,24 +33,33 @@ def _local_count(targets):
 # ---------------------------------------------------------------- wrong attempts
 
 
+@wrong("divides_by_local_count")
 def own_count(logits, labels, *, all_reduce, world_size):
+    """Divides by the rank's own target count, never calls all_reduce."""
     targets = _targets(labels)
     return world_size * _local_sum(logits, targets) / _local_count(targets).clamp(min=1)
 
 
+@wrong("missing_world_size")
 def forgets_world_size(logits, labels, *, all_reduce, world_size):
+    """all-reduces the count but does not multiply by world_size."""
     targets = _targets(labels)
     total = all_reduce(_local_count(targets))
     return _local_sum(logits, targets) / total.clamp(min=1)  # DDP's average is not undone
 
 
+@wrong("all_reduce_needs_tensor")
 def reduces_a_python_int(logits, labels, *, all_reduce, world_size):
+    """Passes a Python int to all_reduce."""
     targets = _targets(labels)
     total = all_reduce(int(_local_count(targets)))  # an int, not a tensor
     return world_size * _local_sum(logits, targets) / max(int(total), 1)
 
 
+@wrong("mismatched_all_reduce")
 def returns_early_when_empty(logits, labels, *, all_reduce, world_size):
+    """A rank without targets returns 0 before all_reduce, so the ranks call it a different number
+    of times."""
     targets = _targets(labels)
     count = _local_count(targets)
     if int(count) == 0:
@@ -59,24 +67,34 @@ def returns_early_when_empty(logits, labels, *, all_reduce, world_size):
     return world_size * _local_sum(logits, targets) / all_reduce(count)
 
 
+@wrong("counts_before_shift")
 def counts_before_the_shift(logits, labels, *, all_reduce, world_size):
+    """all-reduces the count of labels before the shift."""
     targets = _targets(labels)
     total = all_reduce((labels != IGNORE).sum())  # one target too many per row
     return world_size * _local_sum(logits, targets) / total.clamp(min=1)
 
 
+@wrong("not_shifted")
 def never_shifts(logits, labels, *, all_reduce, world_size):
+    """No shift: position t scored against its own token."""
     total = all_reduce(_local_count(labels))
     return world_size * _local_sum(logits, labels) / total.clamp(min=1)
 
 
+@wrong("nan_when_no_targets")
 def nan_when_every_rank_is_empty(logits, labels, *, all_reduce, world_size):
+    """Divides by the all-reduced count without a guard: a NaN loss when no rank has a target (the
+    statement does not say 0 here, but says to shift as in clm_loss, which gives 0)."""
     targets = _targets(labels)
     total = all_reduce(_local_count(targets))
     return world_size * _local_sum(logits, targets) / total  # 0 / 0 when no rank has a target
 
 
+@wrong("nan_when_no_targets")
 def sum_from_the_local_mean(logits, labels, *, all_reduce, world_size):
+    """Rebuilds the sum as mean * count: NaN on a rank without targets even when other ranks have
+    some."""
     targets = _targets(labels)
     count = _local_count(targets)
     total = all_reduce(count.clone())
@@ -84,34 +102,45 @@ def sum_from_the_local_mean(logits, labels, *, all_reduce, world_size):
     return world_size * mean * count / total.clamp(min=1)  # NaN * 0 on a rank without targets
 
 
+@wrong("detached")
 def reduces_the_loss_too(logits, labels, *, all_reduce, world_size):
+    """all-reduces the loss sum as well: every rank returns the whole batch's sum, world_size times
+    too large on average."""
     targets = _targets(labels)
     total = all_reduce(_local_count(targets))
     global_sum = all_reduce(_local_sum(logits, targets))  # every rank's sum, on every rank
     return world_size * global_sum / total.clamp(min=1)
 
 
+@wrong("missing_world_size")
 def divides_by_world_size(logits, labels, *, all_reduce, world_size):
+    """Divides by world_size instead of multiplying."""
     targets = _targets(labels)
     total = all_reduce(_local_count(targets))
     return _local_sum(logits, targets) / (total.clamp(min=1) * world_size)  # / R instead of * R
 
 
+@wrong("counts_padding_positions")
 def counts_every_position(logits, labels, *, all_reduce, world_size):
+    """all-reduces B*(T-1), counting padding and prompt positions."""
     targets = _targets(labels)
     batch, length = labels.shape
     total = all_reduce(torch.tensor(batch * (length - 1)))  # padding and prompt counted
     return world_size * _local_sum(logits, targets) / total
 
 
+@wrong("modifies_input")
 def shifts_labels_in_place(logits, labels, *, all_reduce, world_size):
+    """Right value, but shifts the caller's labels in place."""
     labels[:, :-1] = labels[:, 1:].clone()  # the caller's labels are shifted for good
     labels[:, -1] = IGNORE
     total = all_reduce(_local_count(labels))
     return world_size * _local_sum(logits, labels) / total.clamp(min=1)
 
 
+@wrong("divides_by_local_count")
 def averages_the_rank_means(logits, labels, *, all_reduce, world_size):
+    """Calls all_reduce but returns the rank's own mean: the ranks' average is the mean of means."""
     targets = _targets(labels)
     count = _local_count(targets)
     mean = _local_sum(logits, targets) / count.clamp(min=1)
@@ -119,100 +148,40 @@ def averages_the_rank_means(logits, labels, *, all_reduce, world_size):
     return mean  # (world_size * mean) / world_size: the mean of the ranks' means
 
 
+@wrong("detached")
 def detaches_for_logging(logits, labels, *, all_reduce, world_size):
+    """Right value, but detached and made a new leaf: backward() runs and no gradient reaches the
+    logits."""
     targets = _targets(labels)
     total = all_reduce(_local_count(targets).float())
     loss = world_size * _local_sum(logits, targets) / total.clamp(min=1)
     return loss.detach().requires_grad_()  # a new leaf: backward() runs, the logits get nothing
 
 
-WRONG = [
-    Attempt(
-        own_count,
-        "divides by the rank's own target count, never calls all_reduce",
-        "divides_by_local_count",
-    ),
-    Attempt(
-        forgets_world_size,
-        "all-reduces the count but does not multiply by world_size",
-        "missing_world_size",
-    ),
-    Attempt(reduces_a_python_int, "passes a Python int to all_reduce", "all_reduce_needs_tensor"),
-    Attempt(
-        returns_early_when_empty,
-        "a rank without targets returns 0 before all_reduce, so "
-        "the ranks call it a different number of times",
-        "mismatched_all_reduce",
-    ),
-    Attempt(
-        counts_before_the_shift,
-        "all-reduces the count of labels before the shift",
-        "counts_before_shift",
-    ),
-    Attempt(never_shifts, "no shift: position t scored against its own token", "not_shifted"),
-    Attempt(
-        nan_when_every_rank_is_empty,
-        "divides by the all-reduced count without a guard: a NaN loss when no rank has a target "
-        "(the statement does not say 0 here, but says to shift as in clm_loss, which gives 0)",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        sum_from_the_local_mean,
-        "rebuilds the sum as mean * count: NaN on a rank without "
-        "targets even when other ranks have some",
-        "nan_when_no_targets",
-    ),
-    Attempt(
-        reduces_the_loss_too,
-        "all-reduces the loss sum as well: every rank returns the "
-        "whole batch's sum, world_size times too large on average",
-        "detached",
-    ),
-    Attempt(
-        divides_by_world_size, "divides by world_size instead of multiplying", "missing_world_size"
-    ),
-    Attempt(
-        counts_every_position,
-        "all-reduces B*(T-1), counting padding and prompt positions",
-        "counts_padding_positions",
-    ),
-    Attempt(
-        shifts_labels_in_place,
-        "right value, but shifts the caller's labels in place",
-        "modifies_input",
-    ),
-    Attempt(
-        averages_the_rank_means,
-        "calls all_reduce but returns the rank's own mean: the ranks' average is the mean of means",
-        "divides_by_local_count",
-    ),
-    Attempt(
-        detaches_for_logging,
-        "right value, but detached and made a new leaf: backward() "
-        "runs and no gradient reaches the logits",
-        "detached",
-    ),
-]
-
-
 # ---------------------------------------------------------------- correct attempts
 
 
+@correct
 def mean_count_per_rank(logits, labels, *, all_reduce, world_size):
-    """sum / (N / R) = R * sum / N: divide by the ranks' average count."""
+    """Divides the sum by the ranks' mean count (N / R)."""
+    # sum / (N / R) = R * sum / N: divide by the ranks' average count.
     targets = _targets(labels)
     mean_count = all_reduce(_local_count(targets).double()) / world_size
     return _local_sum(logits, targets) / mean_count.clamp(min=1.0 / world_size).float()
 
 
+@correct
 def the_course_clm_loss(logits, labels, *, all_reduce, world_size):
+    """The course's clm_loss with the all-reduced count, times R."""
     from lmlessons import clm_loss, shift_labels
 
     total = all_reduce((shift_labels(labels) != IGNORE).sum())
     return world_size * clm_loss(logits, labels, num_items_in_batch=total.clamp(min=1))
 
 
+@correct
 def selection_and_logsumexp(logits, labels, *, all_reduce, world_size):
+    """Boolean selection, logsumexp, a float count."""
     shift_logits, shift_targets = logits[:, :-1], labels[:, 1:]  # (B, T-1, V), (B, T-1)
     keep = shift_targets != IGNORE
     rows = shift_logits[keep]  # (n, V)
@@ -221,10 +190,3 @@ def selection_and_logsumexp(logits, labels, *, all_reduce, world_size):
     if float(count) == 0:
         return logits.sum() * 0.0
     return local.sum() * world_size / count
-
-
-CORRECT = [
-    Attempt(mean_count_per_rank, "divides the sum by the ranks' mean count (N / R)"),
-    Attempt(the_course_clm_loss, "the course's clm_loss with the all-reduced count, times R"),
-    Attempt(selection_and_logsumexp, "boolean selection, logsumexp, a float count"),
-]

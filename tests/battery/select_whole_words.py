@@ -11,11 +11,8 @@ import random
 
 import torch
 
+from battery._attempt import correct, wrong
 from lmlessons.masking_variants import num_to_predict, word_ids
-
-from ._attempt import Attempt
-
-EXERCISE = "select_whole_words"
 
 
 def _eligible(special_tokens_mask, attention_mask):
@@ -100,6 +97,7 @@ def _budget(mlm_probability, max_predictions_per_seq):
 # --------------------------------------------------------------------------------------------
 
 
+@wrong("splits_words")
 def random_pieces(
     special_tokens_mask,
     is_continuation,
@@ -109,7 +107,8 @@ def random_pieces(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Every eligible piece is a 'word' of its own: the exact-count selection."""
+    """Selects a random set of pieces (the exact-count recipe), ignoring word boundaries."""
+    # Every eligible piece is a 'word' of its own: the exact-count selection.
 
     def pieces(eligible_row, _cont_row):
         return [[t] for t in eligible_row.nonzero().flatten().tolist()]
@@ -124,6 +123,7 @@ def random_pieces(
     )
 
 
+@wrong("stops_at_first_long_word")
 def stops_at_long_word(
     special_tokens_mask,
     is_continuation,
@@ -133,6 +133,8 @@ def stops_at_long_word(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Stops at the first word that does not fit instead of skipping it."""
+
     def fill(words, budget, order):
         chosen = []
         for w in order:
@@ -151,6 +153,7 @@ def stops_at_long_word(
     )
 
 
+@wrong("ignores_max_predictions")
 def no_cap(
     special_tokens_mask,
     is_continuation,
@@ -160,6 +163,7 @@ def no_cap(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Computes the count without max_predictions_per_seq."""
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -169,6 +173,7 @@ def no_cap(
     )
 
 
+@wrong("count_from_padded_length")
 def padded_length(
     special_tokens_mask,
     is_continuation,
@@ -178,6 +183,7 @@ def padded_length(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Uses T (the padded length) for the count instead of the row's real length."""
     T = special_tokens_mask.shape[1]
     return _select(
         special_tokens_mask,
@@ -188,6 +194,7 @@ def padded_length(
     )
 
 
+@wrong("selects_padding")
 def padding_eligible(
     special_tokens_mask,
     is_continuation,
@@ -197,7 +204,8 @@ def padding_eligible(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Uses attention_mask for the length only; padding positions stay eligible."""
+    """Uses attention_mask for the length only: padding positions can be selected."""
+    # Uses attention_mask for the length only; padding positions stay eligible.
     lengths = iter(_lengths(special_tokens_mask, attention_mask))
     return _select(
         special_tokens_mask,
@@ -208,6 +216,7 @@ def padding_eligible(
     )
 
 
+@wrong("masks_special_tokens")
 def specials_eligible(
     special_tokens_mask,
     is_continuation,
@@ -217,6 +226,7 @@ def specials_eligible(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Ignores special_tokens_mask: [CLS]/[SEP] become words."""
     none_special = torch.zeros_like(special_tokens_mask)
     return _select(
         none_special,
@@ -227,6 +237,7 @@ def specials_eligible(
     )
 
 
+@wrong("orphan_piece")
 def joins_across_specials(
     special_tokens_mask,
     is_continuation,
@@ -236,8 +247,10 @@ def joins_across_specials(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Word ids by a cumulative sum of word starts over the whole row: a ## piece right after
-    [SEP] joins the last word before the [SEP]."""
+    """Word ids from a cumsum over the whole row: a ## piece right after [SEP] joins the word before
+    the [SEP] (one 'word' on both sides)."""
+    # Word ids by a cumulative sum of word starts over the whole row: a ## piece right after
+    #     [SEP] joins the last word before the [SEP].
 
     def words_of(eligible_row, cont_row):
         wid = (eligible_row & ~cont_row).long().cumsum(0).tolist()
@@ -257,6 +270,7 @@ def joins_across_specials(
     )
 
 
+@wrong("uses_global_rng")
 def global_randperm(
     special_tokens_mask,
     is_continuation,
@@ -266,6 +280,7 @@ def global_randperm(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """torch.randperm without generator= (global generator)."""
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -275,6 +290,7 @@ def global_randperm(
     )
 
 
+@wrong("not_random_order")
 def left_to_right(
     special_tokens_mask,
     is_continuation,
@@ -284,6 +300,7 @@ def left_to_right(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Visits the words left to right, not in a random order."""
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -293,6 +310,7 @@ def left_to_right(
     )
 
 
+@wrong("weights_words_by_length")
 def picks_random_tokens(
     special_tokens_mask,
     is_continuation,
@@ -302,8 +320,10 @@ def picks_random_tokens(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Order of words = order of first appearance in a random permutation of the *pieces*:
-    a word of three pieces comes early three times as often as a word of one."""
+    """Orders words by their first piece in a random permutation of pieces: long words come first
+    more often."""
+    # Order of words = order of first appearance in a random permutation of the *pieces*:
+    #     a word of three pieces comes early three times as often as a word of one.
 
     def fill(words, budget, _order):
         owner = {t: w for w, pos in enumerate(words) for t in pos}
@@ -324,6 +344,7 @@ def picks_random_tokens(
     )
 
 
+@wrong("counts_words")
 def budget_in_words(
     special_tokens_mask,
     is_continuation,
@@ -333,6 +354,8 @@ def budget_in_words(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Takes `count` words, not `count` pieces."""
+
     def fill(words, budget, order):
         return [t for w in order[:budget] for t in words[w]]  # `budget` words, not pieces
 
@@ -346,6 +369,7 @@ def budget_in_words(
     )
 
 
+@wrong("wrong_count_formula")
 def ceil_count(
     special_tokens_mask,
     is_continuation,
@@ -355,6 +379,8 @@ def ceil_count(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Count = ceil(length * p) instead of round."""
+
     def budget(length, _n):
         n = math.ceil(length * mlm_probability)
         return n if max_predictions_per_seq is None else min(max_predictions_per_seq, n)
@@ -364,6 +390,7 @@ def ceil_count(
     )
 
 
+@wrong("wrong_count_formula")
 def round_half_up(
     special_tokens_mask,
     is_continuation,
@@ -373,6 +400,9 @@ def round_half_up(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Rounds half up (int(x + 0.5)) where num_to_predict rounds half to even: one target more at
+    exact ties such as 4.5."""
+
     def budget(length, _n):
         if mlm_probability == 0 or length == 0:
             return 0
@@ -384,6 +414,7 @@ def round_half_up(
     )
 
 
+@wrong("wrong_count_formula")
 def google_formula_at_zero(
     special_tokens_mask,
     is_continuation,
@@ -393,6 +424,9 @@ def google_formula_at_zero(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Writes Google's max(1, round(len*p)) itself: one target at mlm_probability=0, where
+    num_to_predict (as asked) gives 0."""
+
     def budget(length, _n):
         n = max(1, round(length * mlm_probability))  # Google's formula: 1 target even at p = 0
         return n if max_predictions_per_seq is None else min(max_predictions_per_seq, n)
@@ -402,6 +436,7 @@ def google_formula_at_zero(
     )
 
 
+@wrong("wrong_count_formula")
 def eligible_count(
     special_tokens_mask,
     is_continuation,
@@ -411,7 +446,8 @@ def eligible_count(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Counts the row's word pieces only, not [CLS]/[SEP], for the budget."""
+    """Uses the number of word pieces (without [CLS]/[SEP]) as the length."""
+    # Counts the row's word pieces only, not [CLS]/[SEP], for the budget.
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -423,6 +459,7 @@ def eligible_count(
     )
 
 
+@wrong("overshoots_count")
 def overshoots(
     special_tokens_mask,
     is_continuation,
@@ -432,6 +469,8 @@ def overshoots(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Takes a word whenever the count is not yet reached, even if it overshoots."""
+
     def fill(words, budget, order):
         chosen = []
         for w in order:
@@ -449,6 +488,7 @@ def overshoots(
     )
 
 
+@wrong("wrong_dtype")
 def long_mask(
     special_tokens_mask,
     is_continuation,
@@ -458,6 +498,7 @@ def long_mask(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Returns a 0/1 long tensor instead of bool."""
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -467,6 +508,7 @@ def long_mask(
     ).long()  # 0/1 integers, not bool
 
 
+@wrong("attention_mask_none")
 def crashes_without_attention_mask(
     special_tokens_mask,
     is_continuation,
@@ -476,6 +518,7 @@ def crashes_without_attention_mask(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Calls attention_mask.sum() without a None check (the default)."""
     lengths = attention_mask.sum(dim=1).tolist()  # AttributeError when attention_mask is None
     budgets = iter([num_to_predict(n, mlm_probability, max_predictions_per_seq) for n in lengths])
     return _select(
@@ -487,6 +530,7 @@ def crashes_without_attention_mask(
     )
 
 
+@wrong("modifies_input")
 def marks_padding_special(
     special_tokens_mask,
     is_continuation,
@@ -496,6 +540,7 @@ def marks_padding_special(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """Folds padding into special_tokens_mask in place, changing the caller's tensor."""
     if attention_mask is not None:
         special_tokens_mask[attention_mask == 0] = 1  # writes into the caller's mask
     return _select(
@@ -507,6 +552,7 @@ def marks_padding_special(
     )
 
 
+@wrong("uses_global_rng")
 def python_shuffle(
     special_tokens_mask,
     is_continuation,
@@ -516,6 +562,8 @@ def python_shuffle(
     max_predictions_per_seq=20,
     generator=None,
 ):
+    """random.shuffle (Python's global generator) for the word order."""
+
     def order(n):
         out = list(range(n))
         random.shuffle(out)  # Python's global generator
@@ -530,6 +578,7 @@ def python_shuffle(
     )
 
 
+@wrong("orphan_piece")
 def orphans_never_selected(
     special_tokens_mask,
     is_continuation,
@@ -539,8 +588,10 @@ def orphans_never_selected(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Reads the definition literally: a ## piece with no word start before it (right after
-    [CLS] or [SEP]) belongs to no word and is never selected."""
+    """Never selects a ## piece right after [CLS]/[SEP] (the statement read literally; ambiguous,
+    but the lesson's word_ids makes it a word of its own)."""
+    # Reads the definition literally: a ## piece with no word start before it (right after
+    #     [CLS] or [SEP]) belongs to no word and is never selected.
 
     def words_of(eligible_row, cont_row):
         return [w for w in _words(eligible_row, cont_row) if not bool(cont_row[w[0]])]
@@ -555,108 +606,12 @@ def orphans_never_selected(
     )
 
 
-WRONG = [
-    Attempt(
-        random_pieces,
-        "selects a random set of pieces (the exact-count recipe), ignoring word boundaries",
-        "splits_words",
-    ),
-    Attempt(
-        stops_at_long_word,
-        "stops at the first word that does not fit instead of skipping it",
-        "stops_at_first_long_word",
-    ),
-    Attempt(
-        no_cap, "computes the count without max_predictions_per_seq", "ignores_max_predictions"
-    ),
-    Attempt(
-        padded_length,
-        "uses T (the padded length) for the count instead of the row's real length",
-        "count_from_padded_length",
-    ),
-    Attempt(
-        padding_eligible,
-        "uses attention_mask for the length only: padding positions can be selected",
-        "selects_padding",
-    ),
-    Attempt(
-        specials_eligible,
-        "ignores special_tokens_mask: [CLS]/[SEP] become words",
-        "masks_special_tokens",
-    ),
-    Attempt(
-        joins_across_specials,
-        "word ids from a cumsum over the whole row: a ## piece right "
-        "after [SEP] joins the word before the [SEP] (one 'word' on both sides)",
-        "orphan_piece",
-    ),
-    Attempt(
-        orphans_never_selected,
-        "never selects a ## piece right after [CLS]/[SEP] (the "
-        "statement read literally; ambiguous, but the lesson's word_ids makes it a word of "
-        "its own)",
-        "orphan_piece",
-    ),
-    Attempt(
-        global_randperm, "torch.randperm without generator= (global generator)", "uses_global_rng"
-    ),
-    Attempt(
-        left_to_right, "visits the words left to right, not in a random order", "not_random_order"
-    ),
-    Attempt(
-        picks_random_tokens,
-        "orders words by their first piece in a random permutation of "
-        "pieces: long words come first more often",
-        "weights_words_by_length",
-    ),
-    Attempt(budget_in_words, "takes `count` words, not `count` pieces", "counts_words"),
-    Attempt(ceil_count, "count = ceil(length * p) instead of round", "wrong_count_formula"),
-    Attempt(
-        round_half_up,
-        "rounds half up (int(x + 0.5)) where num_to_predict rounds half to "
-        "even: one target more at exact ties such as 4.5",
-        "wrong_count_formula",
-    ),
-    Attempt(
-        google_formula_at_zero,
-        "writes Google's max(1, round(len*p)) itself: one target at "
-        "mlm_probability=0, where num_to_predict (as asked) gives 0",
-        "wrong_count_formula",
-    ),
-    Attempt(
-        eligible_count,
-        "uses the number of word pieces (without [CLS]/[SEP]) as the length",
-        "wrong_count_formula",
-    ),
-    Attempt(
-        overshoots,
-        "takes a word whenever the count is not yet reached, even if it overshoots",
-        "overshoots_count",
-    ),
-    Attempt(long_mask, "returns a 0/1 long tensor instead of bool", "wrong_dtype"),
-    Attempt(
-        crashes_without_attention_mask,
-        "calls attention_mask.sum() without a None check (the default)",
-        "attention_mask_none",
-    ),
-    Attempt(
-        marks_padding_special,
-        "folds padding into special_tokens_mask in place, changing the caller's tensor",
-        "modifies_input",
-    ),
-    Attempt(
-        python_shuffle,
-        "random.shuffle (Python's global generator) for the word order",
-        "uses_global_rng",
-    ),
-]
-
-
 # --------------------------------------------------------------------------------------------
 # correct attempts
 # --------------------------------------------------------------------------------------------
 
 
+@correct
 def random_keys(
     special_tokens_mask,
     is_continuation,
@@ -666,7 +621,8 @@ def random_keys(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """A random key per word, visited by sorting the keys."""
+    """A random key per word, words visited in key order."""
+    # A random key per word, visited by sorting the keys.
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -676,6 +632,7 @@ def random_keys(
     )
 
 
+@correct
 def with_package_word_ids(
     special_tokens_mask,
     is_continuation,
@@ -685,7 +642,8 @@ def with_package_word_ids(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """The lesson's own word_ids (padding folded into the special mask, on a copy)."""
+    """The lesson's word_ids helper, whole-tensor word masks."""
+    # The lesson's own word_ids (padding folded into the special mask, on a copy).
     special = special_tokens_mask.bool().clone()
     if attention_mask is not None:
         special |= ~attention_mask.bool()
@@ -705,6 +663,7 @@ def with_package_word_ids(
     return selected
 
 
+@correct
 def multinomial_order(
     special_tokens_mask,
     is_continuation,
@@ -714,7 +673,8 @@ def multinomial_order(
     max_predictions_per_seq=20,
     generator=None,
 ):
-    """Sampling the words without replacement (torch.multinomial), no early break."""
+    """torch.multinomial without replacement for the order, no early break."""
+    # Sampling the words without replacement (torch.multinomial), no early break.
 
     def order(n):
         return torch.multinomial(torch.ones(n), n, replacement=False, generator=generator).tolist()
@@ -734,12 +694,3 @@ def multinomial_order(
         order,
         fill=fill,
     )
-
-
-CORRECT = [
-    Attempt(random_keys, "a random key per word, words visited in key order"),
-    Attempt(with_package_word_ids, "the lesson's word_ids helper, whole-tensor word masks"),
-    Attempt(
-        multinomial_order, "torch.multinomial without replacement for the order, no early break"
-    ),
-]

@@ -9,9 +9,7 @@ from collections import deque
 
 import torch
 
-from ._attempt import Attempt
-
-EXERCISE = "truncate_seq_pair"
+from battery._attempt import correct, wrong
 
 
 def _coin(generator) -> bool:
@@ -31,14 +29,18 @@ def _trim(longer: list, generator) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@wrong("modifies_input")
 def trims_in_place(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """Google's script as it is: it trims the caller's lists."""
+    """Google's in-place version: trims and returns the caller's lists."""
+    # Google's script as it is: it trims the caller's lists.
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         _trim(tokens_a if len(tokens_a) > len(tokens_b) else tokens_b, generator)
     return tokens_a, tokens_b
 
 
+@wrong("trims_shorter_side")
 def trims_shorter(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Removes each token from the shorter side."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         shorter = a if len(a) < len(b) else b
@@ -48,14 +50,19 @@ def trims_shorter(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("always_trims_end")
 def always_from_back(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Always removes the last token of the longer side, never the first."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         (a if len(a) > len(b) else b).pop()
     return a, b
 
 
+@wrong("ignores_generator")
 def alternates_ends(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Alternates front, back, front... deterministically instead of a coin per token from
+    generator."""
     a, b = list(tokens_a), list(tokens_b)
     front = True
     while len(a) + len(b) > max_num_tokens:
@@ -68,7 +75,9 @@ def alternates_ends(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("one_end_per_call")
 def one_end_for_all(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Draws front/back once per call and removes every token from that end."""
     a, b = list(tokens_a), list(tokens_b)
     front = _coin(generator)  # drawn once per call, not once per removed token
     while len(a) + len(b) > max_num_tokens:
@@ -80,7 +89,9 @@ def one_end_for_all(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("trims_both_sides")
 def trims_both(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Removes one token from each side per step."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         for side in (a, b):
@@ -89,7 +100,9 @@ def trims_both(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("removes_from_middle")
 def random_position(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Removes a token at a random position of the longer side, often from the middle."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         longer = a if len(a) > len(b) else b
@@ -97,7 +110,9 @@ def random_position(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("uses_global_rng")
 def python_random(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Draws front/back with Python's random.random (global generator)."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         longer = a if len(a) > len(b) else b
@@ -108,21 +123,29 @@ def python_random(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("off_by_one")
 def off_by_one(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Loops while the total is >= max_num_tokens: a trimmed pair ends one token short and a pair
+    that fits exactly loses a token."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) >= max_num_tokens:
         _trim(a if len(a) > len(b) else b, generator)
     return a, b
 
 
+@wrong("wrong_total")
 def reserves_specials_again(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Subtracts 3 for [CLS]/[SEP]/[SEP] again, so pairs are trimmed to max_num_tokens - 3."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens - 3:  # [CLS] [SEP] [SEP] are already reserved
         _trim(a if len(a) > len(b) else b, generator)
     return a, b
 
 
+@wrong("longer_decided_once")
 def longer_decided_once(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Decides which side is longer once before the loop and keeps trimming it after it has become
+    the shorter one."""
     a, b = list(tokens_a), list(tokens_b)
     longer = a if len(a) > len(b) else b  # decided before the loop, never updated
     while len(a) + len(b) > max_num_tokens and longer:
@@ -132,7 +155,10 @@ def longer_decided_once(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("trims_shorter_side")
 def compares_lists(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """`a if a > b` compares the lists' contents, not their lengths, so it often trims the shorter
+    side."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         longer = a if a > b else b  # compares the lists (lexicographic), not their lengths
@@ -142,7 +168,10 @@ def compares_lists(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("returns_same_lists")
 def same_lists_when_fits(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Returns the caller's own list objects when the pair already fits (not new lists, as
+    promised)."""
     if len(tokens_a) + len(tokens_b) <= max_num_tokens:
         return tokens_a, tokens_b  # the caller's own lists, not new ones
     a, b = list(tokens_a), list(tokens_b)
@@ -151,8 +180,11 @@ def same_lists_when_fits(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return a, b
 
 
+@wrong("wrong_total")
 def half_budget_each(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """Gives each side half the budget: cuts A even when B is short and the pair fits."""
+    """Cuts each side to max_num_tokens // 2, trimming the long side of a pair that fits or trimming
+    more than needed."""
+    # Gives each side half the budget: cuts A even when B is short and the pair fits.
     half = max_num_tokens // 2
     out = []
     for side in (list(tokens_a), list(tokens_b)):
@@ -162,15 +194,20 @@ def half_budget_each(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return out[0], out[1]
 
 
+@wrong("wrong_type")
 def returns_tensors(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Returns two LongTensors instead of two lists."""
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
         _trim(a if len(a) > len(b) else b, generator)
     return torch.tensor(a, dtype=torch.long), torch.tensor(b, dtype=torch.long)
 
 
+@wrong("repeats_per_call")
 def reseeds_from_generator(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """Seeds Python's random from the generator's *initial* seed, which never advances."""
+    """random.Random(generator.initial_seed()): every call with the same generator trims the same
+    way (the generator never advances)."""
+    # Seeds Python's random from the generator's *initial* seed, which never advances.
     rng = random.Random(generator.initial_seed() if generator is not None else None)
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
@@ -182,92 +219,15 @@ def reseeds_from_generator(tokens_a, tokens_b, max_num_tokens, *, generator=None
     return a, b
 
 
-WRONG = [
-    Attempt(
-        trims_in_place,
-        "Google's in-place version: trims and returns the caller's lists",
-        "modifies_input",
-    ),
-    Attempt(trims_shorter, "removes each token from the shorter side", "trims_shorter_side"),
-    Attempt(
-        always_from_back,
-        "always removes the last token of the longer side, never the first",
-        "always_trims_end",
-    ),
-    Attempt(
-        alternates_ends,
-        "alternates front, back, front... deterministically instead of a "
-        "coin per token from generator",
-        "ignores_generator",
-    ),
-    Attempt(
-        one_end_for_all,
-        "draws front/back once per call and removes every token from that end",
-        "one_end_per_call",
-    ),
-    Attempt(trims_both, "removes one token from each side per step", "trims_both_sides"),
-    Attempt(
-        random_position,
-        "removes a token at a random position of the longer side, often from the middle",
-        "removes_from_middle",
-    ),
-    Attempt(
-        python_random,
-        "draws front/back with Python's random.random (global generator)",
-        "uses_global_rng",
-    ),
-    Attempt(
-        off_by_one,
-        "loops while the total is >= max_num_tokens: a trimmed pair ends one token short "
-        "and a pair that fits exactly loses a token",
-        "off_by_one",
-    ),
-    Attempt(
-        reserves_specials_again,
-        "subtracts 3 for [CLS]/[SEP]/[SEP] again, so pairs are trimmed to max_num_tokens - 3",
-        "wrong_total",
-    ),
-    Attempt(
-        longer_decided_once,
-        "decides which side is longer once before the loop and keeps "
-        "trimming it after it has become the shorter one",
-        "longer_decided_once",
-    ),
-    Attempt(
-        compares_lists,
-        "`a if a > b` compares the lists' contents, not their lengths, so "
-        "it often trims the shorter side",
-        "trims_shorter_side",
-    ),
-    Attempt(
-        same_lists_when_fits,
-        "returns the caller's own list objects when the pair already "
-        "fits (not new lists, as promised)",
-        "returns_same_lists",
-    ),
-    Attempt(
-        half_budget_each,
-        "cuts each side to max_num_tokens // 2, trimming the long side of "
-        "a pair that fits or trimming more than needed",
-        "wrong_total",
-    ),
-    Attempt(
-        reseeds_from_generator,
-        "random.Random(generator.initial_seed()): every call with "
-        "the same generator trims the same way (the generator never advances)",
-        "repeats_per_call",
-    ),
-    Attempt(returns_tensors, "returns two LongTensors instead of two lists", "wrong_type"),
-]
-
-
 # --------------------------------------------------------------------------------------------
 # correct attempts
 # --------------------------------------------------------------------------------------------
 
 
+@correct
 def index_window(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """Move [start, end) windows over the inputs, then slice once."""
+    """Index windows over the inputs, sliced at the end."""
+    # Move [start, end) windows over the inputs, then slice once.
     win = [[0, len(tokens_a)], [0, len(tokens_b)]]
     while (win[0][1] - win[0][0]) + (win[1][1] - win[1][0]) > max_num_tokens:
         side = win[0] if win[0][1] - win[0][0] > win[1][1] - win[1][0] else win[1]
@@ -278,9 +238,11 @@ def index_window(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     return list(tokens_a[win[0][0] : win[0][1]]), list(tokens_b[win[1][0] : win[1][1]])
 
 
+@correct
 def final_lengths_then_binomial(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """The final lengths do not depend on the coins: compute them, then the number taken from
-    each front is a sum of fair coins (one per removed token)."""
+    """Final lengths first, then a sum of fair coins for each front."""
+    # The final lengths do not depend on the coins: compute them, then the number taken from
+    #     each front is a sum of fair coins (one per removed token).
     la, lb = len(tokens_a), len(tokens_b)
     while la + lb > max_num_tokens:
         if la > lb:
@@ -295,8 +257,10 @@ def final_lengths_then_binomial(tokens_a, tokens_b, max_num_tokens, *, generator
     return out[0], out[1]
 
 
+@correct
 def deque_with_bits_upfront(tokens_a, tokens_b, max_num_tokens, *, generator=None):
-    """All coins drawn at once (one per token to remove), deques popped at either end."""
+    """Deques, every coin drawn at once, ties trim B."""
+    # All coins drawn at once (one per token to remove), deques popped at either end.
     a, b = deque(tokens_a), deque(tokens_b)
     excess = max(0, len(a) + len(b) - max_num_tokens)
     coins = torch.randint(0, 2, (excess,), generator=generator).tolist()
@@ -307,12 +271,3 @@ def deque_with_bits_upfront(tokens_a, tokens_b, max_num_tokens, *, generator=Non
         else:
             longer.pop()
     return list(a), list(b)
-
-
-CORRECT = [
-    Attempt(index_window, "index windows over the inputs, sliced at the end"),
-    Attempt(
-        final_lengths_then_binomial, "final lengths first, then a sum of fair coins for each front"
-    ),
-    Attempt(deque_with_bits_upfront, "deques, every coin drawn at once, ties trim B"),
-]
