@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from lmlessons.bugzoo.cases import (
     Claim,
     case_summaries,
     claim_holds,
+    differing_settings,
     evidence,
     get_case,
 )
@@ -174,7 +176,7 @@ def _differing_settings(case):
 
 def test_the_no_bug_case_runs_the_healthy_code_with_another_seed():
     (case,) = [c for c in CASES if c.diagnosis == "no_bug"]
-    assert _differing_settings(case) == {"init_seed"}
+    assert _differing_settings(case) == {"init_seed"} == set(differing_settings(case))
     assert case.bug is None and case.fix is None
 
 
@@ -184,13 +186,32 @@ def test_the_learning_rate_case_differs_only_in_its_learning_rate():
     assert RUNS[case.run].lr >= 5 * RUNS[case.reference].lr
 
 
-def test_every_code_bug_case_swaps_exactly_its_bug_for_its_fix():
-    for case in (c for c in CASES if c.bug is not None):
-        differ = _differing_settings(case)
-        (name,) = [n for n in differ if callable(getattr(RUNS[case.run], n))]
-        assert getattr(RUNS[case.run], name) is case.bug, case.id
+def _functions(spec):
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__ if callable(getattr(spec, f))}
+
+
+def test_every_reference_runs_the_fixed_code_and_every_code_bug_is_one_swapped_function():
+    code_bugs = set(DIAGNOSES) - {"no_bug", "lr_too_high"}
+    for case in CASES:
+        assert all(f.__name__.endswith("_fixed") for f in _functions(RUNS[case.reference]).values())
+        if case.diagnosis not in code_bugs:
+            assert case.bug is None and case.fix is None, case.id
+            continue
+        functions = _functions(RUNS[case.run]).items()
+        broken = {n: f for n, f in functions if not f.__name__.endswith("_fixed")}
+        assert list(broken.values()) == [case.bug], case.id
+        (name,) = broken
         assert getattr(RUNS[case.reference], name) is case.fix, case.id
-        assert differ - {name} <= {"micro_batches"}, case.id  # what lets accumulation run
+        assert _differing_settings(case) - {name} <= {"micro_batches"}, case.id
+
+
+def test_a_case_whose_runs_differ_in_two_functions_has_no_single_bug(monkeypatch):
+    two = replace(RUNS["special_tokens_masked"], mlm_loss=bugs.mlm_loss_zero_over_zero)
+    monkeypatch.setitem(RUNS, "two_bugs", two)
+    case = replace(get_case("B"), run="two_bugs")
+    assert set(differing_settings(case)) == {"mask", "mlm_loss"}
+    with pytest.raises(ValueError, match="2 functions"):
+        case.bug  # noqa: B018
 
 
 def test_settings_are_the_same_for_every_case_of_a_family():

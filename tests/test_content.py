@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 import tools.content as content
+from lmlessons.bugzoo.cases import RELATIONS
 from lmlessons.exercises import EXERCISES
 from lmlessons.exercises.content import CONTENT, load, names
 
@@ -115,12 +116,70 @@ def whatif_problems(lesson: str, data: dict[str, Any]) -> list[str]:
     return problems
 
 
+CASE_KEYS = {"run", "reference", "diagnosis", "lesson", "title", "claims", "evidence", "why"}
+CLAIM_KEYS = {"metric": str, "relation": str, "margin": (int, float), "against": str}
+
+
+def _claim_problems(where: str, claims: object, relations: tuple[str, ...]) -> list[str]:
+    if not isinstance(claims, list) or not claims:
+        return [f"{where}: needs a non-empty list of claims"]
+    problems = []
+    for number, claim in enumerate(claims, start=1):
+        here = f"{where} claim {number}"
+        if not isinstance(claim, dict) or not {"metric", "relation"} <= set(claim) <= set(
+            CLAIM_KEYS
+        ):
+            problems.append(f"{here}: needs metric and relation, at most margin and against")
+            continue
+        wrong = [k for k, v in claim.items() if not isinstance(v, CLAIM_KEYS[k])]
+        problems += [f"{here} {key}: wrong type" for key in wrong]
+        if claim["relation"] not in relations:
+            problems.append(f"{here}: relation {claim['relation']!r} not one of {relations}")
+    return problems
+
+
+def _case_problems(
+    where: str, case: object, diagnoses: set[str], relations: tuple[str, ...]
+) -> list[str]:
+    if not isinstance(case, dict) or set(case) != CASE_KEYS:
+        return [f"{where}: needs exactly the keys {sorted(CASE_KEYS)}"]
+    problems = [
+        p
+        for key in ("run", "reference", "title", "evidence", "why")
+        for p in _prose(f"{where} {key}", case[key])
+    ]
+    if case["diagnosis"] not in diagnoses:
+        problems.append(f"{where}: diagnosis {case['diagnosis']!r} is not a [diagnoses] table")
+    if not isinstance(case["lesson"], str) or not re.fullmatch(r"(\d\d)?", case["lesson"]):
+        problems.append(f'{where} lesson: two digits or "", got {case["lesson"]!r}')
+    return problems + _claim_problems(where, case["claims"], relations)
+
+
+def bugzoo_problems(data: dict[str, Any], relations: tuple[str, ...]) -> list[str]:
+    """bugzoo.toml: [settings] (prose by model family), [diagnoses.<id>] (label, would_show),
+    [cases.<letter>] (the runs, the diagnosis, the lesson, the prose and the claims)."""
+    if set(data) != {"settings", "diagnoses", "cases"}:
+        return ["needs exactly the tables settings, diagnoses, cases"]
+    problems = [p for family, text in data["settings"].items() for p in _prose(family, text)]
+    for did, diagnosis in data["diagnoses"].items():
+        if not isinstance(diagnosis, dict) or set(diagnosis) != {"label", "would_show"}:
+            problems.append(f"[diagnoses.{did}]: needs exactly the keys label, would_show")
+            continue
+        problems += [p for k in ("label", "would_show") for p in _prose(did, diagnosis[k])]
+    for cid, case in data["cases"].items():
+        if not re.fullmatch("[A-Z]", cid):
+            problems.append(f"[cases.{cid}]: a case id is one capital letter")
+        problems += _case_problems(f"[cases.{cid}]", case, set(data["diagnoses"]), relations)
+    return problems
+
+
 # --------------------------------------------------------------------------- the files
 
 
 def test_the_content_files_are_there():
     assert {p.relative_to(FILES_DIR).as_posix() for p in FILES} >= {
         "hints.toml",
+        "bugzoo.toml",
         *(f"quizzes/{n}.toml" for n in ("00", "01", "08")),
         *(f"whatif/{n}.toml" for n in ("01", "08")),
     }
@@ -147,6 +206,10 @@ def test_quizzes_follow_their_schema(lesson: str):
 @pytest.mark.parametrize("lesson", names("whatif"))
 def test_whatif_answers_follow_their_schema(lesson: str):
     assert whatif_problems(lesson, load(f"whatif/{lesson}")) == []
+
+
+def test_the_bug_zoo_follows_its_schema():
+    assert bugzoo_problems(load("bugzoo"), RELATIONS) == []
 
 
 def test_every_whatif_answer_is_in_exactly_one_lesson_cell_and_equal_to_it():
@@ -197,6 +260,24 @@ why = "z"
 """
 
 
+BUGZOO = """
+[settings]
+"BERT MLM" = "A BERT MLM run."
+[diagnoses.no_bug]
+label = "no bug"
+would_show = "nothing"
+[cases.A]
+run = "x"
+reference = "y"
+diagnosis = "no_bug"
+lesson = ""
+title = "t"
+claims = [{ metric = "m", relation = "close", margin = 0.1 }]
+evidence = "e {c[m]}"
+why = "w"
+"""
+
+
 def _quiz(text: str) -> list[str]:
     return quiz_problems("09", tomllib.loads(text))
 
@@ -220,6 +301,26 @@ def test_the_validators_catch_broken_files():
     assert whatif_problems("09", {"08.1": "an answer"}) != []
     assert whatif_problems("09", {"09.1": ""}) != []
     assert whatif_problems("09", {"09.1": "an answer"}) == []
+
+
+def test_the_bug_zoo_validator_catches_a_broken_case():
+    good = tomllib.loads(BUGZOO)
+    assert bugzoo_problems(good, RELATIONS) == []
+    assert bugzoo_problems({**good, "case": {}}, RELATIONS) != []
+    for change, problem in (
+        ({"diagnosis": "typo"}, "is not a [diagnoses] table"),
+        ({"lesson": "8"}, "two digits"),
+        ({"why": " "}, "non-empty string"),
+        ({"claims": []}, "non-empty list"),
+        ({"claims": [{"metric": "x", "relation": "bigger"}]}, "not one of"),
+        ({"claims": [{"metric": "x", "relation": "lower", "margin": "0.1"}]}, "margin: wrong"),
+        ({"claims": [{"metric": "x"}]}, "needs metric and relation"),
+        ({"bug": "mask"}, "needs exactly the keys"),
+    ):
+        broken = {**good, "cases": {"A": {**good["cases"]["A"], **change}}}
+        assert any(problem in p for p in bugzoo_problems(broken, RELATIONS)), change
+    renamed = {**good, "cases": {"a": good["cases"]["A"]}}
+    assert "one capital letter" in bugzoo_problems(renamed, RELATIONS)[0]
 
 
 def test_the_tool_finds_and_fixes_an_answer_cell(tmp_path: Path):

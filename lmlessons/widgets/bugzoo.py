@@ -15,7 +15,6 @@ ran), or the setting that differs for a case without a bug in its code.
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import inspect
 import math
@@ -29,10 +28,16 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from lmlessons.bugzoo.cases import CASES, DIAGNOSES, Case, case_summaries, get_case
+from lmlessons.bugzoo.cases import (
+    CASES,
+    DIAGNOSES,
+    Case,
+    case_summaries,
+    differing_settings,
+    get_case,
+)
 from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
 from lmlessons.bugzoo.records import load_records
-from lmlessons.bugzoo.runs import RUNS
 from lmlessons.course.palette import BAD, CODE_BOX, CODE_STYLE, GOOD, INK, MUTED, ink_on
 from lmlessons.course.training import smoothed
 from lmlessons.exercises.check_bugzoo import feedback
@@ -287,14 +292,12 @@ def _code_html(source: str, marker: str) -> str:
 
 
 def _differences(case: Case) -> list[str]:
-    """The settings of the case's run that differ from its healthy run's, as ``name: a / b``."""
-    run, reference = RUNS[case.run], RUNS[case.reference]
+    """The settings of the case's run that differ from its healthy run's, as
+    ``name: a (healthy run: b)``."""
     out = []
-    for f in dataclasses.fields(run):
-        a, b = getattr(run, f.name), getattr(reference, f.name)
-        if a != b:
-            show = [getattr(v, "__name__", repr(v)) for v in (a, b)]
-            out.append(f"{f.name}: {show[0]} (healthy run: {show[1]})")
+    for name, values in differing_settings(case).items():
+        a, b = (getattr(v, "__name__", repr(v)) for v in values)
+        out.append(f"{name}: {a} (healthy run: {b})")
     return out
 
 
