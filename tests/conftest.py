@@ -57,3 +57,66 @@ def chat_tok():
     from lmlessons.course.chat import chat_tokenizer
 
     return chat_tokenizer()
+
+
+# TRL (a test dependency, requirements-test.txt): imported only inside these fixtures, as it takes
+# seconds; a test that uses them is skipped, with the reason, where it is not installed.
+
+
+@pytest.fixture(scope="session")
+def trl():
+    """The TRL module."""
+    pytest.importorskip("datasets", reason="TRL needs datasets")
+    return pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
+
+
+@pytest.fixture(scope="session")
+def sft_examples():
+    """Lesson 10's held-out questions of both tasks (``instruction_set("validation")``)."""
+    from lmlessons.course.chat import instruction_set
+
+    items = instruction_set("validation")
+    return items[:4] + items[-4:]
+
+
+@pytest.fixture(scope="session")
+def sft_trainer(trl, sft_examples, tmp_path_factory):
+    """``sft_trainer(dataset, pad_is_eos=False, **sft_config)``: TRL's ``SFTTrainer`` on a tiny
+    GPT-2 and the ``sft_examples`` as a ``"messages"`` or a ``"prompt_completion"`` dataset, with
+    the chat tokenizer (its pad token set to its eos token with ``pad_is_eos=True``). Built once
+    per session (per xdist worker) for each set of arguments, and never trained: tests read its
+    prepared ``train_dataset``, its ``data_collator`` and its ``compute_loss``."""
+    import datasets
+
+    from lmlessons.course.chat import chat_tokenizer
+    from lmlessons.course.models import tiny_gpt2
+
+    built: dict = {}
+
+    def build(dataset: str, *, pad_is_eos: bool = False, **sft_config):
+        key = (dataset, pad_is_eos, tuple(sorted(sft_config.items())))
+        if key not in built:
+            if dataset == "messages":
+                rows = [{"messages": e["prompt"] + e["completion"]} for e in sft_examples]
+            else:
+                rows = [
+                    {"prompt": e["prompt"], "completion": e["completion"]} for e in sft_examples
+                ]
+            tok = chat_tokenizer()
+            if pad_is_eos:
+                tok.pad_token = tok.eos_token
+            args = trl.SFTConfig(
+                output_dir=str(tmp_path_factory.mktemp("sft")),
+                report_to="none",
+                use_cpu=True,
+                **{"max_length": None, **sft_config},
+            )
+            built[key] = trl.SFTTrainer(
+                model=tiny_gpt2(tok, seed=0),
+                args=args,
+                train_dataset=datasets.Dataset.from_list(rows),
+                processing_class=tok,
+            )
+        return built[key]
+
+    return build
