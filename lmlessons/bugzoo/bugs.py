@@ -26,7 +26,7 @@ The roles (what each function is for, and the lesson that teaches it):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -34,16 +34,18 @@ import torch.nn.functional as F
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.answer_only import assistant_only_labels
 from lmlessons.collator import special_token_ids
-from lmlessons.course.models import _build, tiny_bert_config
+from lmlessons.course.models import seeded_model, tiny_bert_config
 from lmlessons.losses import clm_loss, mlm_loss
 from lmlessons.masking import mask_tokens
 from lmlessons.packing import flatten_documents
 from lmlessons.shifting import shift_labels
 
+if TYPE_CHECKING:
+    from transformers import Trainer
+
 __all__ = [
     "Batch",
     "pad_rows",
-    "seeded",
     "mask_fixed",
     "mask_special_tokens_too",
     "mask_every_token_a_target",
@@ -92,11 +94,6 @@ def model_logits(model: torch.nn.Module, batch: Batch) -> Tensor:
     a cache, transformers' mask ignores them)."""
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     return model(**inputs, use_cache=False).logits
-
-
-def seeded(model_class: str, config: Any, seed: int) -> Any:
-    """``transformers.<model_class>(config)`` initialised from ``seed`` (global RNG untouched)."""
-    return _build(model_class, config, seed)
 
 
 # --- mask ----------------------------------------------------------------------------------
@@ -185,12 +182,12 @@ def clm_batch_pad_is_eos(rows: list[list[int]], tokenizer: Any) -> Batch:
 
 def decoder_fixed(tokenizer: Any, seed: int) -> Any:
     config = tiny_bert_config(tokenizer, is_decoder=True)  # FIX: causal self-attention
-    return seeded("BertLMHeadModel", config, seed)
+    return seeded_model("BertLMHeadModel", config, seed)
 
 
 def decoder_without_is_decoder(tokenizer: Any, seed: int) -> Any:
     config = tiny_bert_config(tokenizer)  # BUG: is_decoder defaults to False: attends both ways
-    return seeded("BertLMHeadModel", config, seed)
+    return seeded_model("BertLMHeadModel", config, seed)
 
 
 # --- negatives -----------------------------------------------------------------------------
@@ -239,14 +236,14 @@ def mlm_loss_func(outputs: Any, labels: Tensor, num_items_in_batch: Any = None) 
     return mlm_loss(outputs.logits, labels, num_items_in_batch=num_items_in_batch)
 
 
-def trainer_fixed(**trainer_kwargs: Any) -> Any:
+def trainer_fixed(**trainer_kwargs: Any) -> Trainer:
     from transformers import Trainer
 
     loss_func = mlm_loss_func  # FIX: sum / num_items_in_batch, the step's count of targets
     return Trainer(**{**trainer_kwargs, "compute_loss_func": loss_func})
 
 
-def trainer_model_loss(**trainer_kwargs: Any) -> Any:
+def trainer_model_loss(**trainer_kwargs: Any) -> Trainer:
     from transformers import Trainer
 
     loss_func = None  # BUG: BertForMaskedLM's loss: drops num_items_in_batch, never divided by K

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,11 +27,14 @@ from lmlessons._checks import IGNORE_INDEX
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import EVAL_SEED, SEED, row_batches, sentence_rows
 from lmlessons.course.trainer_ga import (
-    _quiet_and_seeded,
     compare,
+    quiet_and_seeded,
     reference_gradient,
     trainer_gradient,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "WARMUP_STEPS",
@@ -113,7 +116,7 @@ def _trainer_arguments(output_dir: str, spec: Any, steps: int) -> Any:
 
 
 def train_with_trainer(
-    model: torch.nn.Module, spec: Any, documents: list[list[str]], tokenizer: Any, steps: int
+    model: PreTrainedModel, spec: Any, documents: list[list[str]], tokenizer: Any, steps: int
 ) -> dict[str, list]:
     """Train an MLM run with ``spec.trainer(...)``: ``steps`` steps of ``spec.batch_size``
     sentences of ``documents`` (drawn as the other runs draw them), each step in
@@ -124,7 +127,7 @@ def train_with_trainer(
     stream = row_batches(sentence_rows(documents, tokenizer), spec.batch_size, g)
     data = [{"input_ids": row} for _ in range(steps) for row in next(stream)]
     counts: list[int] = []
-    with tempfile.TemporaryDirectory() as out, _quiet_and_seeded():
+    with tempfile.TemporaryDirectory() as out, quiet_and_seeded():
         trainer = spec.trainer(
             model=model,
             args=_trainer_arguments(out, spec, steps),
@@ -145,7 +148,7 @@ def train_with_trainer(
 
 
 def trainer_one_step_check(
-    model: torch.nn.Module, spec: Any, documents: list[list[str]], tokenizer: Any
+    model: PreTrainedModel, spec: Any, documents: list[list[str]], tokenizer: Any
 ) -> dict[str, float]:
     """One ``Trainer`` step (learning rate 0) of the trained ``model`` on the first step's
     sentences in ``spec.micro_batches`` micro-batches, with the run's ``trainer`` and with the
@@ -163,10 +166,10 @@ def trainer_one_step_check(
         out = {}
         for key, factory in (("this_run", spec.trainer), ("with_the_fix", bugs.trainer_fixed)):
             grads = trainer_gradient(
-                cast(Any, copy.deepcopy(model)),
+                copy.deepcopy(model),
                 batch,
                 gradient_accumulation_steps=spec.micro_batches,
-                trainer_class=cast(Any, factory),  # called with the Trainer's keywords, as a class
+                trainer_class=factory,  # called with the Trainer's keywords, as the class would be
             )
             out[f"norm_{key}"], out[key] = compare(grads, reference)
     return out

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_int
-from lmlessons.course.batches import nsp_batches
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
     SEED,
@@ -50,9 +49,14 @@ from lmlessons.bugzoo.data import (
 )
 from lmlessons.bugzoo.loops import train_loop, train_with_trainer, trainer_one_step_check
 from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure
+from lmlessons.course.batches import nsp_batches
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
+from lmlessons.course.trainer_ga import TrainerFactory
 from lmlessons.shifting import shift_labels
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "RunSpec",
@@ -86,7 +90,7 @@ class RunSpec:
     decoder: Callable[..., Any] | None = None  # "clm": None builds a tiny GPT-2
     accumulate: Callable[..., Any] = bugs.accumulate_fixed
     negatives: Callable[..., Any] = bugs.negatives_fixed
-    trainer: Callable[..., Any] | None = None  # "mlm": None trains with train_loop
+    trainer: TrainerFactory | None = None  # "mlm": None trains with train_loop
     answer_labels: Callable[..., Any] = bugs.answer_labels_fixed
     chat_batch: Callable[..., Any] = bugs.chat_batch_fixed
 
@@ -163,7 +167,7 @@ def model_family(run_id: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _model(spec: RunSpec, tokenizer: Any) -> torch.nn.Module:
+def _model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
     if spec.family == "clm":
         if spec.decoder is not None:
             return spec.decoder(tokenizer, spec.init_seed)
@@ -181,7 +185,7 @@ def _model(spec: RunSpec, tokenizer: Any) -> torch.nn.Module:
     return model
 
 
-def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+def _without_dropout(model: PreTrainedModel) -> PreTrainedModel:
     """``model`` with every dropout off (the gpt2 checkpoint was trained with 0.1): a run then
     depends on its batches only, and two runs differ by their one change."""
     for module in model.modules():

@@ -26,9 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.causality import prefix_loss
-from lmlessons.collator import special_token_ids
-from lmlessons.course.batches import nsp_batches
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
     EVAL_BATCH_SIZE,
@@ -38,6 +35,9 @@ from lmlessons.bugzoo.data import (
     prompt_length,
     sentence_rows,
 )
+from lmlessons.causality import prefix_loss
+from lmlessons.collator import special_token_ids
+from lmlessons.course.batches import nsp_batches
 from lmlessons.course.training import evaluate
 from lmlessons.sampling import sample
 

@@ -42,6 +42,7 @@ __all__ = [
     "tiny_bert_pretraining",
     "tiny_bert_lm_head",
     "tiny_gpt2",
+    "seeded_model",
     "count_parameters",
 ]
 
@@ -136,8 +137,10 @@ def tiny_gpt2_config(
     )
 
 
-def _build(model_class: str, config: Any, seed: int) -> Any:
-    """Initialise ``model_class(config)`` from ``seed`` without touching the global RNG state."""
+def seeded_model(model_class: str, config: Any, seed: int) -> Any:
+    """``transformers.<model_class>(config)`` (e.g. ``"BertLMHeadModel"``) with the initial weights
+    of ``torch.manual_seed(seed)``, the global random state left as it was (what every factory
+    here builds with)."""
     seed = check_int("seed", seed)
     import transformers
 
@@ -151,7 +154,7 @@ def tiny_bert_mlm(
     tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
 ) -> BertForMaskedLM:
     """A tiny ``BertForMaskedLM``; ``config`` keywords go to :func:`tiny_bert_config`."""
-    return _build("BertForMaskedLM", tiny_bert_config(tokenizer, **config), seed)
+    return seeded_model("BertForMaskedLM", tiny_bert_config(tokenizer, **config), seed)
 
 
 def tiny_bert_pretraining(
@@ -159,7 +162,7 @@ def tiny_bert_pretraining(
 ) -> BertForPreTraining:
     """A tiny ``BertForPreTraining`` (MLM + NSP heads). Note: transformers only returns its
     ``loss`` when *both* ``labels`` and ``next_sentence_label`` are given."""
-    return _build("BertForPreTraining", tiny_bert_config(tokenizer, **config), seed)
+    return seeded_model("BertForPreTraining", tiny_bert_config(tokenizer, **config), seed)
 
 
 def tiny_bert_lm_head(
@@ -173,7 +176,7 @@ def tiny_bert_lm_head(
     builds the leaky decoder (bidirectional attention, next-token labels), on purpose."""
     if not isinstance(is_decoder, bool):
         raise TypeError(f"is_decoder must be a bool, got {type(is_decoder).__name__}")
-    return _build(
+    return seeded_model(
         "BertLMHeadModel", tiny_bert_config(tokenizer, is_decoder=is_decoder, **config), seed
     )
 
@@ -182,7 +185,7 @@ def tiny_gpt2(
     tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
 ) -> GPT2LMHeadModel:
     """A tiny ``GPT2LMHeadModel``; ``config`` keywords go to :func:`tiny_gpt2_config`."""
-    return _build("GPT2LMHeadModel", tiny_gpt2_config(tokenizer, **config), seed)
+    return seeded_model("GPT2LMHeadModel", tiny_gpt2_config(tokenizer, **config), seed)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

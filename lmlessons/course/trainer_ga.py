@@ -43,7 +43,7 @@ from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
 from lmlessons.masking import mask_tokens
 
 if TYPE_CHECKING:  # importing transformers' Trainer takes seconds: imported on first use
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 __all__ = [
     "MODELS",
@@ -54,8 +54,14 @@ __all__ = [
     "reference_gradient",
     "trainer_gradient",
     "compare",
+    "quiet_and_seeded",
+    "TrainerFactory",
     "measure",
 ]
+
+#: What builds a ``Trainer`` from the ``Trainer``'s keyword arguments: ``transformers.Trainer``,
+#: a subclass, or a function returning one (e.g. with its own ``compute_loss_func``).
+TrainerFactory = Callable[..., "Trainer"]
 
 MODELS = ("BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel", "GPT2LMHeadModel")
 CAUSAL = ("BertLMHeadModel", "GPT2LMHeadModel")
@@ -167,9 +173,10 @@ def compare(
 
 
 @contextlib.contextmanager
-def _quiet_and_seeded() -> Iterator[None]:
-    """transformers' logging at error level, one torch thread, and the global random states left
-    as they were (the ``Trainer`` seeds Python's, NumPy's and torch's generators)."""
+def quiet_and_seeded() -> Iterator[None]:
+    """A context in which to build and train a ``Trainer``: transformers' logging at error level,
+    one torch thread, and the global random states left as they were on leaving it (the
+    ``Trainer`` seeds Python's, NumPy's and torch's generators)."""
     import numpy as np
     from transformers.utils import logging as hf_logging
 
@@ -189,6 +196,9 @@ def _quiet_and_seeded() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+_quiet_and_seeded = quiet_and_seeded  # the former name, still imported by tests/test_claims_08.py
 
 
 def _course_loss_trainer() -> type:
@@ -236,10 +246,11 @@ def trainer_gradient(
     *,
     gradient_accumulation_steps: int,
     compute_loss_func: Callable[..., torch.Tensor] | None = None,
-    trainer_class: type | None = None,
+    trainer_class: TrainerFactory | None = None,
 ) -> list[torch.Tensor]:
     """The gradient of one real ``Trainer`` step over ``inputs`` (B rows) in
-    ``gradient_accumulation_steps`` micro-batches of B / K rows, read before the optimizer step."""
+    ``gradient_accumulation_steps`` micro-batches of B / K rows, read before the optimizer step;
+    ``trainer_class`` builds the ``Trainer`` (default: ``transformers.Trainer``)."""
     from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
     steps = check_int("gradient_accumulation_steps", gradient_accumulation_steps, minimum=1)
@@ -253,7 +264,7 @@ def trainer_gradient(
             grads.extend(_grad(p) for p in kwargs["model"].parameters())
 
     dataset = [{k: v[i] for k, v in inputs.items()} for i in range(rows)]
-    with tempfile.TemporaryDirectory() as out, _quiet_and_seeded():
+    with tempfile.TemporaryDirectory() as out, quiet_and_seeded():
         args = TrainingArguments(
             output_dir=out,
             per_device_train_batch_size=rows // steps,
@@ -306,7 +317,7 @@ def measure(
         "GPT2LMHeadModel": models.tiny_gpt2,
     }[model_name]
     inputs = model_inputs(model_name, batch)
-    with _quiet_and_seeded():
+    with quiet_and_seeded():
         reference = reference_gradient(factory(tokenizer, seed=seed), inputs)
         model: Any = factory(tokenizer, seed=seed)
     if fix == "accepts_loss_kwargs=False":
