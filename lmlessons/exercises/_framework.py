@@ -5,15 +5,17 @@ generated ones that reach the corners) and its *diagnoses* (functions that look 
 case observed and name the mistake). Everything else is here:
 
 - calling the learner's function on *copies* of the arguments, and reporting ``modifies_input``
-  if the copies changed;
+  if the copies changed; a tokenizer is passed itself (a deep copy is slow) and its
+  :func:`tokenizer_state` compared before and after the call instead;
 - ``NotImplementedError`` (or ``None``) on the first call means "not attempted yet"; any other
   exception is reported with its type, message and the learner's line (no file paths);
 - hiding what the function prints and its warnings;
 - recording use of the global random generators (``uses_global_rng`` for random exercises);
 - the time limit (``too_slow``), measured on the learner's calls only;
 - comparing the structure, shape and dtype of a result with the reference's on the same case
-  (``wrong_type``, ``wrong_keys``, ``wrong_shape``, ``wrong_dtype``), then its values
-  (``wrong_value``: the case, expected vs. got);
+  (``wrong_type``, ``wrong_keys``, ``wrong_shape``, ``wrong_dtype``);
+- what a case verifies (:attr:`Case.ok`) travels with the case: :meth:`Runner.passed` records it
+  under "What was checked" once the checker has held the case's result to its rules;
 - the generator contract of random exercises (``not_deterministic``, ``ignores_generator``);
 - :func:`on_empty`: whether an exception is the kind an empty selection raises;
 - :func:`first_broken`: the first of a result's rules (bool masks of the entries breaking each)
@@ -33,9 +35,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import inspect
 import io
+import json
 import math
+import os
 import random
 import time
 import traceback
@@ -50,8 +55,12 @@ import torch
 
 from lmlessons.exercises.content import load
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+#: Frames in these folders are not the learner's: the whole ``lmlessons`` package (its core
+#: validators too, which an editable install keeps outside ``site-packages``) and torch.
+NOT_THE_LEARNERS = (
+    str(Path(__file__).resolve().parents[1]) + os.sep,
+    str(Path(torch.__file__).resolve().parent) + os.sep,
+)
 
 #: Seconds the learner's calls of one check may take together. The hidden cases are tiny: a
 #: correct function needs well under a second even on a slow laptop.
@@ -86,12 +95,15 @@ class NotAttempted(Exception):
 @dataclass(frozen=True)
 class Case:
     """One call of the learner's function: ``label`` says in words what is passed (messages
-    quote it), ``args`` and ``kwargs`` are passed as copies."""
+    quote it), ``args`` and ``kwargs`` are passed as copies. ``ok``: what a correct result on
+    this case verifies, shown under "What was checked" (empty: nothing the earlier cases did not
+    already show)."""
 
     label: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None  # random exercises: each call gets ``generator`` seeded with it
+    ok: str = ""
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]]:
         """Fresh copies of the arguments (and a freshly seeded generator) for one call."""
@@ -105,12 +117,12 @@ class Case:
 
 
 def _learner_frame(exc: BaseException) -> str:
-    """'in `f`, line 3: `x = y[0]`' for the deepest frame outside torch and this package."""
+    """'in `f`, line 3: `x = y[0]`' for the deepest frame outside torch, ``lmlessons`` and
+    the installed libraries."""
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith((_PACKAGE_DIR, _TORCH_DIR))
-        and "site-packages" not in f.filename
+        if not f.filename.startswith(NOT_THE_LEARNERS) and "site-packages" not in f.filename
     ]
     if not frames:
         return ""
@@ -153,7 +165,8 @@ def isolated(seed: int = 20240) -> Iterator[None]:
 
     One thread: the cases are tiny, and on a busy laptop the thread pool's start-up costs more
     than the arithmetic."""
-    saved, threads = _rng_state(), torch.get_num_threads()
+    saved = _rng_state()
+    threads = torch.get_num_threads()
     try:
         torch.manual_seed(seed)
         random.seed(seed)
@@ -176,7 +189,49 @@ def _copy(value: Any) -> Any:
         return value.detach().clone().requires_grad_(value.requires_grad)
     if isinstance(value, torch.Generator):
         return value  # the learner must draw from the very generator passed
+    if is_tokenizer(value):
+        return value  # slow to copy: compared by its state before and after the call instead
     return copy.deepcopy(value)
+
+
+def is_tokenizer(value: Any) -> bool:
+    """A transformers tokenizer, or an object standing in for one (delegating to one)."""
+    needs = ("special_tokens_map", "init_kwargs", "convert_tokens_to_ids")
+    return not isinstance(value, (torch.Tensor, Mapping, list, tuple, str)) and all(
+        hasattr(value, name) for name in needs
+    )
+
+
+def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
+    """What a learner's function must leave as it was: the special tokens and their ids, the
+    chat template, the padding and truncation sides, the vocabulary (added tokens included),
+    ``init_kwargs`` and, hashed, the backend's vocabulary and pipeline (its padding and
+    truncation settings left out: encoding with ``padding=True`` sets them, harmlessly)."""
+    state = {
+        "special_tokens_map": dict(tokenizer.special_tokens_map),
+        "all_special_ids": list(tokenizer.all_special_ids),
+        "chat_template": tokenizer.chat_template,
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        "model_max_length": tokenizer.model_max_length,
+        "vocab_size": len(tokenizer.get_vocab()),  # added tokens included
+        "added_tokens": {i: repr(t) for i, t in tokenizer.added_tokens_decoder.items()},
+        "init_kwargs": repr(sorted(tokenizer.init_kwargs.items())),
+    }
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        pipeline = json.loads(backend.to_str())
+        pipeline.pop("padding", None)
+        pipeline.pop("truncation", None)
+        text = json.dumps(pipeline, sort_keys=True)
+        state["backend"] = hashlib.sha256(text.encode()).hexdigest()
+    return state
+
+
+def _state(value: Any) -> Any:
+    """What must not change during a call: a tokenizer's :func:`tokenizer_state` (the learner
+    gets the tokenizer itself), any other argument itself (the learner gets a copy of it)."""
+    return tokenizer_state(value) if is_tokenizer(value) else value
 
 
 def same(a: Any, b: Any) -> bool:
@@ -210,18 +265,19 @@ def _kind(value: Any) -> str:
 
 def first_difference(got: torch.Tensor, expected: torch.Tensor, atol: float = 0.0) -> str:
     """'7 of 24 entries differ; first at (0, 3): expected 5, got -100'."""
-    g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
+    g = got.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
     bad = ~torch.isclose(g, e, rtol=0.0, atol=atol, equal_nan=True)
     where = tuple(int(i) for i in bad.nonzero()[0]) if bad.any() else ()
     at = where[0] if len(where) == 1 else where
-    fmt = (
-        (lambda t: f"{t[where].item():.6g}")
-        if got.is_floating_point()
-        else (lambda t: str(t[where].item()))
-    )
+
+    def show(t: torch.Tensor) -> str:
+        value = t[where].item()
+        return f"{value:.6g}" if got.is_floating_point() else str(value)
+
     head = f"{int(bad.sum())} of {bad.numel()} entries differ; " if bad.numel() > 1 else ""
     at_text = f"first at {at}: " if where else ""
-    return f"{head}{at_text}expected {fmt(expected)}, got {fmt(got)}"
+    return f"{head}{at_text}expected {show(expected)}, got {show(got)}"
 
 
 # --------------------------------------------------------------------------- the runner
@@ -239,9 +295,14 @@ class Runner:
         random: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.exercise, self.fn, self.reference = exercise, fn, reference
-        self.random, self.clock = random, clock
-        self.calls, self.seconds, self.printed = 0, 0.0, False
+        self.exercise = exercise
+        self.fn = fn
+        self.reference = reference
+        self.random = random
+        self.clock = clock
+        self.calls = 0
+        self.seconds = 0.0
+        self.printed = False
         self.passed: list[str] = []
         self.names = tuple(inspect.signature(reference).parameters)
         self.rng_used: str | None = None
@@ -251,6 +312,11 @@ class Runner:
     def ok(self, what: str) -> None:
         """Record a promise verified (shown under "What was checked")."""
         self.passed.append(what)
+
+    def passed_case(self, case: Case) -> None:
+        """Record what ``case`` verifies (:attr:`Case.ok`), once its result has been checked."""
+        if case.ok:
+            self.ok(case.ok)
 
     def expected(self, case: Case) -> Any:
         """The reference's result on ``case`` (on copies; a seeded generator is re-seeded)."""
@@ -269,11 +335,13 @@ class Runner:
         ``explain(exc)`` may name the mistake code behind an exception (e.g. -100 labels used as
         class ids); otherwise an exception is ``raised_exception``. ``via(fn, *args, **kwargs)``,
         if given, calls the learner's ``fn`` in its own way (e.g. once per simulated rank)."""
-        first, self.calls = self.calls == 0, self.calls + 1
+        first = self.calls == 0
+        self.calls += 1
         args, kwargs = case.arguments()
         self.last = (args, kwargs)
-        out = self._guarded(case, first, args, kwargs, explain, via)
-        self._check_inputs(case, args, kwargs)  # before None: an in-place edit returns None
+        before = _Inputs(case, self.names)
+        out = self._guarded(case, first, before, explain, via)
+        before.check_unchanged(case, args, kwargs)  # before None: an in-place edit returns None
         if self.rng_used:
             raise Mistake(
                 "uses_global_rng",
@@ -289,12 +357,14 @@ class Runner:
         self,
         case: Case,
         first: bool,
-        args: list[Any],
-        kwargs: dict[str, Any],
+        before: _Inputs,
         explain: Any,
         via: Any = None,
     ) -> Any:
-        sink, before, start = io.StringIO(), _rng_state(), self.clock()
+        args, kwargs = self.last
+        sink = io.StringIO()
+        rng_before = _rng_state()
+        start = self.clock()
         fn = self.fn if via is None else functools.partial(via, self.fn)
         try:
             with (
@@ -305,24 +375,19 @@ class Runner:
                 warnings.simplefilter("ignore")
                 out = fn(*args, **kwargs)
         except NotImplementedError as exc:
-            if first and not _changed(case, args, kwargs, self.names):
+            if first and before.changed(args, kwargs) is None:
                 raise NotAttempted() from None
             raise self._exception_mistake(exc, case, explain) from None
         except Exception as exc:  # the learner's bug, reported, never re-raised
-            self._check_inputs(case, args, kwargs)
+            before.check_unchanged(case, args, kwargs)
             raise self._exception_mistake(exc, case, explain) from None
         finally:
             self.printed |= bool(sink.getvalue())
             self.seconds += self.clock() - start
         if self.seconds > TIME_LIMIT:
             raise Mistake("too_slow", f"{self.calls} calls took {self.seconds:.0f} s.")
-        self.rng_used = _rng_used(before) if self.random else None
+        self.rng_used = _rng_used(rng_before) if self.random else None
         return out
-
-    def _check_inputs(self, case: Case, args: list[Any], kwargs: dict[str, Any]) -> None:
-        name = _changed(case, args, kwargs, self.names)
-        if name:
-            raise Mistake("modifies_input", f"On {case.label}, `{name}` changed during the call.")
 
     def _exception_mistake(self, exc: BaseException, case: Case, explain: Any) -> Mistake:
         code = (explain(exc) if explain is not None else None) or "raised_exception"
@@ -371,26 +436,6 @@ class Runner:
             for i, (g, e) in enumerate(zip(got, expected)):
                 self.compare(case, g, e, f"{what}[{i}]")
 
-    def against_reference(
-        self,
-        cases: Iterable[Case],
-        *,
-        diagnose: Callable[[Case, Any, Any], Mistake | None] = lambda case, got, exp: None,
-        equal: Callable[[Any, Any], bool] = same,
-        explain: Callable[[BaseException], str | None] | None = None,
-    ) -> int:
-        """Compare the learner with the reference on every case: structure first, then
-        ``equal``. On a difference ``diagnose(case, got, expected)`` may name the mistake; else
-        ``wrong_value`` says where they differ. Returns the number of cases."""
-        n = 0
-        for case in cases:
-            got, expected = self.call(case, explain=explain), self.expected(case)
-            self.compare(case, got, expected)
-            if not equal(got, expected):
-                raise diagnose(case, got, expected) or self.differs(case, got, expected)
-            n += 1
-        return n
-
     def gradients(self, case: Case, got: torch.Tensor) -> None:
         """``detached`` if ``got`` (the learner's result on ``case``, the last call) has no
         graph; ``wrong_gradient`` where its gradient with respect to an argument that requires
@@ -413,10 +458,6 @@ class Runner:
                     "wrong_gradient",
                     f"On {case.label}, the gradient with respect to `{name}`: {where}.",
                 )
-
-    def differs(self, case: Case, got: Any, expected: Any, what: str = "the result") -> Mistake:
-        """``wrong_value``: the case, and where ``got`` first differs from ``expected``."""
-        return Mistake("wrong_value", f"On {case.label}, {what}: {_where(got, expected, what)}")
 
     # ------------------------------------------------------------------ random exercises
 
@@ -443,18 +484,33 @@ class Runner:
         self.ok("uses `generator` for every draw: one seed, one result; `generator=None` works")
 
 
-def _changed(
-    case: Case, args: list[Any], kwargs: dict[str, Any], names: tuple[str, ...]
-) -> str | None:
-    """The name of the first argument that differs from ``case``'s original (``names``: the
-    reference's parameter names)."""
-    for i, (original, now) in enumerate(zip(case.args, args)):
-        if not same(now, original):
-            return names[i] if i < len(names) else f"argument {i + 1}"
-    for key, original in case.kwargs.items():
-        if not isinstance(original, torch.Generator) and not same(kwargs[key], original):
-            return key
-    return None
+class _Inputs:
+    """The arguments of one call as they were before it: the case's originals (the learner gets
+    copies) and the state of every tokenizer (the learner gets the tokenizer itself)."""
+
+    def __init__(self, case: Case, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.args = [_state(a) for a in case.args]
+        self.kwargs = {
+            k: _state(v) for k, v in case.kwargs.items() if not isinstance(v, torch.Generator)
+        }
+
+    def changed(self, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+        """The name of the first argument that is not as it was (``names``: the reference's
+        parameter names), or None."""
+        for i, (before, now) in enumerate(zip(self.args, args)):
+            if not same(_state(now), before):
+                return self.names[i] if i < len(self.names) else f"argument {i + 1}"
+        for key, before in self.kwargs.items():
+            if not same(_state(kwargs[key]), before):
+                return key
+        return None
+
+    def check_unchanged(self, case: Case, args: list[Any], kwargs: dict[str, Any]) -> None:
+        """``modifies_input`` naming the first argument the call changed."""
+        name = self.changed(args, kwargs)
+        if name:
+            raise Mistake("modifies_input", f"On {case.label}, `{name}` changed during the call.")
 
 
 def on_empty(exc: BaseException) -> bool:
@@ -494,16 +550,3 @@ def _leaf(value: Any) -> bool:
 def _numbers(seq: Any) -> bool:
     """A list or tuple of plain numbers (token ids): its length is a value, not structure."""
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in seq)
-
-
-def _where(got: Any, expected: Any, what: str) -> str:
-    """Where nested ``got`` first differs from ``expected`` (same structure assumed)."""
-    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
-        return first_difference(got, expected)
-    if isinstance(expected, Mapping):
-        key = next(k for k in expected if not same(got[k], expected[k]))
-        return f"[{key!r}] " + _where(got[key], expected[key], what)
-    if isinstance(expected, (tuple, list)):
-        i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not same(g, e))
-        return f"[{i}] " + _where(got[i], expected[i], what)
-    return f"expected {expected!r}, got {got!r}"

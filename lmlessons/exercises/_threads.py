@@ -30,7 +30,8 @@ class Group:
     """A process group of ``world_size`` threads: ``all_reduce`` sums a tensor over them."""
 
     def __init__(self, world_size: int, timeout: float = TIMEOUT) -> None:
-        self.world_size, self.timeout = world_size, timeout
+        self.world_size = world_size
+        self.timeout = timeout
         self.cond = threading.Condition()
         self.slots: dict[int, list[torch.Tensor | None]] = {}  # call number -> one per rank
         self.calls = [0] * world_size
@@ -48,13 +49,7 @@ class Group:
             slot = self.slots.setdefault(k, [None] * self.world_size)
             slot[rank] = tensor.detach().clone()
             self.cond.notify_all()
-
-            def ready() -> bool:
-                return all(t is not None for t in slot) or any(
-                    self.done[r] and self.calls[r] <= k for r in range(self.world_size)
-                )
-
-            self.cond.wait_for(ready, self.timeout)
+            self.cond.wait_for(lambda: self.over(k), self.timeout)
             if not all(t is not None for t in slot):
                 waiting = [r for r in range(self.world_size) if slot[r] is not None]
                 raise MismatchedAllReduce(
@@ -66,6 +61,14 @@ class Group:
             with torch.no_grad():
                 tensor.copy_(total)
         return total
+
+    def over(self, k: int) -> bool:
+        """Is waiting in call ``k`` (from 0) over: every rank has reached it, or a rank that
+        has not has already returned (it never will)?"""
+        slot = self.slots.get(k, [None] * self.world_size)
+        if all(t is not None for t in slot):
+            return True
+        return any(self.done[r] and self.calls[r] <= k for r in range(self.world_size))
 
     def finish(self, rank: int) -> None:
         with self.cond:
@@ -79,7 +82,8 @@ def ranks(
     """``fn(logits[r], labels[r], all_reduce=..., world_size=W)`` on W threads sharing one
     :class:`Group`: the ranks' results (None if every rank returned None). A rank's exception is
     raised here, the first crash rather than the waits it causes on the other ranks."""
-    W, group = len(logits), Group(len(logits))
+    W = len(logits)
+    group = Group(W)
     results: list[Any] = [None] * W
     errors: list[BaseException | None] = [None] * W
 

@@ -6,6 +6,7 @@ turn; two; three (word pieces); the same answer twice; 12 seeded conversations o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -20,75 +21,120 @@ SIGNATURE = (
     "assistant_labels(tokenizer, messages) -> labels   # (T,): a list of ids or a 1-D "
     "LongTensor, -100 off the assistant's tokens"
 )
-_TAGS = ("{% generation %}", "{% endgeneration %}")
-PLAIN_TEMPLATE = CHAT_TEMPLATE.replace(_TAGS[0], "").replace(_TAGS[1], "")
+
+
+def without_generation_tags(template: str) -> str:
+    """``template`` without its ``{% generation %}`` and ``{% endgeneration %}`` tags."""
+    return template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+
+
+PLAIN_TEMPLATE = without_generation_tags(CHAT_TEMPLATE)
 OTHER_TEMPLATE = (  # bos_token opens each user turn, "reply:" heads an answer
     "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token }} question: "
     "{{ m['content'] }} {% else %}reply: {% generation %}{{ m['content'] }} {{ eos_token }}"
     "{% endgeneration %} {% endif %}{% endfor %}{% if add_generation_prompt %}reply:{% endif %}"
 )
-OK = {
-    0: "one label per token; the answer and its end-of-turn token are the targets",
-    2: "every assistant turn of a conversation, none of the user's or the headers",
-    15: "equal to transformers' assistant mask on 12 random conversations of 1 to 3 turns",
-    17: "the same on a tokenizer with other ids and on another chat template",
-}
 
 
 class ChatTokenizer:
-    """The learner's tokenizer: its template without the tags (``reference`` keeps them)."""
+    """The learner's tokenizer: its template without the tags (``reference`` keeps them).
+
+    It stands in for the tokenizer it wraps: attributes are read from it and set on it (a
+    learner's ``tokenizer.pad_token = tokenizer.eos_token`` changes the wrapped tokenizer, which
+    the runner's ``modifies_input`` check sees). ``relies``: the mistake code of an attempt that
+    is right on the course tokenizer and wrong on this one."""
+
+    _OWN = ("reference", "_tokenizer", "relies")
 
     def __init__(self, template: str = CHAT_TEMPLATE, relies: Any = None, **special: str) -> None:
-        self.reference, self._tokenizer, self.relies = chat_tokenizer(), chat_tokenizer(), relies
-        new: Any = special.pop("new_token", [])
-        for tok in (self.reference, self._tokenizer):
-            tok.add_tokens(new)
-            tok.add_special_tokens(dict(special))  # existing tokens in new roles: no new ids
-            tok.chat_template = template
-        self._tokenizer.chat_template = template.replace(_TAGS[0], "").replace(_TAGS[1], "")
+        self.reference = chat_tokenizer()
+        self._tokenizer = chat_tokenizer()
+        self.relies = relies
+        new_tokens: Any = special.pop("new_token", [])
+        for tokenizer in (self.reference, self._tokenizer):
+            tokenizer.add_tokens(new_tokens)
+            tokenizer.add_special_tokens(dict(special))  # existing tokens in new roles: no new ids
+            tokenizer.chat_template = template
+        self._tokenizer.chat_template = without_generation_tags(template)
 
     def __getattr__(self, name: str) -> Any:
+        if name in self._OWN:  # not set yet (a copy being built): no delegation
+            raise AttributeError(name)
         return getattr(self._tokenizer, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._tokenizer, name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._tokenizer(*args, **kwargs)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> ChatTokenizer:
-        return self
-
 
 def _turns(*pairs: tuple[str, str]) -> list[dict[str, str]]:
-    return [{"role": r, "content": t} for p in pairs for r, t in zip(("user", "assistant"), p)]
+    """A conversation from ``(question, answer)`` pairs."""
+    messages = []
+    for question, answer in pairs:
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": answer})
+    return messages
 
 
 def _cases(tokenizer: ChatTokenizer) -> list[Case]:
+    """The hand-written cases, the generated ones, then two other tokenizers."""
     three = _turns(
         ("Which topic? Seeds grow.", "gardening"),
         ("First three words? A cat sat on the mat.", "a cat sat"),
         ("Which topic? The band played.", "music"),
     )
     two = _turns(("First word? The sea was calm.", "the"), ("Which topic? Boats sail.", "sea"))
-    written = {
-        "one question and its answer": _turns(("Which topic? The dog ran home.", "animals")),
-        "two turns": two,
-        "three turns, one answer of several words and one of word pieces": three,
-        "two turns, the same answer twice": _turns(("First word? The sun rose.", "the")) * 2,
-    }
-    cases = [
-        Case(f"hidden case {i + 1} ({k})", (tokenizer, m))
-        for i, (k, m) in enumerate(written.items())
+    same_answer = _turns(("First word? The sun rose.", "the")) * 2
+    other_ids = ChatTokenizer(
+        relies="hard_coded_special_ids", new_token="assistant", eos_token="[MASK]"
+    )
+    other_template = ChatTokenizer(
+        OTHER_TEMPLATE, "wrong_value", bos_token="[SEP]", eos_token="[UNK]"
+    )
+    return [
+        Case(
+            "hidden case 1 (one question and its answer)",
+            (tokenizer, _turns(("Which topic? The dog ran home.", "animals"))),
+            ok="one label per token; the answer and its end-of-turn token are the targets",
+        ),
+        Case("hidden case 2 (two turns)", (tokenizer, two)),
+        Case(
+            "hidden case 3 (three turns, one answer of several words and one of word pieces)",
+            (tokenizer, three),
+            ok="every assistant turn of a conversation, none of the user's or the headers",
+        ),
+        Case("hidden case 4 (two turns, the same answer twice)", (tokenizer, same_answer)),
+        *_generated(tokenizer),
+        Case(
+            "hidden case 5 (other ids: 'assistant' is one token, [MASK] ends a turn)",
+            (other_ids, three),
+        ),
+        Case(
+            "hidden case 6 (another template: [SEP] question: ... reply: ... [UNK])",
+            (other_template, three),
+            ok="the same on a tokenizer with other ids and on another chat template",
+        ),
     ]
-    pool, g = instruction_set("validation"), torch.Generator().manual_seed(10)
-    for i in range(12):
-        n = int(torch.randint(1, 4, (), generator=g))
-        picks = torch.randint(len(pool), (n,), generator=g).tolist()
+
+
+def _generated(tokenizer: ChatTokenizer, n: int = 12) -> list[Case]:
+    """``n`` seeded conversations of 1 to 3 turns from the held-out instruction set."""
+    pool = instruction_set("validation")
+    g = torch.Generator().manual_seed(10)
+    cases = []
+    for i in range(n):
+        turns = int(torch.randint(1, 4, (), generator=g))
+        picks = torch.randint(len(pool), (turns,), generator=g).tolist()
         messages = [m for j in picks for m in pool[j]["prompt"] + pool[j]["completion"]]
-        cases.append(Case(f"generated case {i + 1} (turns: {n})", (tokenizer, messages)))
-    ids = ChatTokenizer(relies="hard_coded_special_ids", new_token="assistant", eos_token="[MASK]")
-    text = ChatTokenizer(OTHER_TEMPLATE, "wrong_value", bos_token="[SEP]", eos_token="[UNK]")
-    a = "hidden case 5 (other ids: 'assistant' is one token, [MASK] ends a turn)"
-    b = "hidden case 6 (another template: [SEP] question: ... reply: ... [UNK])"
-    return [*cases, Case(a, (ids, three)), Case(b, (text, three))]
+        cases.append(Case(f"generated case {i + 1} (turns: {turns})", (tokenizer, messages)))
+    ok = f"equal to transformers' assistant mask on {n} random conversations of 1 to 3 turns"
+    cases[-1] = replace(cases[-1], ok=ok)  # said once all of them passed
+    return cases
 
 
 def _expected(messages: list[dict[str, str]], reference: Any = None) -> tuple[list[int], list[int]]:
@@ -109,42 +155,56 @@ def _as_list(run: Runner, case: Case, got: Any, want: list[int]) -> list[int]:
     return got.tolist()
 
 
+def _targets(labels: list[int]) -> list[int]:
+    """The positions whose label is not -100."""
+    return [i for i, label in enumerate(labels) if label != IGNORE_INDEX]
+
+
 def _diagnose(case: Case, ids: list[int], got: list[int], want: list[int]) -> Mistake:
     """The mistake ``got`` shows against the labels ``want`` of the tokens ``ids``."""
-    tok, n = case.args[0], len(ids)
-    targets, answer = ([i for i, x in enumerate(v) if x != IGNORE_INDEX] for v in (got, want))
-    last = [i for i in answer if i > max(j for j, t in enumerate(want) if t == IGNORE_INDEX)]
-    inverted = [IGNORE_INDEX if t in answer else ids[t] for t in range(n)]
+    tokenizer = case.args[0]
+    n = len(ids)
+    targets = _targets(got)
+    answer = _targets(want)
+    last_prompt = max(i for i, label in enumerate(want) if label == IGNORE_INDEX)
+    last = [i for i in answer if i > last_prompt]
+    inverted = [IGNORE_INDEX if i in answer else ids[i] for i in range(n)]
     kept = len(targets) == n and all(got[i] == want[i] for i in answer)
-    no_eos = [i for i in answer if ids[i] != tok.eos_token_id]
+    no_eos = [i for i in answer if ids[i] != tokenizer.eos_token_id]
+    shifted = got[1:] == want[:-1] or got[:-1] == want[1:]
+    booleans = [int(label != IGNORE_INDEX) for label in want]
     shown = f"your targets are at positions {targets}; expected {answer}"
-    rules = [  # (observed, code, what was observed), the first that holds names the mistake
-        # ``relies``: the code of an attempt right on the course tokenizer, wrong on this one
-        (tok.relies, tok.relies, f"{shown}; right on the course tokenizer, not on this one"),
-        (got == [int(w != IGNORE_INDEX) for w in want], "labels_are_boolean_mask", "0s and 1s"),
+    rules = [  # (observed, code, what was observed): the first that holds names the mistake
+        (
+            tokenizer.relies,
+            tokenizer.relies,
+            f"{shown}; right on the course tokenizer, not on this one",
+        ),
+        (got == booleans, "labels_are_boolean_mask", "0s and 1s"),
         (not targets, "no_targets", f"every label is -100; {shown}"),
         (got == ids, "trains_on_prompt", f"every token is a target ({n} of them)"),
         (got == inverted, "trains_on_prompt", f"{shown}: the prompt is, no answer token is"),
         (kept, "labels_not_ignored", f"no label is -100; the others are {set(got) - set(want)}"),
-        (got[1:] == want[:-1] or got[:-1] == want[1:], "labels_shifted", f"{shown}: one place off"),
+        (shifted, "labels_shifted", f"{shown}: one place off"),
         (targets == no_eos, "drops_end_of_turn", f"no end-of-turn token is a target: {shown}"),
         (targets == last != answer, "last_answer_only", f"{shown}: only the last answer"),
         (set(answer) < set(targets), "trains_on_prompt", f"{shown}: the others are not answers"),
     ]
-    code, detail = next(((c, d) for holds, c, d in rules if holds), ("wrong_value", shown))
-    return Mistake(code, f"On {case.label}, {detail}.")
+    for holds, code, detail in rules:
+        if holds:
+            return Mistake(code, f"On {case.label}, {detail}.")
+    return Mistake("wrong_value", f"On {case.label}, {shown}.")
 
 
 def check_assistant_labels(run: Runner) -> None:
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # transformers' warnings are not the learner's output
     try:
-        for i, case in enumerate(_cases(ChatTokenizer())):
+        for case in _cases(ChatTokenizer()):
             ids, want = _expected(case.args[1], case.args[0].reference)
             got = _as_list(run, case, run.call(case), want)
             if got != want:
                 raise _diagnose(case, ids, got, want)
-            if i in OK:
-                run.ok(OK[i])
+            run.passed_case(case)
     finally:
         hf_logging.set_verbosity(level)
