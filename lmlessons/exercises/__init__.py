@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lmlessons.exercises import _framework
 from lmlessons.exercises import solutions as _solutions
 from lmlessons.exercises import solutions_part2 as _solutions_part2
+from lmlessons.exercises._framework import Mistake, NotAttempted, Runner, isolated
 from lmlessons.exercises._quiz import Quiz, quiz
 from lmlessons.exercises._result import CheckResult, Hint, Solution
 from lmlessons.exercises.check_answer_only import SIGNATURE as ASSISTANT_SIGNATURE
@@ -144,13 +144,13 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
     """
     exercise = _exercise(name)
     if not callable(fn) and not exercise.answers:
-        m = _framework.Mistake("not_callable", f"`check` got a {type(fn).__name__}.")
+        m = Mistake("not_callable", f"`check` got a {type(fn).__name__}.")
         return exercise.result(name, "failed", m.title, m.message, mistake=m.code)
-    run = _framework.Runner(name, fn, exercise.solution, random=exercise.random)
+    run = Runner(name, fn, exercise.solution, random=exercise.random)
     try:
-        with _framework.isolated():
+        with isolated():
             exercise.checker(run)
-    except _framework.NotAttempted as todo:  # a checker may say what to do
+    except NotAttempted as todo:  # a checker may say what to do
         return exercise.result(
             name,
             "not_attempted",
@@ -162,7 +162,7 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
             f"The function must keep the signature\n`{exercise.signature}`",
             mistake=None,
         )
-    except _framework.Mistake as m:
+    except Mistake as m:
         message = m.message
         if run.printed:
             message += "\n\n(Your function printed output during the check; it was hidden.)"

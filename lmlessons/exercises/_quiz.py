@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from lmlessons.course.palette import BAD, GOOD, MUTED
-from lmlessons.exercises._result import _inline
+from lmlessons.exercises._result import inline
 from lmlessons.exercises.quizzes import QUIZZES, Question
 
 LETTERS = "ABCDEFGH"
@@ -51,7 +51,7 @@ def _feedback_html(text: str, correct: bool | None) -> str:
 
 def _prompt_html(prompt: str) -> str:
     """`code` and *emphasis* of a prompt as HTML."""
-    return _inline(prompt)
+    return inline(prompt)
 
 
 class Quiz:

@@ -28,7 +28,7 @@ _STATUS_STYLE = {
 _EMPHASIS = re.compile(r"\*([^*\s](?:[^*]*[^*\s])?)\*")
 
 
-def _inline(text: str) -> str:
+def inline(text: str) -> str:
     """Escape ``text`` for HTML; `backticked` spans become <code>, *starred* ones <em>."""
     parts = text.split("`")
     out = []
@@ -41,6 +41,9 @@ def _inline(text: str) -> str:
     if len(parts) % 2 == 0:  # an unmatched backtick: show it as typed
         out[-1] = "`" + out[-1]
     return "".join(out)
+
+
+_inline = inline  # the old name, until lmlessons/widgets/predict.py imports ``inline``
 
 
 def _paragraphs_html(text: str) -> str:
@@ -61,12 +64,12 @@ def _paragraphs_html(text: str) -> str:
                     entries.append(line[2:] if line.startswith("- ") else line)
                 else:
                     entries[-1] += " " + line.strip()
-            items = "".join(f"<li>{_inline(e)}</li>" for e in entries)
+            items = "".join(f"<li>{inline(e)}</li>" for e in entries)
             blocks.append(f'<ul style="margin:4px 0 4px 18px;padding:0">{items}</ul>')
         else:
             blocks.append(
                 '<p style="margin:4px 0">'
-                + _inline(" ".join(line.strip() for line in lines))
+                + inline(" ".join(line.strip() for line in lines))
                 + "</p>"
             )
     return "".join(blocks)
@@ -125,19 +128,19 @@ class CheckResult:
         symbol, border, background = _STATUS_STYLE[self.status]
         body = _paragraphs_html(self.message) if self.message else ""
         if self.passed and self.passed_checks:
-            items = "".join(f"<li>{_inline(c)}</li>" for c in self.passed_checks)
+            items = "".join(f"<li>{inline(c)}</li>" for c in self.passed_checks)
             body += (
                 '<details style="margin-top:4px"><summary>What was checked</summary>'
                 f'<ul style="margin:4px 0 4px 18px;padding:0">{items}</ul></details>'
             )
         footer = self._footer()
         if footer:
-            body += f'<p style="margin:6px 0 0 0;color:#555">{_inline(footer)}</p>'
+            body += f'<p style="margin:6px 0 0 0;color:#555">{inline(footer)}</p>'
         return (
             f'<div style="border-left:4px solid {border};background:{background};color:{INK};'
             'padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:13px;line-height:1.4">'
             f'<div style="font-weight:bold;margin-bottom:2px">{symbol} '
-            f"<code>{html.escape(self.exercise)}</code>: {_inline(self.title)}</div>{body}</div>"
+            f"<code>{html.escape(self.exercise)}</code>: {inline(self.title)}</div>{body}</div>"
         )
 
 
