@@ -18,7 +18,6 @@ from transformers import (
 )
 from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
 
-from lmlessons import clm_loss
 from lmlessons.course.tokenizer import load_tokenizer
 from tests._tiny import VOCAB, bert_config, gpt2_config, seeded
 
@@ -60,17 +59,6 @@ def test_claim_03_model_shifts_inside() -> None:
     assert _model_shifts_inside(_bert_decoder())
 
 
-def test_claim_03_labels_are_a_copy() -> None:
-    model, ids = _gpt2(), _ids(1)
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=ids.clone())
-        hand_shifted = model(input_ids=ids[:, :-1], labels=None).logits  # the same positions
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids), atol=1e-6)
-    assert torch.allclose(
-        out.logits[:, :-1], hand_shifted, atol=1e-5
-    )  # causal: the copy leaks nothing
-
-
 def test_claim_03_forcausallmloss_in_loss_utils() -> None:
     logits = torch.randn(2, 9, VOCAB, generator=torch.Generator().manual_seed(2))  # (B, T, V)
     ids = _ids(2)
@@ -95,19 +83,6 @@ def test_claim_03_forcausallmloss_pads_right() -> None:
     assert not torch.allclose(ForCausalLMLoss(logits, labels, vocab_size=VOCAB), unshifted)
 
 
-def test_claim_03_four_losses_agree() -> None:
-    model, ids = _gpt2(), _ids(4)
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=ids.clone())
-    by_hand = _next_token_ce(out.logits, ids)
-    for value in (
-        out.loss,
-        ForCausalLMLoss(out.logits, ids, vocab_size=VOCAB),
-        clm_loss(out.logits, ids),
-    ):
-        assert torch.allclose(value, by_hand, atol=1e-6)
-
-
 def test_claim_03_loss_function_default() -> None:
     torch.manual_seed(0)
     llama = LlamaForCausalLM(
@@ -130,26 +105,30 @@ def test_claim_03_loss_function_default() -> None:
 
 
 def test_claim_03_forward_calls_loss_function() -> None:
-    model, ids, calls = _gpt2(), _ids(5), []
+    ids, calls = _ids(5), []
 
     def spy(logits, labels, vocab_size, **kwargs):
         calls.append((logits, labels, vocab_size))
         return ForCausalLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
 
-    model.loss_function = spy
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=ids.clone())
-    ((logits, labels, vocab_size),) = calls
-    assert torch.equal(logits, out.logits) and torch.equal(labels, ids) and vocab_size == VOCAB
+    for model in (_gpt2(), _bert_decoder()):
+        calls.clear()
+        model.loss_function = spy  # the instance now calls the spy
+        with torch.no_grad():
+            out = model(input_ids=ids, labels=ids.clone())
+        ((logits, labels, vocab_size),) = calls
+        assert torch.equal(logits, out.logits) and vocab_size == VOCAB
+        assert torch.equal(labels, ids)  # unshifted: the shift happens inside the loss function
 
 
 def test_claim_03_double_shift() -> None:
-    model, ids = _gpt2(), _ids(6)
+    ids = _ids(6)
     pre_shifted = F.pad(ids, (0, 1), value=-100)[..., 1:]  # the user's own shift
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=pre_shifted)
-    assert torch.allclose(out.loss, _next_token_ce(out.logits, ids, ahead=2), atol=1e-6)
-    assert not torch.allclose(out.loss, _next_token_ce(out.logits, ids, ahead=1), atol=1e-3)
+    for model in (_gpt2(), _bert_decoder()):
+        with torch.no_grad():
+            out = model(input_ids=ids, labels=pre_shifted)
+        assert torch.allclose(out.loss, _next_token_ce(out.logits, ids, ahead=2), atol=1e-6)
+        assert not torch.allclose(out.loss, _next_token_ce(out.logits, ids, ahead=1), atol=1e-3)
 
 
 def test_claim_03_gpt2_tokenizer_adds_nothing() -> None:
@@ -168,41 +147,23 @@ def test_claim_03_gpt2_no_pad_token() -> None:
     tok = _gpt2_tokenizer()
     assert tok.pad_token is None and tok.pad_token_id is None
     assert tok.eos_token == tok.bos_token == "<|endoftext|>"
+    assert tok.all_special_tokens == ["<|endoftext|>"]  # its one special token
 
 
 def test_claim_03_collator_pad_id_rule() -> None:
+    """With pad = eos the collator's labels are the ids, unshifted, with -100 at every eos, the
+    real end of each sentence included; with a pad token of its own the ends keep their labels."""
+    own_pad = load_tokenizer()
     tok = load_tokenizer()
     tok.pad_token = tok.sep_token  # pad = eos
     features = [tok("the dog barked."), tok("bees visit the flowers in the garden.")]
     batch = DataCollatorForLanguageModeling(tok, mlm=False)(features)
-    ids = batch["input_ids"]
+    ids = batch["input_ids"]  # (B, T)
     assert torch.equal(batch["labels"], ids.masked_fill(ids == tok.pad_token_id, -100))
     real_eos = (ids == tok.sep_token_id) & (batch["attention_mask"] == 1)
     assert int(real_eos.sum()) == 2 and bool((batch["labels"][real_eos] == -100).all())
-
-
-def test_claim_03_num_items_in_batch() -> None:
-    logits = torch.randn(4, 9, VOCAB, generator=torch.Generator().manual_seed(7))  # (B, T, V)
-    labels = _ids(7, batch=4)
-    labels[1, 3:] = -100
-    labels[2, 6:] = -100
-    n = int((labels[:, 1:] != -100).sum())
-    whole = ForCausalLMLoss(logits, labels, vocab_size=VOCAB)
-    halves = sum(
-        ForCausalLMLoss(
-            logits[i : i + 2], labels[i : i + 2], vocab_size=VOCAB, num_items_in_batch=n
-        )
-        for i in (0, 2)
-    )
-    assert torch.allclose(halves, whole, atol=1e-6)
-    for i in (0, 2):
-        assert torch.allclose(
-            ForCausalLMLoss(
-                logits[i : i + 2], labels[i : i + 2], vocab_size=VOCAB, num_items_in_batch=n
-            ),
-            clm_loss(logits[i : i + 2], labels[i : i + 2], num_items_in_batch=n),
-            atol=1e-6,
-        )
+    fixed = DataCollatorForLanguageModeling(own_pad, mlm=False)(features)["labels"]
+    assert bool((fixed[real_eos] == own_pad.sep_token_id).all())
 
 
 def test_claim_03_collator_left_padding() -> None:
@@ -215,7 +176,3 @@ def test_claim_03_collator_left_padding() -> None:
         assert torch.equal(batch["labels"], from_mask), side
         first_real = batch["attention_mask"].argmax(1)
         assert (first_real[0] > 0) == (side == "left")  # the short row is padded on that side
-
-
-def test_claim_03_summary_pads_and_takes() -> None:
-    test_claim_03_forcausallmloss_pads_right()

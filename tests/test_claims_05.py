@@ -13,13 +13,10 @@ from transformers import (
     AlbertConfig,
     AlbertForPreTraining,
     BertForNextSentencePrediction,
-    BertForPreTraining,
 )
 
-from lmlessons.course.batches import sop_batches, tokenize_documents
 from lmlessons.course.models import tiny_bert_config
 from lmlessons.course.tokenizer import load_tokenizer
-from lmlessons.course.training import train
 
 DOCS = [
     ["the dog chased the ball.", "it ran across the garden.", "then it slept in the sun."],
@@ -46,17 +43,6 @@ def test_claim_05_nsp_head_scores_label() -> None:
             out = model(**pair, labels=torch.tensor([label]))  # logits (1, 2)
             assert out.logits.shape == (1, 2)
             assert torch.allclose(out.loss, -torch.log_softmax(out.logits, -1)[0, label])
-
-
-def test_claim_05_next_lesson_pretraining_loss() -> None:
-    model, pair = _small_bert(BertForPreTraining), _pair()
-    labels = pair["input_ids"].clone()  # (1, T)
-    with torch.no_grad():
-        for label in (0, 1):
-            out = model(**pair, labels=labels, next_sentence_label=torch.tensor([label]))
-            mlm = F.cross_entropy(out.prediction_logits[0], labels[0])
-            nsp = F.cross_entropy(out.seq_relationship_logits, torch.tensor([label]))
-            assert torch.allclose(out.loss, mlm + nsp, atol=1e-6)
 
 
 def test_claim_05_albert_sop_loss() -> None:
@@ -103,35 +89,6 @@ def test_claim_05_no_roberta_pretraining_class() -> None:
     )
 
 
-def test_claim_05_sop_batches_train() -> None:
-    tok = load_tokenizer()
-    docs = tokenize_documents(DOCS, tok)
-    batch = next(
-        sop_batches(
-            docs, tok, batch_size=4, max_length=32, generator=torch.Generator().manual_seed(0)
-        )
-    )
-    assert {
-        "input_ids",
-        "token_type_ids",
-        "attention_mask",
-        "labels",
-        "sentence_order_label",
-    } <= set(batch)
-    assert set(batch["sentence_order_label"].tolist()) <= {0, 1}
-    torch.manual_seed(0)
-    model = BertForPreTraining(tiny_bert_config(tok, hidden_size=32, intermediate_size=64))
-    history = train(
-        model,
-        sop_batches(
-            docs, tok, batch_size=4, max_length=32, generator=torch.Generator().manual_seed(0)
-        ),
-        max_steps=2,
-        live=False,
-    )
-    assert history.num_steps == 2
-
-
 def test_claim_05_summary_pair_encoding() -> None:
     tok = load_tokenizer()
     enc = tok(DOCS[1][0], DOCS[1][1])
@@ -142,7 +99,3 @@ def test_claim_05_summary_pair_encoding() -> None:
     padded = tok(DOCS[1][0], DOCS[1][1], padding="max_length", max_length=len(a) + len(b) + 6)
     assert padded["attention_mask"] == [1] * (len(a) + len(b) + 3) + [0] * 3
     assert padded["token_type_ids"][-3:] == [0, 0, 0]
-
-
-def test_claim_05_summary_head_scores_label() -> None:
-    test_claim_05_nsp_head_scores_label()

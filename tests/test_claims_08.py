@@ -7,22 +7,17 @@ nothing downloaded.
 
 from __future__ import annotations
 
-import copy
-
 import torch
-import torch.nn.functional as F
 from transformers import (
     BertForMaskedLM,
-    BertForPreTraining,
     BertLMHeadModel,
-    DataCollatorForLanguageModeling,
     GPT2LMHeadModel,
 )
 
 from lmlessons.bugzoo.runs import RUNS, _model
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.tokenizer import load_tokenizer
-from tests._tiny import VOCAB, bert_config, seeded
+from tests._tiny import bert_config, seeded
 
 
 def test_claim_08_mlm_runs_continue_from_the_checkpoint() -> None:
@@ -47,36 +42,6 @@ def test_claim_08_causal_runs_from_random_weights() -> None:
     pretrained = load_checkpoint("bert").state_dict()
     embeddings = "bert.embeddings.word_embeddings.weight"
     assert not torch.equal(decoder.state_dict()[embeddings], pretrained[embeddings])
-
-
-def test_claim_08_pretraining_loss_is_mlm_plus_nsp() -> None:
-    model = seeded(BertForPreTraining, bert_config())
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, VOCAB, (2, 9), generator=g)  # (B, T)
-    labels = torch.full_like(ids, -100)
-    labels[:, 3] = ids[:, 3]
-    nsl = torch.tensor([0, 1])  # 0 = IsNext
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=labels, next_sentence_label=nsl)
-    mlm = F.cross_entropy(out.prediction_logits.reshape(-1, VOCAB), labels.reshape(-1))
-    nsp = F.cross_entropy(out.seq_relationship_logits, nsl)  # (B, 2)
-    assert torch.allclose(out.loss, mlm + nsp, atol=1e-6)
-
-
-def test_claim_08_collator_drops_eos_labels_when_pad_is_eos() -> None:
-    tokenizer = copy.deepcopy(load_tokenizer())
-    tokenizer.pad_token = tokenizer.sep_token  # pad_token = eos_token
-    rows = [tokenizer("The dog ran."), tokenizer("It rained all day long.")]
-    batch = DataCollatorForLanguageModeling(tokenizer, mlm=False)(rows)
-    ids, labels = batch["input_ids"], batch["labels"]  # (B, T)
-    real_end = torch.tensor(
-        [[i == len(r["input_ids"]) - 1 for i in range(ids.shape[1])] for r in rows]
-    )  # (B, T): each row's own [SEP]
-    assert (ids[real_end] == tokenizer.sep_token_id).all()
-    assert (labels[real_end] == -100).all()  # the real end of every sentence lost its label
-    own_pad = copy.deepcopy(load_tokenizer())
-    fixed = DataCollatorForLanguageModeling(own_pad, mlm=False)(rows)["labels"]
-    assert (fixed[real_end] == own_pad.sep_token_id).all()
 
 
 def test_claim_08_some_runs_use_the_trainer() -> None:
@@ -119,8 +84,8 @@ def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
 
 
 def test_claim_08_trainer_adds_up_bert_mlm_micro_batch_means() -> None:
-    from lmlessons.course import trainer_ga
     from lmlessons.bugzoo import bugs
+    from lmlessons.course import trainer_ga
     from lmlessons.course.models import tiny_bert_mlm
 
     tokenizer = load_tokenizer()
