@@ -213,16 +213,20 @@ def test_per_example_mean_accumulates_with_the_step_count():
     logits = _logits(4, 6, V)
     labels = torch.randint(0, V, (4, 6), generator=torch.Generator().manual_seed(2))
     labels[1, :4] = -100
+    labels[3] = -100  # no target: the second micro-batch holds one example, the step three
     full = per_example_mean_loss(logits, labels)
+    means = _example_means(logits.detach(), labels)
+    assert full.item() == pytest.approx(sum(means) / 3, rel=1e-6)
     parts = [
-        per_example_mean_loss(logits[i : i + 2], labels[i : i + 2], num_examples_in_batch=4)
+        per_example_mean_loss(logits[i : i + 2], labels[i : i + 2], num_examples_in_batch=3)
         for i in (0, 2)
     ]
     torch.testing.assert_close(sum(parts), full)
     mean_of_means = (
         sum(per_example_mean_loss(logits[i : i + 2], labels[i : i + 2]) for i in (0, 2)) / 2
     )
-    torch.testing.assert_close(mean_of_means, full)  # equal here: 2 examples per micro-batch
+    assert mean_of_means.item() == pytest.approx((sum(means[:2]) / 2 + means[2]) / 2, rel=1e-6)
+    assert mean_of_means.item() != pytest.approx(full.item(), rel=1e-3)  # the third weighs 1/2
 
 
 def test_per_example_mean_without_targets_is_zero_and_backpropagates():

@@ -1,12 +1,16 @@
-"""Loss edge cases: nothing to predict, num_items_in_batch, gradients, bad input."""
+"""The per-token kernel ``token_nll`` (hypothesis) and the loss edge cases: nothing to predict,
+num_items_in_batch, gradients, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lmlessons import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss, shift_labels
+from lmlessons.losses import token_nll
 
 V = 11
 
@@ -16,11 +20,39 @@ def _logits(*shape, seed=0, grad=True):
     return t.requires_grad_(grad)
 
 
+@given(
+    st.sampled_from([(6,), (1, 1), (3, 5)]),
+    st.floats(0.0, 1.0),
+    st.booleans(),
+    st.sampled_from([torch.float32, torch.bfloat16]),
+    st.integers(0, 2**16),
+)
+def test_token_nll_is_each_positions_cross_entropy(shape, p_ignore, shift, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(*shape, V, generator=g).to(dtype)  # (..., T, V)
+    labels = torch.randint(0, V, shape, generator=g)  # (..., T)
+    labels[torch.rand(shape, generator=g) < p_ignore] = -100
+    nll, has_target = token_nll(logits, labels, shift=shift)
+    targets = shift_labels(labels) if shift else labels  # position t scores labels[..., t + 1]
+    assert nll.shape == has_target.shape == labels.shape
+    assert nll.dtype == torch.float32 and has_target.dtype == torch.bool  # upcast
+    assert torch.equal(has_target, targets != -100)
+    log_p = logits.float().log_softmax(-1)  # (..., T, V)
+    want = -log_p.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (..., T)
+    torch.testing.assert_close(nll, want.masked_fill(~has_target, 0.0))
+    loss = (clm_loss if shift else mlm_loss)(logits, labels)  # the mean over target positions
+    torch.testing.assert_close(loss, nll.sum() / max(int(has_target.sum()), 1))
+
+
 def test_no_target_gives_zero_that_backpropagates():
-    for fn, T in ((mlm_loss, 5), (clm_loss, 5)):
-        logits = _logits(2, T, V)
-        labels = torch.full((2, T), -100)
-        loss = fn(logits, labels)
+    def summed_token_nll(logits, labels):
+        nll, has_target = token_nll(logits, labels)
+        assert not has_target.any()
+        return nll.sum()
+
+    for fn in (mlm_loss, clm_loss, summed_token_nll):
+        logits = _logits(2, 5, V)
+        loss = fn(logits, torch.full((2, 5), -100))
         assert not torch.isnan(loss) and loss.item() == 0.0
         loss.backward()
         assert logits.grad is not None and torch.count_nonzero(logits.grad) == 0
@@ -32,15 +64,6 @@ def test_clm_with_only_first_token_labelled_has_no_target_after_shift():
     labels = torch.full((1, 4), -100)
     labels[0, 0] = 3
     assert clm_loss(_logits(1, 4, V), labels).item() == 0.0
-
-
-def test_mlm_loss_counts_only_labelled_positions():
-    logits = _logits(2, 6, V)
-    labels = torch.full((2, 6), -100)
-    labels[0, 1], labels[1, 4] = 2, 7
-    sel = labels != -100
-    expected = F.cross_entropy(logits[sel], labels[sel])
-    torch.testing.assert_close(mlm_loss(logits, labels), expected)
 
 
 def _summed_ce(logits, targets):

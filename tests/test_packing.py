@@ -1,5 +1,5 @@
-"""lmlessons.packing: the three batch layouts of lesson 09 against transformers (oracle tests),
-their invariants (hypothesis), and bad input."""
+"""lmlessons.packing: ``pad`` against TRL's and the three batch layouts of lesson 09 against
+transformers (oracle tests), their invariants (hypothesis), and bad input."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from lmlessons.packing import (
     document_ids,
     flatten_documents,
     group_texts,
+    pad,
     pad_documents,
     padded_position_ids,
 )
 
 documents = st.lists(st.lists(st.integers(0, 500), min_size=1, max_size=12), min_size=1, max_size=7)
+sides = st.sampled_from(["right", "left"])
 
 
 def _collator(docs, **options):
@@ -86,23 +88,47 @@ def test_flatten_invariants(docs) -> None:
     assert document_ids(out["position_ids"])[0].max().item() == len(docs) - 1
 
 
-# ------------------------------------------------------------------------------ pad_documents
+# ------------------------------------------------------------------------------ pad
+
+
+@given(
+    st.lists(st.lists(st.integers(-100, 500), max_size=9), min_size=1, max_size=6),
+    st.integers(-100, 3),
+    sides,
+    st.booleans(),
+)
+def test_pad_equals_trl_pad(rows, padding_value, side, as_tensors) -> None:
+    from trl.trainer.utils import pad as trl_pad
+
+    tensors = [torch.tensor(row, dtype=torch.long) for row in rows]  # empty rows included
+    ours = pad(tensors if as_tensors else rows, padding_value, padding_side=side)
+    theirs = trl_pad(tensors, padding_value=padding_value, padding_side=side)
+    assert ours.dtype == torch.long and ours.shape == (len(rows), max(map(len, rows)))
+    assert torch.equal(ours, theirs)
+
+
+@given(documents, sides)
+def test_pad_documents_invariants(docs, side) -> None:
+    out = pad_documents(docs, pad_token_id=0, padding_side=side)
+    real = out["attention_mask"] == 1  # (B, T)
+    assert all(v.shape == (len(docs), max(map(len, docs))) for v in out.values())
+    assert out["attention_mask"].sum(-1).tolist() == [len(d) for d in docs]
+    assert out["input_ids"][real].tolist() == [t for d in docs for t in d]  # in order
+    assert bool((out["input_ids"][~real] == 0).all())
+    assert torch.equal(out["labels"], out["input_ids"].masked_fill(~real, IGNORE_INDEX))
+    steps = out["attention_mask"].diff(dim=-1)  # (B, T - 1): padding only on `side`
+    assert bool((steps <= 0).all() if side == "right" else (steps >= 0).all())
 
 
 def test_pad_documents_right_and_left() -> None:
-    docs = [[5, 6, 7], [8]]
+    docs = [[0, 6, 7], [8]]  # a real token equal to the pad id keeps its label
     right = pad_documents(docs, pad_token_id=0)
-    assert right["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert right["input_ids"].tolist() == [[0, 6, 7], [8, 0, 0]]
     assert right["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
-    assert right["labels"].tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
+    assert right["labels"].tolist() == [[0, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
     left = pad_documents(docs, pad_token_id=0, padding_side="left")
-    assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
-    assert left["labels"].tolist() == [[5, 6, 7], [IGNORE_INDEX, IGNORE_INDEX, 8]]
-
-
-def test_pad_documents_keeps_a_real_token_equal_to_the_pad_id() -> None:
-    out = pad_documents([[0, 5], [6]], pad_token_id=0)  # a real token 0 is learned, padding not
-    assert out["labels"].tolist() == [[0, 5], [6, IGNORE_INDEX]]
+    assert left["input_ids"].tolist() == [[0, 6, 7], [0, 0, 8]]
+    assert left["labels"].tolist() == [[0, 6, 7], [IGNORE_INDEX, IGNORE_INDEX, 8]]
 
 
 def test_pad_documents_matches_the_tokenizer_and_the_clm_collator(tok) -> None:
@@ -245,6 +271,10 @@ def test_padded_position_ids_are_generates(tok) -> None:
             "padding_side",
         ),
         (lambda: pad_documents([[1]], pad_token_id=-1), ValueError, "pad_token_id"),
+        (lambda: pad([], 0), ValueError, "rows"),
+        (lambda: pad([[1]], 0.5), TypeError, "padding_value"),
+        (lambda: pad([torch.zeros(2)], 0), TypeError, "rows[0]"),
+        (lambda: pad([[1]], 0, padding_side="up"), ValueError, "padding_side"),
         (lambda: group_texts([[1, 2]], 0, eos_token_id=None), ValueError, "block_size"),
         (lambda: group_texts([[1, 2]], 5, eos_token_id=None), ValueError, "block_size"),
         (lambda: group_texts([[1]], 1, eos_token_id="3"), TypeError, "eos_token_id"),

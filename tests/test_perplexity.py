@@ -46,24 +46,6 @@ def test_perplexity_is_exp_of_gpt2_loss(gpt2, seed: int) -> None:
     )
 
 
-def test_token_nll_is_the_shifted_cross_entropy(gpt2) -> None:
-    batch = _batch()
-    with torch.no_grad():
-        logits = gpt2(**batch).logits  # (B, T, V)
-    nll, has_target = token_nll(logits, batch["labels"])
-    ids, labels = batch["input_ids"], batch["labels"]
-    for b in range(ids.shape[0]):
-        for t in range(ids.shape[1]):
-            target = labels[b, t + 1].item() if t + 1 < ids.shape[1] else IGNORE_INDEX
-            assert bool(has_target[b, t]) == (target != IGNORE_INDEX)
-            want = (
-                0.0 if target == IGNORE_INDEX else -F.log_softmax(logits[b, t], -1)[target].item()
-            )
-            assert math.isclose(nll[b, t].item(), want, abs_tol=1e-5)
-    lengths = batch["attention_mask"].sum(-1)
-    assert int(has_target.sum()) == int((lengths - 1).sum())  # one target fewer than tokens
-
-
 def test_sequence_perplexities_and_their_mean(gpt2) -> None:
     batch = _batch(1)
     with torch.no_grad():
