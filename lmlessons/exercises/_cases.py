@@ -19,6 +19,9 @@ from lmlessons._checks import IGNORE_INDEX
 #: course's own tokenizer among them), which number their special tokens first.
 POPULAR_SPECIAL_IDS = frozenset({0, 1, 2, 3, 100, 101, 102, 103})
 
+#: In a case table, a value drawn from the case's seeded generator rather than written.
+DRAWN = "drawn"
+
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.exercises._cases import POPULAR_SPECIAL_IDS, Vocab, gen, scattered_batch, vocab_batch
+from lmlessons.exercises._cases import (
+    DRAWN,
+    POPULAR_SPECIAL_IDS,
+    Vocab,
+    gen,
+    scattered_batch,
+    vocab_batch,
+)
 from lmlessons.exercises._framework import Case, Mistake, Runner, first_broken, on_empty
 from lmlessons.exercises._stats import pct, too_even, within
 
@@ -23,8 +30,6 @@ SIGNATURE = (
     "-> (masked_input_ids, labels)"
 )
 DEFAULTS = {"mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1}
-#: A probability of a generated case drawn from its seeded generator (in [0, 1], 2 decimals).
-DRAWN = "drawn"
 
 
 @dataclass(frozen=True)
