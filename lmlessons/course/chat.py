@@ -43,6 +43,7 @@ from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import History, train
 from lmlessons.losses import clm_loss
+from lmlessons.packing import pad
 from lmlessons.sampling import sample
 
 if TYPE_CHECKING:
@@ -228,18 +229,15 @@ def encode_example(
     return {"input_ids": row["input_ids"], "labels": row["labels"]}
 
 
-def _pad(rows: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ``(B, T)`` ``input_ids``, ``attention_mask``, ``labels`` (-100 on padding)."""
-    width = max(len(r["input_ids"]) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id)  # (B, T)
-    labels = torch.full((len(rows), width), IGNORE_INDEX)  # (B, T)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        ids[i, :n] = torch.tensor(r["input_ids"])
-        labels[i, :n] = torch.tensor(r["labels"])
-        mask[i, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+def _batch(rows: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``(B, T)`` ``input_ids`` (``pad_token_id``), ``attention_mask`` (0) and
+    ``labels`` (-100) of :func:`encode_example` rows, each by :func:`lmlessons.packing.pad`."""
+    ids = [r["input_ids"] for r in rows]
+    return {
+        "input_ids": pad(ids, pad_token_id),  # (B, T)
+        "attention_mask": pad([[1] * len(r) for r in ids], 0),  # (B, T)
+        "labels": pad([r["labels"] for r in rows], IGNORE_INDEX),  # (B, T)
+    }
 
 
 def sft_batches(
@@ -266,7 +264,7 @@ def sft_batches(
         order = torch.randperm(len(encoded), generator=generator).tolist()
         for start in range(0, len(order) - batch_size + 1, batch_size):
             rows = [encoded[i] for i in order[start : start + batch_size]]
-            yield _pad(rows, tokenizer.pad_token_id)
+            yield _batch(rows, tokenizer.pad_token_id)
 
 
 @torch.no_grad()
@@ -279,7 +277,7 @@ def answer_loss(
     model = check_model(model)
     if not examples:
         raise ValueError("examples must not be empty")
-    batch = _pad([encode_example(tokenizer, e) for e in examples], tokenizer.pad_token_id)
+    batch = _batch([encode_example(tokenizer, e) for e in examples], tokenizer.pad_token_id)
     was_training = model.training
     model.eval()
     try:
