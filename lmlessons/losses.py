@@ -30,8 +30,8 @@ def token_nll(
     logits: torch.Tensor, labels: torch.Tensor, *, shift: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(nll, has_target)``, both of ``labels``' shape: the loss in nats of every position (0
-    where there is no target) and whether it has a target. The one per-token kernel every loss
-    and perplexity here reduces.
+    where there is no target) and whether it has a target. The one per-token kernel: the losses
+    below, :mod:`lmlessons.perplexity` and ``answer_only.per_example_mean_loss`` reduce it.
 
     1. ``shift=True`` (causal LM): ``labels`` are unshifted and position t is scored against
        ``labels[..., t + 1]`` (:func:`lmlessons.shift_labels`, as in ``ForCausalLMLoss``);
