@@ -349,3 +349,18 @@ def common_prefix(tokenizer, messages):
         end = len(_ids(tokenizer, messages[: i + 1]))
         labels[start:end] = ids[start:end]
     return labels
+
+
+# ---------------------------------------------------------------- other naive versions
+
+
+@wrong("trains_on_prompt")
+def trains_on_everything(tokenizer, messages):
+    """Labels = the conversation's ids: every token, the prompts included, is a target."""
+    return _ids(tokenizer, messages)
+
+
+@wrong("wrong_shape")
+def one_label_short(tokenizer, messages):
+    """Right labels, but the last one dropped ('the last token predicts nothing')."""
+    return torch_mask(tokenizer, messages)[:-1]

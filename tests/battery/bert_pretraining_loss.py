@@ -182,7 +182,6 @@ def two_cross_entropy_modules(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
     """BertForPreTraining's CrossEntropyLoss() pair, NaN -> 0."""
-    # BertForPreTraining's two CrossEntropyLoss(), with the empty MLM term replaced by 0.
     ce = torch.nn.CrossEntropyLoss()
     mlm = ce(mlm_logits.view(-1, mlm_logits.shape[-1]), mlm_labels.view(-1))
     mlm = torch.where(torch.isnan(mlm), torch.zeros_like(mlm), mlm)
@@ -226,3 +225,26 @@ def nsp_as_logit_difference(
         nsp_logits[:, 1] - nsp_logits[:, 0], nsp_labels.to(nsp_logits.dtype)
     )
     return mlm_weight * mlm + nsp_weight * nsp
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("nan_when_no_targets")
+def draft_as_written(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """A first draft: the MLM mean over the selected rows (NaN when none) plus NSP, weighted."""
+    flat_logits, flat_labels = mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1)
+    keep = flat_labels != IGNORE
+    mlm = F.cross_entropy(flat_logits[keep], flat_labels[keep])
+    return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
+
+
+@wrong("misweighted")
+def normalises_the_weights(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """Divides the weighted sum by mlm_weight + nsp_weight (a weighted mean, not a weighted sum)."""
+    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
+    return total / (mlm_weight + nsp_weight)

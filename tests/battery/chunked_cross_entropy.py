@@ -305,7 +305,6 @@ class _WeightedChunk(torch.autograd.Function):
 @correct
 def recompute_in_backward(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
     """An autograd.Function per chunk that recomputes in backward."""
-    # Cut Cross-Entropy's idea: save the chunk's inputs, recompute its logits in backward.
     return _divide(
         torch.stack(_chunk_sums(hidden, weight, labels, chunk_size)).sum(),
         labels,
@@ -371,3 +370,34 @@ def target_rows_first(hidden, weight, labels, *, chunk_size, num_items_in_batch=
     for s in range(0, rows.shape[0], chunk_size):
         total = total + _LogSumExpChunk.apply(h[s : s + chunk_size], weight, y[s : s + chunk_size])
     return total / (num_items_in_batch if num_items_in_batch is not None else max(len(rows), 1))
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("builds_full_logits")
+def draft_as_written(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """A first draft: the full logits and the plain mean."""
+    return F.cross_entropy(hidden @ weight.T, labels)
+
+
+def _plain_chunk_sum(hidden, weight, labels, chunk_size):
+    """The summed cross-entropy, chunk by chunk, under plain autograd."""
+    total = hidden.new_zeros(())
+    for s in range(0, hidden.shape[0], chunk_size):
+        chunk = slice(s, s + chunk_size)
+        total = total + F.cross_entropy(hidden[chunk] @ weight.T, labels[chunk], reduction="sum")
+    return total
+
+
+@wrong("chunk_too_large")
+def hard_coded_chunk(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """A hard-coded chunk of 16 rows, whatever chunk_size says."""
+    return _divide(_plain_chunk_sum(hidden, weight, labels, 16), labels, num_items_in_batch)
+
+
+@wrong("wrong_gradient")
+def detaches_the_weight(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Chunks with weight.detach() ('it is a parameter, not an activation'): no gradient for it."""
+    total = _plain_chunk_sum(hidden, weight.detach(), labels, chunk_size)
+    return _divide(total, labels, num_items_in_batch)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from battery._attempt import correct, wrong
+from lmlessons import shift_labels
 
 IGNORE = -100
 
@@ -211,3 +212,26 @@ def transformers_loss(logits, labels, *, num_items_in_batch=None):
     """transformers' ForCausalLMLoss with its NaN replaced by 0."""
     loss = ForCausalLMLoss(logits, labels, logits.shape[-1], num_items_in_batch=num_items_in_batch)
     return torch.nan_to_num(loss, nan=0.0)  # its mean of zero targets is 0 / 0
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("returns_tuple")
+def draft_as_written(logits, labels, *, num_items_in_batch=None):
+    """A first draft written for input_ids with [PAD]=0: shift, mean over every position (padding
+    is a target), returns (loss, info)."""
+    seen = labels.masked_fill(labels == IGNORE, 0)  # the input_ids the draft was written for
+    x = logits[:, :-1].contiguous()  # (B, T-1, V)
+    y = seen[:, 1:].contiguous()  # (B, T-1)
+    loss = F.cross_entropy(x.view(-1, x.shape[-1]), y.view(-1))
+    return loss, {"loss": loss.item(), "perplexity": loss.exp().item()}
+
+
+@correct
+def with_shift_labels(logits, labels, *, num_items_in_batch=None):
+    """The transformers way: the course's shift_labels (pad with -100, drop the first column)."""
+    targets = shift_labels(labels).reshape(-1)  # (B*T,)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, reduction="sum")
+    count = (targets != IGNORE).sum().clamp(min=1)
+    return total / (num_items_in_batch if num_items_in_batch is not None else count)

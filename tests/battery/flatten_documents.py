@@ -30,7 +30,7 @@ def _pack(ids, labels, positions):
 # ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("positions_not_restarted")
+@wrong("positions_not_restarted", says="restart")
 def numbers_straight_through(docs, *, separator_id=-100):
     """position_ids 0 .. N-1 through the whole row, as for one long text."""
     ids = [t for doc in docs for t in doc]
@@ -38,7 +38,7 @@ def numbers_straight_through(docs, *, separator_id=-100):
     return _pack(ids, labels, range(len(ids)))  # one long text: 0 .. N-1
 
 
-@wrong("positions_from_one")
+@wrong("positions_from_one", says="from 0")
 def positions_from_one(docs, *, separator_id=-100):
     """position_ids restart for each document but count 1, 2, ... (range(1, len + 1))."""
     ids = [t for doc in docs for t in doc]
@@ -62,7 +62,7 @@ def later_docs_from_one(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
-@wrong("no_separator")
+@wrong("no_separator", says="separator_id")
 def labels_are_input_ids(docs, *, separator_id=-100):
     """Labels = input_ids ('the model shifts'): the last token of each document is trained to
     predict the first of the next."""
@@ -80,7 +80,7 @@ def separator_only_at_row_start(docs, *, separator_id=-100):
     return _pack(ids, [separator_id, *ids[1:]], positions)  # the row's first label only
 
 
-@wrong("separator_at_end")
+@wrong("separator_at_end", says="*first* token")
 def separator_at_doc_end(docs, *, separator_id=-100):
     """Puts separator_id on each document's last label (doc[:-1] + [sep]) instead of its first."""
     ids = [t for doc in docs for t in doc]
@@ -89,7 +89,7 @@ def separator_at_doc_end(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
-@wrong("flatten_shifts_labels")
+@wrong("flatten_shifts_labels", says="unshifted")
 def pre_shifted_labels(docs, *, separator_id=-100):
     """Shifts the labels itself (doc[1:] + [sep]): the model shifts again."""
     ids = [t for doc in docs for t in doc]
@@ -98,7 +98,7 @@ def pre_shifted_labels(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
-@wrong("ignores_separator_id")
+@wrong("ignores_separator_id", says="separator_id")
 def hard_coded_minus_100(docs, *, separator_id=-100):
     """Writes -100 as each first label whatever separator_id is passed."""
     ids = [t for doc in docs for t in doc]
@@ -142,7 +142,7 @@ def skips_one_token_docs(docs, *, separator_id=-100):
     return _pack(ids, labels, positions)
 
 
-@wrong("flatten_wrong_ids")
+@wrong("flatten_wrong_ids", says="one after the other")
 def separator_token_between_docs(docs, *, separator_id=-100):
     """Inserts separator_id into input_ids between documents, like an end-of-text token."""
     ids, labels, positions = [], [], []
@@ -334,3 +334,13 @@ def with_numpy_and_itertools(docs, *, separator_id=-100):
         k: torch.from_numpy(v)[None]
         for k, v in (("input_ids", ids), ("labels", labels), ("position_ids", positions))
     }
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("positions_not_restarted")
+def draft_as_written(docs, *, separator_id=-100):
+    """A first draft: concatenate, copy the ids as labels, number the positions straight through."""
+    ids = [t for d in docs for t in d]
+    return _pack(ids, list(ids), list(range(len(ids))))

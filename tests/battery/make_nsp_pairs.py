@@ -426,8 +426,6 @@ def one_stream(
 ):
     """Pairs consecutive sentences of one stream of all documents: the last sentence of a document
     and the first of the next make an IsNext pair."""
-    # All sentences in one list: the last sentence of a document and the first of the next
-    #     become an IsNext pair.
     stream = [(d, s) for d, doc in enumerate(documents) for s in doc]
     examples = []
     for i in range(len(stream) - 1):
@@ -553,7 +551,6 @@ def chunk_split_crashes_on_one_sentence(
 ):
     """Cuts each document once at a random sentence boundary: crashes on a single-sentence
     document."""
-    # Google-style: the whole document is one chunk, cut at a_end in [1, len(chunk)).
     examples = []
     for d, doc in enumerate(documents):
         a_end = 1 + _randint(len(doc) - 1, generator)  # randint(0) fails for a 1-sentence doc
@@ -595,7 +592,6 @@ def trims_only_b(
     generator=None,
 ):
     """Keeps A whole and cuts B to the rest of the budget: B is empty when A is long."""
-    # Keeps A whole and cuts B to what is left: B is empty when A alone fills the budget.
     budget = max_length - 3
 
     def trim(a, b):
@@ -631,7 +627,6 @@ def per_boundary(
     generator=None,
 ):
     """One pair per sentence boundary, tensors filled by hand."""
-    # One pair per sentence boundary, tensors padded by hand.
     if nsp_probability > 0 and len(documents) < 2:
         raise ValueError("documents: NotNext needs at least 2 documents")
     return _standard(
@@ -651,8 +646,6 @@ def per_boundary_pad_sequence(
     generator=None,
 ):
     """Labels drawn at once, consecutive NotNext text, pad_sequence."""
-    # Labels drawn for all boundaries at once, B from another document as consecutive
-    #     sentences from a random start, rows padded with pad_sequence.
     bounds = [(d, i) for d, doc in enumerate(documents) for i in range(len(doc) - 1)]
     labels = (torch.rand(len(bounds), generator=generator) < nsp_probability).long()
     ids, types = [], []
@@ -693,8 +686,6 @@ def google_chunks(
     generator=None,
 ):
     """Google-style chunks cut at a random boundary, examples shuffled."""
-    # Google's chunks (without short_seq_prob or putting unused sentences back): gather
-    #     sentences up to the budget, cut at a random boundary, B = the rest or another document.
     budget = max_length - 3
     examples = []
     for d, doc in enumerate(documents):
@@ -717,3 +708,70 @@ def google_chunks(
             chunk = []
     order = torch.randperm(len(examples), generator=generator).tolist()
     return _build([examples[k] for k in order], cls_token_id, sep_token_id, pad_token_id)
+
+
+# --------------------------------------------------------------------------------------------
+# first drafts and other naive versions
+# --------------------------------------------------------------------------------------------
+
+
+@wrong("uses_global_rng")
+def draft_as_written(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """A first draft: documents flattened into one list of sentences; sentences 2i and 2i+1 form
+    a positive with label 1; the negative pairs sentence 2i with random token ids, label 0;
+    [CLS]=1, [SEP]=2, [PAD]=0 hard-coded; no truncation; global RNG; a tuple returned."""
+    sentences = [s for doc in documents for s in doc]
+    rows, types, labels = [], [], []
+    for i in range(len(sentences) // 2):
+        a, b = sentences[2 * i], sentences[2 * i + 1]
+        for b_seq, lab in ((b, 1), (torch.randint(0, 30000, (len(b),)).tolist(), 0)):
+            rows.append([1, *a, 2, *b_seq, 2])
+            types.append([0] * (len(a) + 2) + [1] * (len(b_seq) + 1))
+            labels.append(lab)
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    seg = torch.tensor([t + [0] * (width - len(t)) for t in types])
+    return ids, seg, torch.tensor(labels)
+
+
+@wrong("uses_global_rng")
+def draft_as_dict(documents, **kwargs):
+    """The first draft's pairs in the exercise's dict (attention mask derived from [PAD]=0)."""
+    ids, seg, labels = draft_as_written(documents, **kwargs)
+    return {
+        "input_ids": ids,
+        "token_type_ids": seg,
+        "attention_mask": (ids != 0).long(),
+        "next_sentence_label": labels,
+    }
+
+
+@wrong("wrong_segment_ids")
+def last_sep_in_segment_a(
+    documents,
+    *,
+    cls_token_id,
+    sep_token_id,
+    pad_token_id,
+    max_length,
+    nsp_probability=0.5,
+    generator=None,
+):
+    """token_type_ids 0 on the final [SEP] (it belongs to segment 1)."""
+    examples = _pairs(documents, nsp_probability, max_length - 3, generator)
+    return _build(
+        examples,
+        cls_token_id,
+        sep_token_id,
+        pad_token_id,
+        segments=lambda a, b, n: [0] * (len(a) + 2) + [1] * len(b) + [0],
+    )

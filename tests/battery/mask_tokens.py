@@ -169,7 +169,6 @@ def copied_from_transformers(
 ):
     """transformers' torch_mask_tokens copied as is: it writes [MASK] and random ids into the
     caller's input_ids."""
-    # transformers' torch_mask_tokens, which writes into the tensor it is given.
     inputs = input_ids
     labels = inputs.clone()
     probability_matrix = torch.full(labels.shape, mlm_probability)
@@ -689,7 +688,6 @@ def three_bernoullis(
     generator=None,
 ):
     """transformers' three Bernoulli draws, on a clone, with generator=."""
-    # transformers' torch_mask_tokens on a clone, with generator= on every draw.
     inputs = input_ids.clone()
     labels = input_ids.clone()
     prob = torch.full(labels.shape, float(mlm_probability))
@@ -728,7 +726,6 @@ def one_categorical_draw(
     generator=None,
 ):
     """One torch.multinomial draw per position over skip/[MASK]/random/keep."""
-    # One categorical draw per position among skip / [MASK] / random / keep.
     p = float(mlm_probability)
     keep = max(0.0, 1.0 - mask_replace_prob - random_replace_prob)
     probs = torch.tensor(
@@ -760,7 +757,6 @@ def scaled_thresholds_loop(
     generator=None,
 ):
     """One uniform per position against p*pm and p*(pm+pr), row by row."""
-    # One uniform draw u per position, thresholds p*pm and p*(pm+pr); rows one at a time.
     p = mlm_probability
     masked = input_ids.clone()
     labels = torch.full_like(input_ids, -100)
@@ -810,8 +806,6 @@ def via_transformers_collator(
 ):
     """DataCollatorForLanguageModeling.torch_mask_tokens itself, on a clone, with the caller's
     generator."""
-    # transformers' own DataCollatorForLanguageModeling.torch_mask_tokens, given our generator,
-    #     on a clone (it writes into its input).
     collator = DataCollatorForLanguageModeling(
         _StubTokenizer(mask_token_id, vocab_size),
         mlm_probability=mlm_probability,
@@ -823,3 +817,161 @@ def via_transformers_collator(
     if special is None:
         special = torch.zeros_like(input_ids, dtype=torch.bool)
     return collator.torch_mask_tokens(input_ids.clone(), special_tokens_mask=special)
+
+
+# --------------------------------------------------------------------------------------------
+# first drafts and other naive versions
+# --------------------------------------------------------------------------------------------
+
+
+def _naive_select(input_ids, special_tokens_mask, p, generator):
+    """Each eligible position with probability ``p`` (one Bernoulli draw per position)."""
+    probs = torch.full(input_ids.shape, p)
+    if special_tokens_mask is not None:
+        probs[special_tokens_mask.bool()] = 0.0
+    return torch.bernoulli(probs, generator=generator).bool()
+
+
+def _naive_corrupt(input_ids, selected, mask_token_id, vocab_size, pm, pr, generator):
+    """80/10/10 on a copy, the random share scaled to what [MASK] leaves (guarded at pm = 1)."""
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, pm), generator=generator).bool()
+    masked[to_mask & selected] = mask_token_id
+    p_random = pr / (1 - pm) if pm < 1 else 0.0
+    to_random = torch.bernoulli(torch.full(input_ids.shape, p_random), generator=generator).bool()
+    to_random &= selected & ~to_mask
+    masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
+    return masked
+
+
+@wrong("uses_global_rng")
+def draft_as_written(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """A first draft: global RNG, specials not excluded, fixed 80/10/10, a boolean mask returned
+    instead of labels."""
+    chosen = torch.rand(input_ids.shape) < mlm_probability
+    out = input_ids.clone()
+    how = torch.rand(input_ids.shape)
+    out[chosen & (how < 0.8)] = mask_token_id
+    rnd = chosen & (how >= 0.8) & (how < 0.9)
+    out[rnd] = torch.randint(0, vocab_size, input_ids.shape)[rnd]
+    return out, chosen
+
+
+@wrong("uses_global_rng")
+def draft_with_labels(input_ids, *, mask_token_id, vocab_size, mlm_probability=0.15, **unused):
+    """The first draft with -100 labels bolted on: still masks specials, ignores the replace
+    probabilities and the generator."""
+    out, chosen = draft_as_written(
+        input_ids,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        mlm_probability=mlm_probability,
+    )
+    return out, torch.where(chosen, input_ids, -100)
+
+
+@wrong("masks_special_tokens")
+def hard_coded_bert_specials(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """Excludes BERT's [PAD]=0, [CLS]=101, [SEP]=102 by value instead of using the mask."""
+    probs = torch.full(input_ids.shape, mlm_probability)
+    probs[(input_ids == 0) | (input_ids == 101) | (input_ids == 102)] = 0.0
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    masked = _naive_corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
+    return masked, torch.where(selected, input_ids, -100)
+
+
+@wrong("labels_not_ignored")
+def zero_labels_elsewhere(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """Labels = input_ids * selected: 0, a real token id, where nothing is to be predicted."""
+    selected = _naive_select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = _naive_corrupt(
+        input_ids,
+        selected,
+        mask_token_id,
+        vocab_size,
+        mask_replace_prob,
+        random_replace_prob,
+        generator,
+    )
+    return masked, input_ids * selected
+
+
+@wrong("int_mask_not_bool")
+def tilde_on_long_mask(
+    input_ids, *, special_tokens_mask=None, mlm_probability=0.15, generator=None, **unused
+):
+    """``~special_tokens_mask`` on a 0/1 long tensor (bitwise not: -1 and -2, both true)."""
+    probs = torch.full(input_ids.shape, mlm_probability)
+    probs = probs.masked_fill(~special_tokens_mask, 0.0)  # ~ on a 0/1 long tensor, not a bool one
+    selected = torch.bernoulli(probs, generator=generator).bool()
+    return input_ids.clone(), torch.where(selected, input_ids, -100)
+
+
+@wrong("divides_by_zero")
+def unguarded_division(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """Scales the random share by random_replace_prob / (1 - mask_replace_prob) without a guard:
+    ZeroDivisionError at mask_replace_prob = 1."""
+    selected = _naive_select(input_ids, special_tokens_mask, mlm_probability, generator)
+    masked = input_ids.clone()
+    to_mask = torch.bernoulli(torch.full(input_ids.shape, mask_replace_prob), generator=generator)
+    to_mask = to_mask.bool() & selected
+    masked[to_mask] = mask_token_id
+    p = random_replace_prob / (1 - mask_replace_prob)  # ZeroDivisionError at mask_replace_prob=1
+    to_random = torch.bernoulli(torch.full(input_ids.shape, p), generator=generator).bool()
+    to_random &= selected & ~to_mask
+    masked[to_random] = torch.randint(vocab_size, input_ids.shape, generator=generator)[to_random]
+    return masked, torch.where(selected, input_ids, -100)
+
+
+@wrong("wrong_type")
+def returns_the_inputs_only(input_ids, **kwargs):
+    """Returns the corrupted input_ids alone, not the pair (input_ids, labels)."""
+    return three_bernoullis(input_ids, **kwargs)[0]

@@ -183,7 +183,6 @@ def boolean_selection(logits, labels, *, num_items_in_batch=None):
 @correct
 def log_softmax_and_weights(logits, labels, *, num_items_in_batch=None):
     """log_softmax, gather and 0/1 weights (Google's form)."""
-    # Google's run_pretraining.py formulation, with the count guarded.
     weights = (labels != IGNORE).to(logits.dtype)  # (B, T)
     log_probs = logits.log_softmax(-1)  # (B, T, V)
     nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -221,3 +220,22 @@ def transformers_loss(logits, labels, *, num_items_in_batch=None):
     if num_items_in_batch is None and not bool((labels != IGNORE).any()):
         return logits.sum() * 0.0  # ForMaskedLMLoss would give NaN here
     return ForMaskedLMLoss(logits, labels, logits.shape[-1], num_items_in_batch=num_items_in_batch)
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("returns_tuple")
+def draft_as_written(logits, labels, *, num_items_in_batch=None):
+    """A first draft: selects the masked rows, mean cross-entropy, returns (loss, info)."""
+    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    keep = flat_labels != IGNORE
+    loss = F.cross_entropy(flat_logits[keep], flat_labels[keep])
+    return loss, {"loss": loss.item(), "num_masked": int(keep.sum())}
+
+
+@wrong("minus100_not_ignored")
+def gathers_at_minus_100(logits, labels, *, num_items_in_batch=None):
+    """log_softmax and gather at every label, -100 included (an index from the end), then mean."""
+    log_probs = logits.log_softmax(-1)  # (B, T, V)
+    return -log_probs.gather(-1, labels.unsqueeze(-1)).mean()

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from battery._attempt import correct, wrong
+from lmlessons import shift_labels
 
 IGNORE = -100
 
@@ -164,7 +165,6 @@ def detaches_for_logging(logits, labels, *, all_reduce, world_size):
 @correct
 def mean_count_per_rank(logits, labels, *, all_reduce, world_size):
     """Divides the sum by the ranks' mean count (N / R)."""
-    # sum / (N / R) = R * sum / N: divide by the ranks' average count.
     targets = _targets(labels)
     mean_count = all_reduce(_local_count(targets).double()) / world_size
     return _local_sum(logits, targets) / mean_count.clamp(min=1.0 / world_size).float()
@@ -190,3 +190,22 @@ def selection_and_logsumexp(logits, labels, *, all_reduce, world_size):
     if float(count) == 0:
         return logits.sum() * 0.0
     return local.sum() * world_size / count
+
+
+# -------------------------------------------------- first drafts and other naive versions
+
+
+@wrong("divides_by_local_count")
+def draft_as_written(logits, labels, *, all_reduce, world_size):
+    """A first draft: the plain mean over this rank's targets (no all_reduce, no world_size)."""
+    flat_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # (B*(T-1), V)
+    return F.cross_entropy(flat_logits, labels[:, 1:].reshape(-1))
+
+
+@correct
+def float_count(logits, labels, *, all_reduce, world_size):
+    """The course's shift_labels, the count all-reduced as a float."""
+    targets = shift_labels(labels)  # (B, T)
+    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    count = all_reduce((targets != IGNORE).sum().float())
+    return per_token.sum() * world_size / torch.clamp(count, min=1.0)

@@ -108,7 +108,6 @@ def random_pieces(
     generator=None,
 ):
     """Selects a random set of pieces (the exact-count recipe), ignoring word boundaries."""
-    # Every eligible piece is a 'word' of its own: the exact-count selection.
 
     def pieces(eligible_row, _cont_row):
         return [[t] for t in eligible_row.nonzero().flatten().tolist()]
@@ -205,7 +204,6 @@ def padding_eligible(
     generator=None,
 ):
     """Uses attention_mask for the length only: padding positions can be selected."""
-    # Uses attention_mask for the length only; padding positions stay eligible.
     lengths = iter(_lengths(special_tokens_mask, attention_mask))
     return _select(
         special_tokens_mask,
@@ -249,8 +247,6 @@ def joins_across_specials(
 ):
     """Word ids from a cumsum over the whole row: a ## piece right after [SEP] joins the word before
     the [SEP] (one 'word' on both sides)."""
-    # Word ids by a cumulative sum of word starts over the whole row: a ## piece right after
-    #     [SEP] joins the last word before the [SEP].
 
     def words_of(eligible_row, cont_row):
         wid = (eligible_row & ~cont_row).long().cumsum(0).tolist()
@@ -322,8 +318,6 @@ def picks_random_tokens(
 ):
     """Orders words by their first piece in a random permutation of pieces: long words come first
     more often."""
-    # Order of words = order of first appearance in a random permutation of the *pieces*:
-    #     a word of three pieces comes early three times as often as a word of one.
 
     def fill(words, budget, _order):
         owner = {t: w for w, pos in enumerate(words) for t in pos}
@@ -447,7 +441,6 @@ def eligible_count(
     generator=None,
 ):
     """Uses the number of word pieces (without [CLS]/[SEP]) as the length."""
-    # Counts the row's word pieces only, not [CLS]/[SEP], for the budget.
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -590,8 +583,6 @@ def orphans_never_selected(
 ):
     """Never selects a ## piece right after [CLS]/[SEP] (the statement read literally; ambiguous,
     but the lesson's word_ids makes it a word of its own)."""
-    # Reads the definition literally: a ## piece with no word start before it (right after
-    #     [CLS] or [SEP]) belongs to no word and is never selected.
 
     def words_of(eligible_row, cont_row):
         return [w for w in _words(eligible_row, cont_row) if not bool(cont_row[w[0]])]
@@ -622,7 +613,6 @@ def random_keys(
     generator=None,
 ):
     """A random key per word, words visited in key order."""
-    # A random key per word, visited by sorting the keys.
     return _select(
         special_tokens_mask,
         is_continuation,
@@ -643,7 +633,6 @@ def with_package_word_ids(
     generator=None,
 ):
     """The lesson's word_ids helper, whole-tensor word masks."""
-    # The lesson's own word_ids (padding folded into the special mask, on a copy).
     special = special_tokens_mask.bool().clone()
     if attention_mask is not None:
         special |= ~attention_mask.bool()
@@ -674,7 +663,6 @@ def multinomial_order(
     generator=None,
 ):
     """torch.multinomial without replacement for the order, no early break."""
-    # Sampling the words without replacement (torch.multinomial), no early break.
 
     def order(n):
         return torch.multinomial(torch.ones(n), n, replacement=False, generator=generator).tolist()
@@ -694,3 +682,45 @@ def multinomial_order(
         order,
         fill=fill,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# first drafts and other naive versions
+# --------------------------------------------------------------------------------------------
+
+
+@wrong("uses_global_rng")
+def draft_as_written(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """A first draft: each eligible piece on its own with probability p, from the global
+    generator, without a count."""
+    eligible = ~special_tokens_mask.bool()
+    return (torch.rand(special_tokens_mask.shape) < mlm_probability) & eligible
+
+
+@wrong("count_not_exact")
+def bernoulli_words(
+    special_tokens_mask,
+    is_continuation,
+    *,
+    attention_mask=None,
+    mlm_probability=0.15,
+    max_predictions_per_seq=20,
+    generator=None,
+):
+    """Each whole word with probability mlm_probability: words stay whole, the count varies."""
+    eligible = _eligible(special_tokens_mask, attention_mask)
+    selected = torch.zeros(special_tokens_mask.shape, dtype=torch.bool)
+    for row in range(selected.shape[0]):
+        words = _words(eligible[row], is_continuation[row].bool())
+        draws = torch.rand(len(words), generator=generator) < mlm_probability
+        for word, chosen in zip(words, draws.tolist()):
+            selected[row, word] = chosen
+    return selected

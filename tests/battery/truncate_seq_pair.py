@@ -32,7 +32,6 @@ def _trim(longer: list, generator) -> None:
 @wrong("modifies_input")
 def trims_in_place(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """Google's in-place version: trims and returns the caller's lists."""
-    # Google's script as it is: it trims the caller's lists.
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         _trim(tokens_a if len(tokens_a) > len(tokens_b) else tokens_b, generator)
     return tokens_a, tokens_b
@@ -184,7 +183,6 @@ def same_lists_when_fits(tokens_a, tokens_b, max_num_tokens, *, generator=None):
 def half_budget_each(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """Cuts each side to max_num_tokens // 2, trimming the long side of a pair that fits or trimming
     more than needed."""
-    # Gives each side half the budget: cuts A even when B is short and the pair fits.
     half = max_num_tokens // 2
     out = []
     for side in (list(tokens_a), list(tokens_b)):
@@ -207,7 +205,6 @@ def returns_tensors(tokens_a, tokens_b, max_num_tokens, *, generator=None):
 def reseeds_from_generator(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """random.Random(generator.initial_seed()): every call with the same generator trims the same
     way (the generator never advances)."""
-    # Seeds Python's random from the generator's *initial* seed, which never advances.
     rng = random.Random(generator.initial_seed() if generator is not None else None)
     a, b = list(tokens_a), list(tokens_b)
     while len(a) + len(b) > max_num_tokens:
@@ -227,7 +224,6 @@ def reseeds_from_generator(tokens_a, tokens_b, max_num_tokens, *, generator=None
 @correct
 def index_window(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """Index windows over the inputs, sliced at the end."""
-    # Move [start, end) windows over the inputs, then slice once.
     win = [[0, len(tokens_a)], [0, len(tokens_b)]]
     while (win[0][1] - win[0][0]) + (win[1][1] - win[1][0]) > max_num_tokens:
         side = win[0] if win[0][1] - win[0][0] > win[1][1] - win[1][0] else win[1]
@@ -241,8 +237,6 @@ def index_window(tokens_a, tokens_b, max_num_tokens, *, generator=None):
 @correct
 def final_lengths_then_binomial(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """Final lengths first, then a sum of fair coins for each front."""
-    # The final lengths do not depend on the coins: compute them, then the number taken from
-    #     each front is a sum of fair coins (one per removed token).
     la, lb = len(tokens_a), len(tokens_b)
     while la + lb > max_num_tokens:
         if la > lb:
@@ -260,7 +254,6 @@ def final_lengths_then_binomial(tokens_a, tokens_b, max_num_tokens, *, generator
 @correct
 def deque_with_bits_upfront(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     """Deques, every coin drawn at once, ties trim B."""
-    # All coins drawn at once (one per token to remove), deques popped at either end.
     a, b = deque(tokens_a), deque(tokens_b)
     excess = max(0, len(a) + len(b) - max_num_tokens)
     coins = torch.randint(0, 2, (excess,), generator=generator).tolist()
@@ -271,3 +264,29 @@ def deque_with_bits_upfront(tokens_a, tokens_b, max_num_tokens, *, generator=Non
         else:
             longer.pop()
     return list(a), list(b)
+
+
+# --------------------------------------------------------------------------------------------
+# first drafts and other naive versions
+# --------------------------------------------------------------------------------------------
+
+
+@wrong("modifies_input")
+def draft_as_written(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Google's original as a first draft: trims the caller's lists in place, returns None,
+    Python's random."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if random.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+
+
+@wrong("always_trims_front")
+def always_from_front(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Always removes the first token of the longer side, never the last."""
+    a, b = list(tokens_a), list(tokens_b)
+    while len(a) + len(b) > max_num_tokens:
+        del (a if len(a) > len(b) else b)[0]
+    return a, b
