@@ -18,12 +18,33 @@ SIGNATURE = (
     "truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, *, generator=None) "
     "-> (tokens_a, tokens_b)   # new lists"
 )
-PAIRS = ((20, 9, 24), (6, 17, 15), (16, 14, 21), (8, 7, 14))  # A longer, B longer, both, one
-STAT_CALLS, STAT_A, STAT_B, STAT_MAX = 60, 30, 4, 14  # 20 removals from A per call
+#: Hidden case 1: (tokens in A, tokens in B, max_num_tokens), one pair a row.
+PAIRS = [
+    (20, 9, 24),  # A longer
+    (6, 17, 15),  # B longer
+    (16, 14, 21),  # both, in turn
+    (8, 7, 14),  # one token too many
+]
+#: The first generated pairs: the corners (an empty side, a budget of 2, ties, one too many).
+CORNER_PAIRS = [
+    (0, 9, 5),
+    (9, 0, 5),
+    (5, 5, 9),
+    (6, 6, 2),
+    (1, 1, 2),
+    (2, 1, 2),
+    (12, 3, 14),
+]
+#: Hidden case 3, the random ends: STAT_CALLS calls, each removing 20 tokens from A.
+STAT_CALLS = 60
+STAT_A = 30
+STAT_B = 4
+STAT_MAX = 14
 
 
 def _case(len_a: int, len_b: int, budget: int, label: str, seed: int) -> Case:
-    a, b = list(range(1000, 1000 + len_a)), list(range(2000, 2000 + len_b))
+    a = list(range(1000, 1000 + len_a))
+    b = list(range(2000, 2000 + len_b))
     text = f"{label} (tokens_a of {len_a}, tokens_b of {len_b}, max_num_tokens={budget})"
     return Case(text, (a, b, budget), seed=seed)
 
@@ -31,20 +52,25 @@ def _case(len_a: int, len_b: int, budget: int, label: str, seed: int) -> Case:
 def _generated(n: int = 24) -> list[Case]:
     """Seeded pairs at the corners: an empty side, one over the budget, a budget of 2, ties."""
     g = torch.Generator().manual_seed(7)
-    corners = [(0, 9, 5), (9, 0, 5), (5, 5, 9), (6, 6, 2), (1, 1, 2), (2, 1, 2), (12, 3, 14)]
-    for _ in range(n - len(corners)):
-        la, lb = (int(x) for x in torch.randint(0, 25, (2,), generator=g))
-        corners.append((la, lb, int(torch.randint(2, max(la + lb, 2) + 1, (), generator=g))))
-    return [_case(*c, f"generated case {i + 1}", seed=100 + i) for i, c in enumerate(corners)]
+    pairs = list(CORNER_PAIRS)
+    for _ in range(n - len(pairs)):
+        la, lb = torch.randint(0, 25, (2,), generator=g).tolist()
+        budget = int(torch.randint(2, max(la + lb, 2) + 1, (), generator=g))
+        pairs.append((la, lb, budget))
+    return [_case(*pair, f"generated case {i + 1}", seed=100 + i) for i, pair in enumerate(pairs)]
 
 
 def _allowed(la: int, lb: int, budget: int) -> set[tuple[int, int]]:
     """Lengths after trimming the longer side one token at a time (ties: either side)."""
     out = set()
     for tie_to_a in (False, True):
-        a, b = la, lb
+        a = la
+        b = lb
         while a + b > budget:
-            a, b = (a - 1, b) if a > b or (tie_to_a and a == b) else (a, b - 1)
+            if a > b or (tie_to_a and a == b):
+                a -= 1
+            else:
+                b -= 1
         out.add((a, b))
     return out
 
@@ -59,7 +85,8 @@ def _front(original: Sequence[int], kept: list[int]) -> int | None:
 
 def _diagnose(case: Case, a: list[int], b: list[int]) -> int:
     """Raise the mistake ``(a, b)`` shows on ``case``; return A's front removals if none."""
-    (orig_a, orig_b, budget), label = case.args, case.label
+    orig_a, orig_b, budget = case.args
+    label = case.label
     if (a and set(a) <= set(orig_b)) or (b and set(b) <= set(orig_a)):
         raise Mistake("swapped_sides", f"On {label}, the returned `tokens_a` holds B's tokens.")
     fronts = [_front(orig_a, a), _front(orig_b, b)]
@@ -69,13 +96,16 @@ def _diagnose(case: Case, a: list[int], b: list[int]) -> int:
             "removes_from_middle",
             f"On {label}, the returned `{name}` is not a contiguous piece of the input `{name}`.",
         )
-    got, total = (len(a), len(b)), len(orig_a) + len(orig_b)
+    got = (len(a), len(b))
+    total = len(orig_a) + len(orig_b)
     if total <= budget and got != (len(orig_a), len(orig_b)):
         raise Mistake(
             "trims_when_fits",
             f"On {label}, the pair fits ({total} tokens) but you returned {got[0]} + {got[1]}.",
         )
-    allowed, (la, lb) = _allowed(len(orig_a), len(orig_b), budget), map(len, (orig_a, orig_b))
+    la = len(orig_a)
+    lb = len(orig_b)
+    allowed = _allowed(la, lb, budget)
     cuts = (la - got[0], lb - got[1])
     if got not in allowed and min(cuts) > 0 and abs(cuts[0] - cuts[1]) <= 1:
         raise Mistake(
@@ -89,10 +119,14 @@ def _diagnose(case: Case, a: list[int], b: list[int]) -> int:
         )
     if got not in allowed:
         want = " or ".join(f"({x}, {y})" for x, y in sorted(allowed))
-        one_side = 0 in cuts and (la > lb) == (cuts[0] > 0)  # only the side longer at first
-        code = "longer_decided_once" if one_side else "trims_shorter_side" if 0 in cuts else ""
+        if 0 not in cuts:
+            code = "trims_both_sides"
+        elif (la > lb) == (cuts[0] > 0):  # only the side longer at first
+            code = "longer_decided_once"
+        else:
+            code = "trims_shorter_side"
         raise Mistake(
-            code or "trims_both_sides",
+            code,
             f"On {label}, you kept {got[0]} + {got[1]} tokens; expected {want}.",
         )
     return int(fronts[0] or 0)
@@ -114,7 +148,7 @@ def _ends(front: int, total: int, what: str) -> None:
 
 
 def check_truncate_seq_pair(run: Runner) -> None:
-    hidden = [_case(la, lb, m, f"hidden case 1.{i + 1}", i) for i, (la, lb, m) in enumerate(PAIRS)]
+    hidden = [_case(*pair, f"hidden case 1.{i + 1}", seed=i) for i, pair in enumerate(PAIRS)]
     for case in [*hidden, _case(7, 5, 12, "hidden case 2", seed=5), *_generated()]:
         _diagnose(case, *_run(run, case))
     run.ok("returns new lists `(tokens_a, tokens_b)`; the arguments stay unchanged")
@@ -136,7 +170,8 @@ def check_truncate_seq_pair(run: Runner) -> None:
     if all(k == kept[0] for k in kept):
         raise Mistake("repeats_per_call", f"On {STAT_CALLS} calls of {stat.label}, all alike.")
     fronts = [_diagnose(stat, [int(t) for t in a], [int(t) for t in b]) for a, b in kept]
-    total, front = removed * STAT_CALLS, sum(fronts)
+    total = removed * STAT_CALLS
+    front = sum(fronts)
     what = (
         f"On {STAT_CALLS} calls of {stat.label}, each removing {removed} tokens from A, "
         f"{front} of the {total} removals ({pct(front, total)}) were at the front"
