@@ -87,7 +87,10 @@ def searches_content(tokenizer, messages):
     return labels
 
 
-@wrong(says="(two turns, the same answer twice), your targets are at positions")
+@wrong(
+    says="(two turns, the same answer twice), your targets are at positions [18, 19]; "
+    "expected [18, 19, 37, 38]"
+)
 def searches_answer_and_eos(tokenizer, messages):
     """Searches content + eos from the start of the ids: right unless two answers are equal, then
     the first is labelled twice and the later one never."""
@@ -214,7 +217,10 @@ def hard_coded_course_ids(tokenizer, messages):
     return labels
 
 
-@wrong(says="right on the course tokenizer, not on this one")
+@wrong(
+    says="[UNK]), your targets are at positions []; expected [14, 15, 16, 35, 36, 37, 38, 54, "
+    "55]; right on the course tokenizer, not on this one"
+)
 def course_template_header(tokenizer, messages):
     """Finds 'assistant:' (encoded with the given tokenizer) and takes the tokens up to
     eos_token_id: right for the course template only; the statement says 'a tokenizer whose chat
@@ -229,7 +235,7 @@ def course_template_header(tokenizer, messages):
     return labels
 
 
-@wrong(says="(one question and its answer), your targets are at positions")
+@wrong(says="(one question and its answer), your targets are at positions [19]; expected [18, 19]")
 def skips_first_answer_token(tokenizer, messages):
     """Starts one token late: the first token of every answer is not a target."""
     ids = _ids(tokenizer, messages)
@@ -239,7 +245,7 @@ def skips_first_answer_token(tokenizer, messages):
     return labels
 
 
-@wrong(says="(two turns), your targets are at positions")
+@wrong(says="(two turns), your targets are at positions [18, 19]; expected [18, 19, 35, 36]")
 def returns_inside_the_loop(tokenizer, messages):
     """'return labels' one level too deep: only the first assistant turn is labelled."""
     ids = _ids(tokenizer, messages)

@@ -124,7 +124,7 @@ def nsp_softmax_over_batch(
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
-@wrong(says="nsp_labels [0, 1, 1, 0], default weights), the loss is")
+@wrong(says="nsp_labels [0, 1, 1, 0], default weights), the loss is 4.7896; expected 4.82675")
 def nsp_binary_on_one_logit(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):

@@ -120,7 +120,7 @@ def separators_at_ends_of_lengths(docs, *, separator_id=-100):
     return {"input_ids": ids[None], "labels": labels[None], "position_ids": positions[None]}
 
 
-@wrong(says="are [-100, 6, 7, -100]; expected [-100, 6, 7, 8]")
+@wrong(says="of document 1 of 3 ([5, 6, 7, 8]) are [-100, 6, 7, -100]; expected [-100, 6, 7, 8]")
 def also_ignores_last_token(docs, *, separator_id=-100):
     """Also sets -100 on each document's last label ('the last token has no next token'): after the
     model's shift the second-to-last token loses its target."""
