@@ -59,16 +59,10 @@ def test_claim_03_model_shifts_inside() -> None:
     assert _model_shifts_inside(_bert_decoder())
 
 
-def test_claim_03_forcausallmloss_in_loss_utils() -> None:
-    logits = torch.randn(2, 9, VOCAB, generator=torch.Generator().manual_seed(2))  # (B, T, V)
-    ids = _ids(2)
-    assert ForCausalLMLoss.__module__ == "transformers.loss.loss_utils"
-    assert torch.allclose(
-        ForCausalLMLoss(logits, ids, vocab_size=VOCAB), _next_token_ce(logits, ids)
-    )
-
-
 def test_claim_03_forcausallmloss_pads_right() -> None:
+    """``ForCausalLMLoss`` (in ``loss_utils``) takes unshifted labels: it pads them on the right
+    with -100 and drops their first column, so position t is scored against token t + 1."""
+    assert ForCausalLMLoss.__module__ == "transformers.loss.loss_utils"
     logits = torch.randn(2, 9, VOCAB, generator=torch.Generator().manual_seed(3))  # (B, T, V)
     labels = _ids(3)
     labels[0, 5:] = -100

@@ -75,8 +75,7 @@ def test_claim_05_tiny_nsp_bert() -> None:
         intermediate_size=128,
         max_position_embeddings=48,
     )
-    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
-    assert len(model.bert.encoder.layer) == 2
+    assert len(model.bert.encoder.layer) == 2  # the course config's depth
     with torch.no_grad():
         assert model(**_pair()).logits.shape == (1, 2)
 
