@@ -166,7 +166,8 @@ class Corpus:
         k = 0
         for d in range(n_docs):
             n_sent = int(torch.randint(sentences[0], sentences[1] + 1, (), generator=g))
-            doc, pos = [], 0
+            doc = []
+            pos = 0
             for _ in range(n_sent):
                 n_tok = int(torch.randint(tokens[0], tokens[1] + 1, (), generator=g))
                 sentence = pool[k : k + n_tok]
@@ -208,19 +209,27 @@ def word_batch(rows: list[RowSpec], *, pad_is_special: bool = True) -> WordBatch
     """``[CLS] words [SEP] words [SEP] [PAD]...`` rows from their word lengths."""
     lengths = [1 + sum(sum(abs(n) for n in seg) + 1 for seg in segs) for segs, _ in rows]
     width = max(n + pad for n, (_, pad) in zip(lengths, rows))
-    special, cont, words = [], [], []
+    special = []
+    cont = []
+    words = []
     for (segs, _), length in zip(rows, lengths):
-        special.append([1] + [0] * (length - 2) + [1] + [int(pad_is_special)] * (width - length))
-        cont.append([False] * width)
-        t, words_r = 1, []  # position 0 is [CLS]
+        row_special = [1] + [0] * (length - 2) + [1] + [int(pad_is_special)] * (width - length)
+        row_cont = [False] * width
+        row_words = []
+        t = 1  # position 0 is [CLS]
         for seg in segs:
             for n in seg:
-                words_r.append(list(range(t, t + abs(n))))
-                cont[-1][t + (n > 0) : t + abs(n)] = [True] * (abs(n) - (n > 0))
+                pieces = list(range(t, t + abs(n)))
+                row_words.append(pieces)
+                # a word's first piece starts it, unless it is a `##` piece too (n < 0)
+                for position in pieces if n < 0 else pieces[1:]:
+                    row_cont[position] = True
                 t += abs(n)
-            special[-1][t] = 1  # [SEP]
+            row_special[t] = 1  # [SEP]
             t += 1
-        words.append(words_r)
+        special.append(row_special)
+        cont.append(row_cont)
+        words.append(row_words)
     attn = [[1] * n + [0] * (width - n) for n in lengths]
     return WordBatch(torch.tensor(special), torch.tensor(cont), torch.tensor(attn), words)
 

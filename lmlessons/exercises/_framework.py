@@ -96,14 +96,14 @@ class NotAttempted(Exception):
 class Case:
     """One call of the learner's function: ``label`` says in words what is passed (messages
     quote it), ``args`` and ``kwargs`` are passed as copies. ``ok``: what a correct result on
-    this case verifies, shown under "What was checked" (empty: nothing the earlier cases did not
-    already show)."""
+    this case verifies, a line or a tuple of lines shown under "What was checked" (empty: nothing
+    the earlier cases did not already show)."""
 
     label: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None  # random exercises: each call gets ``generator`` seeded with it
-    ok: str = ""
+    ok: str | tuple[str, ...] = ""
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]]:
         """Fresh copies of the arguments (and a freshly seeded generator) for one call."""
@@ -315,8 +315,10 @@ class Runner:
 
     def passed_case(self, case: Case) -> None:
         """Record what ``case`` verifies (:attr:`Case.ok`), once its result has been checked."""
-        if case.ok:
-            self.ok(case.ok)
+        lines = (case.ok,) if isinstance(case.ok, str) else case.ok
+        for line in lines:
+            if line:
+                self.ok(line)
 
     def expected(self, case: Case) -> Any:
         """The reference's result on ``case`` (on copies; a seeded generator is re-seeded)."""

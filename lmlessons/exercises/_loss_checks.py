@@ -18,18 +18,52 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
-from lmlessons.exercises._cases import gen
+from lmlessons.exercises._cases import DRAWN, gen
 from lmlessons.exercises._framework import Case, Mistake, Runner, close
 
 #: A known mistake: (code, what its value is, in words, the value it gives on the case).
 Candidate = tuple[str, str, float]
 Diagnose = Callable[[Case, float, float], Mistake | None]
-#: (batch, length, vocabulary) of the first generated batches: one token, one row, length 1.
-CORNERS = ((1, 1, 2), (1, 7, 3), (4, 1, 5), (3, 8, 2))
+
+
+@dataclass(frozen=True)
+class LossBatch:
+    """A row of :data:`LOSS_BATCHES`, one seeded batch of :func:`batches`."""
+
+    shape: tuple[int, int, int] | str  # (B, T, V); DRAWN: B in 1..4, T and V in 2..11
+    ignored: float  # each label is -100 with this probability
+    right_padding: bool  # each row's labels are -100 from a random length on
+    empty_first_row: bool  # row 0 has no target (if B > 1); chunked_cross_entropy: chunk 0
+    last_is_zero: bool  # the last label is a target of id 0
+    num_items: bool  # the checkers pass ``num_items_in_batch`` (more than the batch's targets)
+
+
+#: The generated batches of the loss checkers, in order: the first reach one token, one row,
+#: length 1 and a vocabulary of 2.
+LOSS_BATCHES = [
+    # shape, ignored, right_padding, empty_first_row, last_is_zero, num_items
+    LossBatch((1, 1, 2), 0.0, False, False, True, False),
+    LossBatch((1, 7, 3), 0.25, False, True, False, False),
+    LossBatch((4, 1, 5), 0.5, True, False, True, False),
+    LossBatch((3, 8, 2), 0.75, False, False, False, True),
+    LossBatch(DRAWN, 0.0, False, True, True, False),
+    LossBatch(DRAWN, 0.25, True, False, False, False),
+    LossBatch(DRAWN, 0.5, False, False, True, False),
+    LossBatch(DRAWN, 0.75, False, True, False, True),
+    LossBatch(DRAWN, 0.0, True, False, True, False),
+    LossBatch(DRAWN, 0.25, False, False, False, False),
+    LossBatch(DRAWN, 0.5, False, True, True, False),
+    LossBatch(DRAWN, 0.75, True, False, False, True),
+    LossBatch(DRAWN, 0.0, False, False, True, False),
+    LossBatch(DRAWN, 0.25, False, True, False, False),
+    LossBatch(DRAWN, 0.5, True, False, True, False),
+    LossBatch(DRAWN, 0.75, False, False, False, True),
+]
 
 
 def explain_ce(exc: BaseException) -> str | None:
@@ -133,7 +167,8 @@ def token_ce(logits: torch.Tensor, targets: torch.Tensor, dim: int = -1) -> torc
 
 def shift(labels: torch.Tensor, k: int) -> torch.Tensor:
     """``out[..., t] = labels[..., t + k]`` (-100 where ``t + k`` is outside)."""
-    out, T = torch.full_like(labels, IGNORE_INDEX), labels.shape[-1]
+    out = torch.full_like(labels, IGNORE_INDEX)
+    T = labels.shape[-1]
     if k >= 0:
         out[..., : max(T - k, 0)] = labels[..., k:]
     else:
@@ -143,8 +178,10 @@ def shift(labels: torch.Tensor, k: int) -> torch.Tensor:
 
 def mean_candidates(logits: torch.Tensor, targets: torch.Tensor) -> list[Candidate]:
     """The values of the averaging mistakes any token loss can make, ``targets`` as scored."""
-    ce, keep = token_ce(logits, targets), targets != IGNORE_INDEX
-    total, count = float(ce.sum()), int(keep.sum())
+    ce = token_ce(logits, targets)
+    keep = targets != IGNORE_INDEX
+    total = float(ce.sum())
+    count = int(keep.sum())
     rows = keep.any(-1)
     per_row = ce.sum(-1)[rows] / keep.sum(-1)[rows]
     zero = keep & (targets != 0)
@@ -173,7 +210,8 @@ def mean_candidates(logits: torch.Tensor, targets: torch.Tensor) -> list[Candida
 
 def num_items_candidates(logits: torch.Tensor, targets: torch.Tensor, n: int) -> list[Candidate]:
     """The values of the mistakes with ``num_items_in_batch=n``."""
-    ce, count = token_ce(logits, targets), int((targets != IGNORE_INDEX).sum())
+    ce = token_ce(logits, targets)
+    count = int((targets != IGNORE_INDEX).sum())
     mean = float(ce.sum()) / max(count, 1)
     return [
         ("ignores_num_items_in_batch", f"the mean over this batch's {count} targets", mean),
@@ -182,23 +220,26 @@ def num_items_candidates(logits: torch.Tensor, targets: torch.Tensor, n: int) ->
 
 
 def batches(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``n`` seeded ``(logits (B, T, V), labels (B, T))`` reaching the corners: the shapes of
-    :data:`CORNERS`, -100 at rates 0 to 3/4, rows without a target, right padding, and targets of
-    id 0 (the vocabularies are small, and every other batch ends in a 0)."""
-    g, out = gen(seed), []
-    for i in range(n):
-        size = (
+    """The first ``n`` batches of :data:`LOSS_BATCHES`, ``(logits (B, T, V), labels (B, T))``,
+    drawn from one generator seeded ``seed`` (every row draws a shape, used or not)."""
+    g = gen(seed)
+    out = []
+    for row in LOSS_BATCHES[:n]:
+        drawn = (
             torch.randint(1, 5, (1,), generator=g).tolist()
             + torch.randint(2, 12, (2,), generator=g).tolist()
         )
-        B, T, V = CORNERS[i] if i < len(CORNERS) else size
+        shape = drawn if isinstance(row.shape, str) else row.shape  # DRAWN: the drawn one
+        B, T, V = shape
         logits = torch.randn(B, T, V, generator=g) * 1.5  # (B, T, V)
         labels = torch.randint(V, (B, T), generator=g)  # (B, T)
-        labels[torch.rand(B, T, generator=g) < (i % 4) / 4] = IGNORE_INDEX
-        for b in range(B if i % 3 == 2 else 0):  # right padding
-            labels[b, int(torch.randint(1, T + 1, (), generator=g)) :] = IGNORE_INDEX
-        labels[-1, -1] = 0 if i % 2 == 0 else labels[-1, -1]
-        if B > 1 and i % 3 == 1:
+        labels[torch.rand(B, T, generator=g) < row.ignored] = IGNORE_INDEX
+        if row.right_padding:
+            for b in range(B):
+                labels[b, int(torch.randint(1, T + 1, (), generator=g)) :] = IGNORE_INDEX
+        if row.last_is_zero:
+            labels[-1, -1] = 0
+        if B > 1 and row.empty_first_row:
             labels[0] = IGNORE_INDEX  # a row without target
         out.append((logits.requires_grad_(), labels))
     return out
@@ -229,8 +270,10 @@ def token_diagnose(
     averaging ones, then whether the loss moves with scores it must ignore."""
 
     def diagnose(case: Case, got: float, expected: float) -> Mistake | None:
-        logits, labels = case.args[0].detach(), case.args[1]
-        targets, n = shift(labels, shifted), case.kwargs.get("num_items_in_batch")
+        logits = case.args[0].detach()
+        labels = case.args[1]
+        targets = shift(labels, shifted)
+        n = case.kwargs.get("num_items_in_batch")
         if n is not None:
             return named(case, got, expected, num_items_candidates(logits, targets, int(n)))
         found = named(case, got, expected, known(logits, labels) + mean_candidates(logits, targets))
@@ -246,23 +289,28 @@ def token_diagnose(
     return diagnose
 
 
+def empty_ok(what: str) -> str:
+    """The line a case with nothing to predict verifies: ``what`` says when."""
+    return f"0 (not NaN), still backpropagating, when {what}"
+
+
 def check_token_loss(
-    run: Runner, cases: list[tuple[Case, str]], diagnose: Diagnose, *, shifted: int, seed: int
+    run: Runner, cases: list[Case], diagnose: Diagnose, *, shifted: int, seed: int
 ) -> None:
-    """``mlm_loss``, ``clm_loss``: case 1 (value, then gradient), the empty cases (each with the
-    text of its ``ok``), case 1 with ``num_items_in_batch``, then 16 generated batches."""
-    (first, ok), *empty = cases
+    """``mlm_loss``, ``clm_loss``: case 1 (value, then gradient), the cases with nothing to
+    predict, case 1 with ``num_items_in_batch``, then the 16 :data:`LOSS_BATCHES`."""
+    first, *empty = cases
     check_loss(run, first, diagnose=diagnose)
-    run.ok(ok)
+    run.passed_case(first)
     run.ok("returns a 0-dim tensor that backpropagates to the logits with the right gradient")
-    for case, what in empty:
+    for case in empty:
         check_loss(run, case, empty=True)
-        run.ok(f"0 (not NaN), still backpropagating, when {what}")
+        run.passed_case(case)
     for case in with_num_items(first, int((shift(first.args[1], shifted) != IGNORE_INDEX).sum())):
         check_loss(run, case, diagnose=diagnose)
-    for i, (logits, labels) in enumerate(batches(seed, 16)):
+    for i, (row, (logits, labels)) in enumerate(zip(LOSS_BATCHES, batches(seed, 16))):
         count = int((shift(labels, shifted) != IGNORE_INDEX).sum())
-        kwargs = {"num_items_in_batch": count + i} if i % 4 == 3 else {}
+        kwargs = {"num_items_in_batch": count + i} if row.num_items else {}
         label = describe(logits, labels, f"generated case {i + 1}", **kwargs)
         check_loss(run, Case(label, (logits, labels), kwargs), empty=not count, diagnose=diagnose)
     run.ok(NUM_ITEMS_OK)

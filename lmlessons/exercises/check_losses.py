@@ -4,7 +4,7 @@ cases and diagnoses only; the pipeline both share is :func:`._loss_checks.check_
 Cases, in order (the first failure is reported): 1. four sequences of varied length (the value,
 then the gradient); 2. nothing to predict (MLM: every label -100; CLM: only position 0 labelled,
 then sequences of length 1); 3. case 1 with ``num_items_in_batch``, an int and a tensor; 4. 16
-seeded batches at the corners (:func:`._loss_checks.batches`: one token, one row, length 1, a
+seeded batches at the corners (:data:`._loss_checks.LOSS_BATCHES`: one token, one row, length 1, a
 vocabulary of 2, rows without a target, everything a target, targets of id 0), every fourth with
 ``num_items_in_batch``. A wrong value is compared with what known mistakes give on the same case;
 if none matches, the scores at positions that must not count are changed, to see whether the
@@ -21,6 +21,7 @@ from lmlessons.exercises._framework import Case, Runner
 from lmlessons.exercises._loss_checks import (
     Candidate,
     check_token_loss,
+    empty_ok,
     mean_ce,
     shift,
     token_ce,
@@ -55,7 +56,8 @@ def _mlm_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[Candidate]
 
 def _clm_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[Candidate]:
     """What pairing position t with the wrong label, or counting padding, give."""
-    (B, T), total = labels.shape, float(token_ce(logits, shift(labels, 1)).sum())
+    B, T = labels.shape
+    total = float(token_ce(logits, shift(labels, 1)).sum())
     return [
         ("not_shifted", "position t scored against `labels[:, t]`", mean_ce(logits, labels)),
         (
@@ -102,25 +104,33 @@ def _clm_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[Candidate]
 
 
 def check_mlm_loss(run: Runner) -> None:
-    V, B, T = 23, 4, 9
+    V = 23
+    B = 4
+    T = 9
     logits = random_logits(31, (B, T, V)).requires_grad_()  # (B, T, V)
     labels = mlm_labels(32, B, T, V, per_row=[3, 1, 5, 2])  # (B, T), 11 targets
     labels[tuple((labels != IGNORE_INDEX).nonzero()[0])] = 0  # id 0 is a target like any other
     n = int((labels != IGNORE_INDEX).sum())
-    first = f"hidden case 1 (logits {(B, T, V)}, labels with {n} targets, one of id 0, and -100 at "
-    nothing = torch.full_like(labels, IGNORE_INDEX)
+    what = f"labels with {n} targets, one of id 0, and -100 at the other {B * T - n} positions"
     cases = [
-        (
-            Case(first + f"the other {B * T - n} positions)", (logits, labels)),
-            "equals the mean cross-entropy over positions whose label is not -100",
+        Case(
+            f"hidden case 1 (logits {(B, T, V)}, {what})",
+            (logits, labels),
+            ok="equals the mean cross-entropy over positions whose label is not -100",
         ),
-        (Case("hidden case 2 (every label is -100)", (logits, nothing)), "nothing is masked"),
+        Case(
+            "hidden case 2 (every label is -100)",
+            (logits, torch.full_like(labels, IGNORE_INDEX)),
+            ok=empty_ok("nothing is masked"),
+        ),
     ]
     check_token_loss(run, cases, token_diagnose(run, 0, _mlm_mistakes), shifted=0, seed=33)
 
 
 def check_clm_loss(run: Runner) -> None:
-    V, B, T = 19, 4, 10
+    V = 19
+    B = 4
+    T = 10
     logits = random_logits(41, (B, T, V)).requires_grad_()  # (B, T, V)
     labels = clm_labels(42, V, lengths=[10, 7, 4, 9], length=T, prompt={3: 3})  # (B, T) unshifted
     labels[1, 5] = 0  # id 0 is a target like any other
@@ -128,23 +138,26 @@ def check_clm_loss(run: Runner) -> None:
     only_first = torch.full_like(labels, IGNORE_INDEX)
     only_first[:, 0] = labels[:, 0]  # position 0 is never a target after the shift
     short = (logits[:, :1].detach().requires_grad_(), labels[:, :1].clone())
-    first = f"hidden case 1 (logits {(B, T, V)}, unshifted labels = input ids with -100 on right "
+    what = (
+        "unshifted labels = input ids with -100 on right padding and a 3-token prompt; "
+        f"{n} next-token targets, one of id 0"
+    )
     cases = [
-        (
-            Case(
-                first + f"padding and a 3-token prompt; {n} next-token targets, one of id 0)",
-                (logits, labels),
-            ),
-            "shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) is "
-            "ignored",
+        Case(
+            f"hidden case 1 (logits {(B, T, V)}, {what})",
+            (logits, labels),
+            ok="shifts inside: position t is scored against `labels[:, t + 1]`; -100 (padding) "
+            "is ignored",
         ),
-        (
-            Case("hidden case 2 (only position 0 has a label)", (logits, only_first)),
-            "there is nothing to predict",
+        Case(
+            "hidden case 2 (only position 0 has a label)",
+            (logits, only_first),
+            ok=empty_ok("there is nothing to predict"),
         ),
-        (
-            Case("hidden case 3 (sequences of length 1: no next token)", short),
-            "sequences have length 1",
+        Case(
+            "hidden case 3 (sequences of length 1: no next token)",
+            short,
+            ok=empty_ok("sequences have length 1"),
         ),
     ]
     check_token_loss(run, cases, token_diagnose(run, 1, _clm_mistakes), shifted=1, seed=43)

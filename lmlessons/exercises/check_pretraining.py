@@ -4,13 +4,15 @@ pattern (:mod:`._framework`): cases and diagnoses only.
 Cases, in order (the first failure is reported): 1. four sequences at the default weights (the
 value, then the gradients for both logits); 2. the same with ``mlm_weight=2``,
 ``nsp_weight=0.25``; 3. no masked token (the total is the NSP part); 4. 12 seeded batches at the
-corners (:func:`._loss_checks.batches`, NSP labels all 0, all 1 or mixed, weights 0 to 3). A wrong
+corners (:data:`GENERATED`: NSP labels all 0, all 1 or mixed, weights 0 to 3). A wrong
 value is compared with what known mistakes give on the same case (averaging the two losses, NSP
 labels read the wrong way round, weights ignored, swapped or normalised, and the MLM part's own
 mistakes).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +40,40 @@ BERT_SIGNATURE = (
 WEIGHTS = {"mlm_weight": 2.0, "nsp_weight": 0.25}  # hidden case 2
 
 
+@dataclass(frozen=True)
+class PretrainingRow:
+    """A row of :data:`GENERATED`: the NSP labels (``"zeros"``, ``"ones"`` or ``"random"``) and
+    the weights; the MLM part is the row's batch of :data:`._loss_checks.LOSS_BATCHES`."""
+
+    nsp_labels: str
+    mlm_weight: float
+    nsp_weight: float
+
+
+#: The generated cases, in order.
+GENERATED = [
+    PretrainingRow("zeros", 1.0, 1.0),
+    PretrainingRow("ones", 0.5, 2.0),
+    PretrainingRow("random", 0.0, 1.0),
+    PretrainingRow("zeros", 1.0, 0.0),
+    PretrainingRow("ones", 3.0, 0.1),
+    PretrainingRow("random", 1.0, 1.0),
+    PretrainingRow("zeros", 0.5, 2.0),
+    PretrainingRow("ones", 0.0, 1.0),
+    PretrainingRow("random", 1.0, 0.0),
+    PretrainingRow("zeros", 3.0, 0.1),
+    PretrainingRow("ones", 1.0, 1.0),
+    PretrainingRow("random", 0.5, 2.0),
+]
+
+
 def _mistakes(case: Case) -> list[Candidate]:
     """The values known mistakes give on ``case``: wrong weights, then a wrong part."""
     mlm_logits, nsp_logits, labels, nsp_labels = (a.detach() for a in case.args)
-    a, b = case.kwargs.get("mlm_weight", 1.0), case.kwargs.get("nsp_weight", 1.0)
-    m, nsp = mean_ce(mlm_logits, labels), float(F.cross_entropy(nsp_logits.double(), nsp_labels))
+    a = case.kwargs.get("mlm_weight", 1.0)
+    b = case.kwargs.get("nsp_weight", 1.0)
+    m = mean_ce(mlm_logits, labels)
+    nsp = float(F.cross_entropy(nsp_logits.double(), nsp_labels))
     parts = f"(MLM part {m:.4f}, NSP part {nsp:.4f})"
     mlm_part = [
         (
@@ -93,48 +124,58 @@ def _diagnose(run: Runner) -> Diagnose:
         found = named(case, got, expected, _mistakes(case))
         if found is not None and found.code == "averages_losses" and not case.kwargs:
             again = Case(f"{case.label} with mlm_weight=2, nsp_weight=0.25", case.args, WEIGHTS)
-            now, want = float(as_loss(again, run.call(again)).detach()), run.expected(again)
+            now = float(as_loss(again, run.call(again)).detach())
+            want = run.expected(again)
             found = named(again, now, float(want.detach()), _mistakes(again))  # or normalised?
         return found
 
     return diagnose
 
 
-def _generated(n: int = 12) -> list[Case]:
-    """Seeded cases at the corners: NSP labels all 0, all 1 or mixed; weights 0 to 3."""
-    g, out = gen(57), []
-    weights = [(1.0, 1.0), (0.5, 2.0), (0.0, 1.0), (1.0, 0.0), (3.0, 0.1)]
-    for i, (logits, labels) in enumerate(batches(53, n)):
+def _generated() -> list[Case]:
+    """The cases of :data:`GENERATED` (every row draws random NSP labels, used or not)."""
+    g = gen(57)
+    out = []
+    for i, (row, (logits, labels)) in enumerate(zip(GENERATED, batches(53, len(GENERATED)))):
         B = labels.shape[0]
-        nsp_labels = [torch.zeros(B), torch.ones(B), torch.randint(2, (B,), generator=g)][i % 3]
+        drawn = torch.randint(2, (B,), generator=g)
+        nsp_labels = {"zeros": torch.zeros(B), "ones": torch.ones(B), "random": drawn}
         nsp_logits = (torch.randn(B, 2, generator=g) * 1.5).requires_grad_()
-        kwargs = dict(zip(("mlm_weight", "nsp_weight"), weights[i % len(weights)]))
-        args = (logits, nsp_logits, labels, nsp_labels.long())
+        kwargs = {"mlm_weight": row.mlm_weight, "nsp_weight": row.nsp_weight}
+        args = (logits, nsp_logits, labels, nsp_labels[row.nsp_labels].long())
         label = describe(logits, labels, f"generated case {i + 1}", nsp_labels=args[3].tolist())
         out.append(Case(label.replace("(logits", "(mlm_logits"), args, kwargs))
     return out
 
 
 def check_bert_pretraining_loss(run: Runner) -> None:
-    V, B, T = 17, 4, 8
+    V = 17
+    B = 4
+    T = 8
     mlm_logits = random_logits(51, (B, T, V)).requires_grad_()  # (B, T, V)
     nsp_logits = random_logits(52, (B, 2)).requires_grad_()  # (B, 2)
     labels = mlm_labels(53, B, T, V, per_row=[2, 3, 1, 2])  # (B, T)
     nsp_labels = torch.tensor([0, 1, 1, 0])  # (B,) 0 = IsNext
     args = (mlm_logits, nsp_logits, labels, nsp_labels)
-    first = (
+    first = Case(
         f"hidden case 1 (mlm_logits {(B, T, V)} with {int((labels != IGNORE_INDEX).sum())} masked "
-        f"targets, nsp_logits {(B, 2)}, nsp_labels {nsp_labels.tolist()}, default weights)"
+        f"targets, nsp_logits {(B, 2)}, nsp_labels {nsp_labels.tolist()}, default weights)",
+        args,
+        ok=(
+            "default weights: MLM mean over masked positions + NSP cross-entropy (0 = IsNext), "
+            "as `BertForPreTraining`",
+            "returns a 0-dim tensor that backpropagates to the logits with the right gradient",
+        ),
     )
-    check_loss(run, Case(first, args), diagnose=_diagnose(run))
-    run.ok(
-        "default weights: MLM mean over masked positions + NSP cross-entropy (0 = IsNext), as "
-        "`BertForPreTraining`"
+    weighted = Case(
+        "hidden case 2 (the same with mlm_weight=2.0, nsp_weight=0.25)",
+        args,
+        WEIGHTS,
+        ok="weights: `mlm_weight * MLM + nsp_weight * NSP`",
     )
-    run.ok("returns a 0-dim tensor that backpropagates to the logits with the right gradient")
-    weighted = Case("hidden case 2 (the same with mlm_weight=2.0, nsp_weight=0.25)", args, WEIGHTS)
-    check_loss(run, weighted, diagnose=_diagnose(run))
-    run.ok("weights: `mlm_weight * MLM + nsp_weight * NSP`")
+    for case in (first, weighted):
+        check_loss(run, case, diagnose=_diagnose(run))
+        run.passed_case(case)
     nothing = (mlm_logits, nsp_logits, torch.full_like(labels, IGNORE_INDEX), nsp_labels)
     empty = Case("hidden case 3 (no masked token: every MLM label is -100)", nothing)
     check_loss(run, empty, empty=True, diagnose=_diagnose(run))
