@@ -20,6 +20,7 @@ no test is copied to carry a second name), a citation of code
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,8 @@ class Claim:
         empty for a bare ``test`` (its ``test_name``) and for a citation."""
         if not TESTS.match(self.evidence):
             return []
-        return [tuple(ref.split("::")) for ref in self.evidence.split()[1:]]  # type: ignore[misc]
+        refs = [ref.partition("::") for ref in self.evidence.split()[1:]]
+        return [(path, name) for path, _, name in refs]
 
 
 def fold(text: str) -> str:
@@ -118,6 +120,7 @@ def question_text(question: Any) -> str:
     return fold(" ".join([question.prompt, *(c.text + " " + c.why for c in question.choices)]))
 
 
+@functools.cache
 def lesson_text(lesson: str) -> str:
     """The folded text an anchor of ``lesson`` ("07" or "quiz 07") must occur in."""
     if lesson.startswith("quiz "):
@@ -170,12 +173,17 @@ def _skips_at_once(body: list[ast.stmt]) -> bool:
     )
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def named_test_problem(path: str, name: str, root: Path = ROOT) -> str | None:
     """Why ``path::name`` cannot be a claim's evidence (it is missing, or always skipped), else
     None. The module is parsed, not imported."""
     if not (root / path).is_file():
         return f"no file {path}"
-    tree = ast.parse((root / path).read_text(encoding="utf-8"))
+    tree = _parsed(root / path)
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if name not in functions:
         return f"no function {name} in {path}"

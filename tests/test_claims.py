@@ -7,6 +7,7 @@ The behaviour test of a bare ``test`` claim is named ``test_claim_<id>`` and liv
 from __future__ import annotations
 
 import ast
+import functools
 from collections import Counter
 from pathlib import Path
 
@@ -29,12 +30,13 @@ HERE = Path(__file__).parent
 CLAIMS = read_ledger()
 
 
-def _claim_tests() -> set[str]:
+@functools.cache
+def _claim_tests() -> frozenset[str]:
     names = set()
     for module in HERE.glob("test_claims*.py"):
         tree = ast.parse(module.read_text(encoding="utf-8"))
         names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    return names
+    return frozenset(names)
 
 
 def test_the_ledger_has_unique_ids() -> None:
