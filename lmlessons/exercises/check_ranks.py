@@ -13,6 +13,8 @@ sequences; 2. 3 uneven ranks, one without target; 3. 4 ranks; 4. 1 rank; 5. 12 s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
@@ -26,6 +28,34 @@ SIGNATURE = (
     "rank_loss(logits, labels, *, all_reduce, world_size) -> loss   # labels unshifted; "
     "all_reduce(tensor) returns the sum over ranks"
 )
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """A row of :data:`GENERATED`: the number of ranks (each with 1 to 4 sequences of 2 to 8
+    tokens, a vocabulary of 2 to 11), the probability of a -100 label, and the ranks whose
+    labels are all -100."""
+
+    ranks: int
+    ignored: float
+    empty_ranks: tuple[int, ...] = ()
+
+
+#: The generated cases, in order.
+GENERATED = [
+    RankRow(1, 0.0),
+    RankRow(2, 1 / 3, empty_ranks=(1,)),
+    RankRow(3, 2 / 3),
+    RankRow(4, 0.0, empty_ranks=(3,)),
+    RankRow(1, 1 / 3),
+    RankRow(2, 2 / 3, empty_ranks=(1,)),
+    RankRow(3, 0.0),
+    RankRow(4, 1 / 3, empty_ranks=(3,)),
+    RankRow(1, 2 / 3),
+    RankRow(2, 0.0, empty_ranks=(1,)),
+    RankRow(3, 1 / 3),
+    RankRow(4, 2 / 3, empty_ranks=(0, 1, 2, 3)),  # no target on any rank
+]
 
 
 def _explain(exc: BaseException) -> str | None:
@@ -52,26 +82,34 @@ def _hidden(label: str, lengths: list[list[int]], seed: int) -> Case:
     return _case(label, [lg.requires_grad_() for lg in logits], labels)
 
 
-def _generated(n: int = 12) -> list[Case]:
-    g, out = gen(73), []
-    for i in range(n):
-        W, V = 1 + i % 4, int(torch.randint(2, 12, (), generator=g))
-        sizes = torch.randint(1, 5, (W, 2), generator=g) * torch.tensor([1, 2])  # (B_r, T_r)
+def _generated() -> list[Case]:
+    """The cases of :data:`GENERATED`."""
+    g = gen(73)
+    out = []
+    for i, row in enumerate(GENERATED):
+        V = int(torch.randint(2, 12, (), generator=g))
+        sizes = torch.randint(1, 5, (row.ranks, 2), generator=g) * torch.tensor(
+            [1, 2]
+        )  # (B_r, T_r)
         logits = [torch.randn(b, t, V, generator=g) * 1.5 for b, t in sizes.tolist()]
         labels = [torch.randint(V, lg.shape[:2], generator=g) for lg in logits]
         for r, lab in enumerate(labels):
-            lab[torch.rand(lab.shape, generator=g) < (i % 3) / 3] = IGNORE_INDEX
-            lab[:] = IGNORE_INDEX if (r == i % W and i % 2) or i == n - 1 else lab
+            lab[torch.rand(lab.shape, generator=g) < row.ignored] = IGNORE_INDEX
+            if r in row.empty_ranks:
+                lab[:] = IGNORE_INDEX
         out.append(_case(f"generated case {i + 1}", [lg.requires_grad_() for lg in logits], labels))
     return out
 
 
 def _diagnose(case: Case, got: float, full: float) -> Mistake | None:
-    logits, labels = ([t.detach() for t in ts] for ts in case.args)
-    W, targets = len(labels), [shift(lab, 1) for lab in labels]
+    logits = [t.detach() for t in case.args[0]]
+    labels = case.args[1]
+    W = len(labels)
+    targets = [shift(lab, 1) for lab in labels]
     sums = [float(token_ce(lg, t).sum()) for lg, t in zip(logits, targets)]
     counts = [int((t != IGNORE_INDEX).sum()) for t in targets]
-    local, S = [s / max(c, 1) for s, c in zip(sums, counts)], sum(sums)
+    local = [s / max(c, 1) for s, c in zip(sums, counts)]
+    S = sum(sums)
     before = sum(int((lab != IGNORE_INDEX).sum()) for lab in labels)
     shifted = sum(lab.shape[0] * (lab.shape[1] - 1) for lab in labels)
     rows = sum(lab.shape[0] for lab in labels)
@@ -101,6 +139,15 @@ def _diagnose(case: Case, got: float, full: float) -> Mistake | None:
     return named(case, got, full, known, "the mean of the ranks' losses")
 
 
+def _average_code(got: float, n: int, labels: list[torch.Tensor]) -> str:
+    """The code of a wrong average of the ranks' losses (``n``: the targets of all ranks)."""
+    if got != got and any(not (shift(lab, 1) != IGNORE_INDEX).any() for lab in labels):
+        return "nan_when_no_targets"
+    if n == 0:
+        return "empty_not_zero"
+    return "wrong_value"
+
+
 def _run(run: Runner, case: Case) -> None:
     """The ranks' mean against the full-batch loss, then each rank's value and gradient."""
     out = run.call(case, via=ranks, explain=_explain)
@@ -115,16 +162,17 @@ def _run(run: Runner, case: Case) -> None:
         refs.append((float(loss.detach()), torch.autograd.grad(loss, leaf)[0]))
     for r, loss in enumerate(losses):  # a loss without graph trains nothing, whatever its value
         if loss.grad_fn is None:
-            code, text = "empty_detached" if n == 0 else "detached", "has no graph to its logits"
-            raise Mistake(code, f"On {case.label}, rank {r}'s loss {text}.")
-    got, full = sum(float(loss.detach()) for loss in losses) / W, sum(v for v, _ in refs) / W
+            code = "empty_detached" if n == 0 else "detached"
+            raise Mistake(code, f"On {case.label}, rank {r}'s loss has no graph to its logits.")
+    got = sum(float(loss.detach()) for loss in losses) / W
+    full = sum(v for v, _ in refs) / W
     if not close(got, full):
-        nan = got != got and any(not (shift(lab, 1) != IGNORE_INDEX).any() for lab in labels)
-        code = "nan_when_no_targets" if nan else ("wrong_value" if n else "empty_not_zero")
+        code = _average_code(got, n, labels)
         detail = f"On {case.label}, the ranks' losses average to {got:.6g}; expected {full:.6g}."
         raise _diagnose(case, got, full) or Mistake(code, detail)
     for r, (loss, (want, grad)) in enumerate(zip(losses, refs)):
-        on, value = f"On {case.label}, rank {r}'s loss", float(loss.detach())
+        on = f"On {case.label}, rank {r}'s loss"
+        value = float(loss.detach())
         if not close(value, want):
             raise Mistake("wrong_rank_loss", f"{on} is {value:.4f}; expected {want:.4f}.")
         (mine,) = torch.autograd.grad(loss, logits[r], allow_unused=True)
@@ -134,13 +182,26 @@ def _run(run: Runner, case: Case) -> None:
 
 
 def check_rank_loss(run: Runner) -> None:
-    _run(run, _hidden("hidden case 1", [[3, 4], [8, 8]], 51))
-    run.ok("2 ranks: the ranks' losses average to the full-batch loss")
-    run.ok("each rank: world_size * its sum / the all-reduced count, with the full-batch gradient")
-    _run(run, _hidden("hidden case 2", [[8], [1, 1], [5, 7, 6]], 61))
-    run.ok("3 uneven ranks, one without any target: every rank joins every `all_reduce`")
-    _run(run, _hidden("hidden case 3", [[2, 6], [8], [4, 4, 3], [7]], 71))
-    _run(run, _hidden("hidden case 4", [[5, 8, 3]], 81))
-    for case in _generated():
+    two = _hidden("hidden case 1", [[3, 4], [8, 8]], 51)
+    uneven = _hidden("hidden case 2", [[8], [1, 1], [5, 7, 6]], 61)
+    cases = [
+        replace(
+            two,
+            ok=(
+                "2 ranks: the ranks' losses average to the full-batch loss",
+                "each rank: world_size * its sum / the all-reduced count, with the full-batch "
+                "gradient",
+            ),
+        ),
+        replace(
+            uneven,
+            ok="3 uneven ranks, one without any target: every rank joins every `all_reduce`",
+        ),
+        _hidden("hidden case 3", [[2, 6], [8], [4, 4, 3], [7]], 71),
+        _hidden("hidden case 4", [[5, 8, 3]], 81),
+        *_generated(),
+    ]
+    for case in cases:
         _run(run, case)
+        run.passed_case(case)
     run.ok("4 ranks, and 1 rank (the plain mean over targets)")
