@@ -12,11 +12,13 @@ document, so a mistake on some documents only is named too.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
+from lmlessons.exercises._cases import DRAWN
 from lmlessons.exercises._framework import Case, Mistake, Runner, same
 
 SIGNATURE = (
@@ -24,6 +26,40 @@ SIGNATURE = (
     '{"input_ids", "labels", "position_ids"}   # each a (1, N) LongTensor'
 )
 KEYS = ("input_ids", "labels", "position_ids")
+
+
+@dataclass(frozen=True)
+class FlattenRow:
+    """A row of :data:`GENERATED`: the documents' lengths and whether ``separator_id`` is given
+    (one of the batch's own tokens, drawn; else the default -100)."""
+
+    lengths: tuple[int, ...] | str  # DRAWN: 1 to 6 documents of 1 to 12 tokens
+    separator: bool
+
+
+#: The generated cases, in order (their tokens are drawn from 0 to 99, so 0 among them).
+GENERATED = [
+    FlattenRow((1,), separator=False),  # one one-token document
+    FlattenRow((1, 1, 1), separator=True),  # one-token documents only
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+    FlattenRow(DRAWN, separator=False),
+    FlattenRow(DRAWN, separator=True),
+]
 
 
 def collator_batch(docs: list[list[int]], separator_id: int | None = None) -> dict[str, Any]:
@@ -36,8 +72,8 @@ def collator_batch(docs: list[list[int]], separator_id: int | None = None) -> di
 
 
 def _cases() -> list[Case]:
-    g = torch.Generator().manual_seed(9)
-    cases = [
+    """The hand-written cases, then those of :data:`GENERATED`."""
+    hand_written = [
         Case(
             "hidden case 1 (three documents of 4, 1 and 3 tokens)",
             ([[5, 6, 7, 8], [9], [5, 10, 11]],),
@@ -47,18 +83,41 @@ def _cases() -> list[Case]:
             "hidden case 3 (two documents, separator_id=0, also a token of the first)",
             ([[7, 0, 9], [10, 11]],),
             {"separator_id": 0},
+            ok=(
+                "`input_ids`: the documents' tokens one after the other in one row `(1, N)`",
+                "`position_ids` restart at 0 for every document (one-token documents too)",
+                "each document's first label is `separator_id` (also one that is a token inside "
+                "a document); the other labels are the ids, unshifted",
+            ),
         ),
     ]
-    corners = [[1], [1, 1, 1]]  # one one-token document; one-token documents only
-    for i in range(20):
+    generated = _generated()
+    generated[-1] = replace(
+        generated[-1],
+        ok="equal to `DataCollatorWithFlattening` on 20 random batches (one-token documents, "
+        "token 0, a `separator_id` that is also a token)",
+    )  # said once all of them passed
+    return hand_written + generated
+
+
+def _generated() -> list[Case]:
+    """The cases of :data:`GENERATED` (every row draws a number of documents, used or not)."""
+    g = torch.Generator().manual_seed(9)
+    cases = []
+    for i, row in enumerate(GENERATED):
         n_docs = int(torch.randint(1, 7, (), generator=g))
-        lengths = corners[i] if i < len(corners) else torch.randint(1, 13, (n_docs,), generator=g)
+        if isinstance(row.lengths, str):  # DRAWN
+            lengths = torch.randint(1, 13, (n_docs,), generator=g).tolist()
+        else:
+            lengths = list(row.lengths)
         docs = [torch.randint(0, 100, (int(n),), generator=g).tolist() for n in lengths]
-        kwargs, text = {}, ""
-        if i % 2:  # a separator_id that is also one of the batch's tokens
+        kwargs = {}
+        text = ""
+        if row.separator:  # a separator_id that is also one of the batch's tokens
             tokens = [t for d in docs for t in d]
             sep = tokens[int(torch.randint(len(tokens), (), generator=g))]
-            kwargs, text = {"separator_id": sep}, f", separator_id={sep}"
+            kwargs = {"separator_id": sep}
+            text = f", separator_id={sep}"
         label = f"generated case {i + 1} (documents of {[len(d) for d in docs]} tokens{text})"
         cases.append(Case(label, (docs,), kwargs))
     return cases
@@ -70,10 +129,12 @@ def _check_ids(case: Case, got: Any, want: torch.Tensor) -> None:
     ids = got.get("input_ids") if isinstance(got, Mapping) else None
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1:
         return
-    ids, want_ids = ids[0].tolist(), want[0].tolist()
+    ids = ids[0].tolist()
+    want_ids = want[0].tolist()
     if ids != want_ids:
-        n, m = len(ids), len(want_ids)
-        count = f" ({n} tokens; the documents hold {m})" if n != m else ""
+        count = ""
+        if len(ids) != len(want_ids):
+            count = f" ({len(ids)} tokens; the documents hold {len(want_ids)})"
         raise Mistake(
             "flatten_wrong_ids",
             f"On {case.label}, `input_ids` are {ids}{count}; expected {want_ids}.",
@@ -101,13 +162,16 @@ def _label_code(lab: list[int], doc: list[int], sep: int, nxt: int) -> str:
 
 def _diagnose(case: Case, got: dict[str, torch.Tensor]) -> Mistake:
     """The mistake on the first document whose positions, then labels, are wrong."""
-    docs, sep = case.args[0], case.kwargs.get("separator_id", IGNORE_INDEX)
-    labels, positions = got["labels"][0].tolist(), got["position_ids"][0].tolist()
+    docs = case.args[0]
+    sep = case.kwargs.get("separator_id", IGNORE_INDEX)
+    labels = got["labels"][0].tolist()
+    positions = got["position_ids"][0].tolist()
     row = [t for doc in docs for t in doc] + [sep]
     for field, values in (("position_ids", positions), ("labels", labels)):
         start = 0
         for d, doc in enumerate(docs):
-            n, part = len(doc), values[start : start + len(doc)]
+            n = len(doc)
+            part = values[start : start + n]
             want = list(range(n)) if field == "position_ids" else [sep, *doc[1:]]
             if part != want:
                 before = positions[start - 1] if start else None
@@ -125,21 +189,11 @@ def _diagnose(case: Case, got: dict[str, torch.Tensor]) -> Mistake:
 
 
 def check_flatten_documents(run: Runner) -> None:
-    for i, case in enumerate(_cases()):
+    for case in _cases():
         got = run.call(case)
         expected = collator_batch(case.args[0], case.kwargs.get("separator_id"))
         _check_ids(case, got, expected["input_ids"])
         run.compare(case, got, expected)
         if not same(got, expected):
             raise _diagnose(case, got)
-        if i == 2:
-            run.ok("`input_ids`: the documents' tokens one after the other in one row `(1, N)`")
-            run.ok("`position_ids` restart at 0 for every document (one-token documents too)")
-            run.ok(
-                "each document's first label is `separator_id` (also one that is a token inside "
-                "a document); the other labels are the ids, unshifted"
-            )
-    run.ok(
-        "equal to `DataCollatorWithFlattening` on 20 random batches (one-token documents, "
-        "token 0, a `separator_id` that is also a token)"
-    )
+        run.passed_case(case)
