@@ -33,7 +33,8 @@ class LargestTensor(WatchMode):
             if isinstance(t, torch.Tensor) and t.element_size() > 0:
                 n = t.untyped_storage().nbytes() // t.element_size()
                 if n > self.numel:
-                    self.numel, self.shape = n, tuple(t.shape)
+                    self.numel = n
+                    self.shape = tuple(t.shape)
         return out
 
 
@@ -59,7 +60,9 @@ def watch(backward: bool = False) -> tuple[Via, Watched]:
             if backward and isinstance(out, torch.Tensor) and out.requires_grad:
                 leaves = [a for a in inputs if a.requires_grad]
                 torch.autograd.grad(out, leaves, allow_unused=True)
-        seen.numel, seen.shape, seen.peak = sizes.numel, sizes.shape, peak.peak_bytes
+        seen.numel = sizes.numel
+        seen.shape = sizes.shape
+        seen.peak = peak.peak_bytes
         return out
 
     return via, seen

@@ -105,7 +105,9 @@ def _case(label: str, data: tuple[Vocab, Any, Any], seed: int, probs: tuple = ()
 
 def _probabilities(case: Case) -> tuple[float, float, float]:
     """``(mlm_probability, mask_replace_prob, random_replace_prob)`` of ``case``."""
-    p, pm, pr = (case.kwargs.get(name, default) for name, default in DEFAULTS.items())
+    p = case.kwargs.get("mlm_probability", DEFAULTS["mlm_probability"])
+    pm = case.kwargs.get("mask_replace_prob", DEFAULTS["mask_replace_prob"])
+    pr = case.kwargs.get("random_replace_prob", DEFAULTS["random_replace_prob"])
     return p, pm, pr
 
 

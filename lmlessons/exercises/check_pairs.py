@@ -166,7 +166,8 @@ def _like(got: Any) -> dict[str, torch.Tensor]:
     """What the result must look like: a dict of LongTensors, ``(N, L)`` and ``(N,)``, with the
     learner's ``N`` and ``L`` (their values are checked by the rules)."""
     ids = got.get("input_ids") if isinstance(got, dict) else None
-    n, width = (1, 1)
+    n = 1
+    width = 1
     if isinstance(ids, torch.Tensor) and ids.dim() == 2:
         n, width = ids.shape
     like = {key: torch.zeros((n, width), dtype=torch.long) for key in KEYS}
