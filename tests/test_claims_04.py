@@ -28,6 +28,7 @@ from transformers.models.bert import modeling_bert
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
 from lmlessons import clm_loss
+from lmlessons.causality import logit_change
 from tests._tiny import (
     VOCAB,
     bert_config,
@@ -49,12 +50,10 @@ def _lm_head(is_decoder: bool) -> BertLMHeadModel:
 
 
 def _logit_change(model: Any, ids: torch.Tensor, position: int) -> torch.Tensor:
-    """Largest change of each position's logits when the token at ``position`` changes: (T,)."""
-    changed = ids.clone()
-    changed[:, position] = 3 + (changed[:, position] - 2) % (VOCAB - 3)  # another non-special id
-    with torch.no_grad():
-        before, after = model(input_ids=ids).logits, model(input_ids=changed).logits  # (B, T, V)
-    return (after - before).abs().amax(dim=(0, 2))
+    """``lmlessons.causality.logit_change`` of the first row, the token at ``position`` replaced
+    by another non-special id: (T,)."""
+    other = 3 + (int(ids[0, position]) - 2) % (VOCAB - 3)
+    return logit_change(model, ids[:1], position, other)
 
 
 # --- section 1: the shift, the loss function, the warnings -----------------------------------

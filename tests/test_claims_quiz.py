@@ -21,6 +21,7 @@ from transformers import (
 )
 from transformers.loss.loss_utils import ForMaskedLMLoss
 
+from lmlessons.causality import logit_change
 from tests._claims import Claim, quiz_lessons, read_ledger, uncovered_quiz
 from tests._tiny import (
     VOCAB,
@@ -47,12 +48,10 @@ def _ids(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
 
 
 def _moved_positions(model: torch.nn.Module, ids: torch.Tensor, at: int) -> list[int]:
-    """The positions whose logits change when the token at ``at`` is replaced."""
-    other = ids.clone()
-    other[0, at] = 5 if int(ids[0, at]) != 5 else 6
-    with torch.no_grad():
-        a, b = model(input_ids=ids).logits, model(input_ids=other).logits
-    return [t for t in range(ids.size(1)) if not torch.equal(a[0, t], b[0, t])]
+    """The positions whose logits change when the token at ``at`` is replaced
+    (``lmlessons.causality.logit_change``)."""
+    changes = logit_change(model, ids, at, 5 if int(ids[0, at]) != 5 else 6)  # (T,)
+    return changes.nonzero().flatten().tolist()
 
 
 # --------------------------------------------------------------------------- coverage
