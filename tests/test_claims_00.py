@@ -1,7 +1,7 @@
 """Behaviour tests of lesson 00's ledger claims (``docs/claims.md``, section "Lesson 00").
 
-Each ``test_claim_<id>`` checks one claim against the installed transformers, on tiny models
-built from configs and tokenizers built from a few tokens: nothing is downloaded.
+Each ``test_claim_<id>`` checks the entry it is named after (and those that name it) against the
+installed transformers, on tiny models built from configs: nothing is downloaded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Behaviour tests of lesson 01's ledger claims (``docs/claims.md``, section "Lesson 01").
 
-Each ``test_claim_<id>`` checks one claim about ``DataCollatorForLanguageModeling`` or the
-``-100`` convention against the installed transformers, on the course tokenizer (the ``tok``
-fixture) and tiny models built from configs. Seeded: every test gives the same result each run.
+Each ``test_claim_<id>`` checks the entry it is named after (and those that name it) about
+``DataCollatorForLanguageModeling`` or the ``-100`` convention against the installed transformers,
+on the course tokenizer (the ``tok`` fixture) and tiny models built from configs. Seeded: every test
+gives the same result each run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Behaviour tests of the claims lesson 03 (CLM label shift) makes about transformers.
 
-Each ``test_claim_03_*`` checks one ``evidence: test`` entry of ``docs/claims.md`` against the
+Each ``test_claim_03_*`` checks its entry of ``docs/claims.md`` (and those that name it) against the
 installed library: tiny models built from configs, seeded, nothing downloaded.
 """
 

@@ -1,8 +1,8 @@
 """Behaviour tests of what lesson 04 says about transformers (ledger: ``docs/claims.md``).
 
-Each ``test_claim_04_*`` checks one ledger entry by calling the installed library: tiny models
-built from configs (nothing is downloaded), seeded, with transformers' own log messages and
-warnings captured. No test reads or compares source text.
+Each ``test_claim_04_*`` checks its ledger entry (and those naming it) by calling the installed
+library: tiny models built from configs (nothing is downloaded), seeded, with transformers' own log
+messages and warnings captured. No test reads or compares source text.
 """
 
 from __future__ import annotations

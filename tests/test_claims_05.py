@@ -1,6 +1,6 @@
 """Behaviour tests of the claims lesson 05 (NSP pairs) makes about transformers.
 
-Each ``test_claim_05_*`` checks one ``evidence: test`` entry of ``docs/claims.md`` against the
+Each ``test_claim_05_*`` checks its entry of ``docs/claims.md`` (and those that name it) against the
 installed library: tiny models built from configs, the course tokenizer, seeded.
 """
 

@@ -1,6 +1,6 @@
 """Behaviour tests of the claims lesson 08 (bug zoo) makes about transformers.
 
-Each ``test_claim_08_*`` checks one ``evidence: test`` entry of ``docs/claims.md`` against the
+Each ``test_claim_08_*`` checks its entry of ``docs/claims.md`` (and those that name it) against the
 installed library: the course's tokenizer and checkpoint, tiny models from configs, seeded,
 nothing downloaded.
 """

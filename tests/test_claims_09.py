@@ -1,8 +1,8 @@
 """Behaviour tests of the claims lesson 09 (packing, boundaries, perplexity) and its quiz make
 about transformers.
 
-Each ``test_claim_09_*`` / ``test_claim_quiz_09_*`` checks one ``evidence: test`` entry of
-``docs/claims.md`` against the installed library: tiny models built from configs, seeded,
+Each ``test_claim_09_*`` / ``test_claim_quiz_09_*`` checks its entry of ``docs/claims.md``
+(and those that name it) against the installed library: tiny models built from configs, seeded,
 nothing downloaded.
 """
 

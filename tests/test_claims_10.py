@@ -1,7 +1,7 @@
 """Behaviour tests of the claims lesson 10 (fine-tuning on the answer only) makes about
 transformers and TRL.
 
-Each ``test_claim_10_*`` checks one ``evidence: test`` entry of ``docs/claims.md`` against the
+Each ``test_claim_10_*`` checks its entry of ``docs/claims.md`` (and those that name it) against the
 installed libraries: the course's chat tokenizer, tiny GPT-2 models built from configs, nothing
 downloaded. TRL is a test dependency (``requirements-test.txt``); its claims are skipped, with the
 reason, where it is not installed, and its ``SFTTrainer``s come from the session fixture

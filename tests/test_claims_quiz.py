@@ -1,10 +1,10 @@
 """The quizzes' claims about other systems: covered by the ledger, and the ``test`` ones checked.
 
-Every quiz question (prompt, choices and explanations) that names another system holds the anchor
-of a ``quiz NN`` entry under "Quizzes" in ``docs/claims.md``. Each ``test_claim_quiz_*`` below
-checks one such entry by calling the installed transformers: tiny models built from configs
-(nothing is downloaded), seeded, the course tokenizer, transformers' own log messages captured.
-No test reads or compares source text.
+Every quiz question (prompt, choices and explanations) that names another system holds the anchor of
+a ``quiz NN`` entry under "Quizzes" in ``docs/claims.md``. Each ``test_claim_quiz_*`` below checks
+its entry (and those naming it) by calling the installed transformers: tiny models built from
+configs (nothing is downloaded), seeded, the course tokenizer, transformers' own log messages
+captured. No test reads or compares source text.
 """
 
 from __future__ import annotations
