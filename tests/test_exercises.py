@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import importlib
 import math
 import random
 import re
@@ -17,26 +18,30 @@ import threading
 import traceback
 from pathlib import Path
 
-import naive_flatten
-import naive_variants as nv
+import battery.mask_tokens
+import battery.mlm_loss
+import battery.select_whole_words
 import numpy as np
 import pytest
 import test_check_answer_only
 import torch
 import torch.nn.functional as F
 from _tiny import bert_config, seeded
+from battery._attempt import ATTEMPTS
+from battery.flatten_documents import with_transformers
 from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguageModeling
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
-from lmlessons.course.chat import CHAT_TEMPLATE, chat_tokenizer
+from lmlessons.course.chat import CHAT_TEMPLATE
 from lmlessons.exercises import EXERCISES, check, hint, quiz, solution, solutions, solutions_part2
 from lmlessons.exercises._cases import random_word_rows, word_batch
 from lmlessons.exercises._framework import TIME_LIMIT, Case, Mistake, Runner, tokenizer_state
 from lmlessons.exercises._loss_checks import batches
 from lmlessons.exercises._memory import LargestTensor
 from lmlessons.exercises._threads import Group, MismatchedAllReduce
+from lmlessons.exercises.check_answer_only import ChatTokenizer
 from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
 from lmlessons.masking_variants import select_whole_words, word_ids
 
@@ -152,7 +157,7 @@ INDEPENDENT = {
     "truncate_seq_pair": lmlessons.truncate_seq_pair,
     "rank_loss": hf_rank_loss,
     "chunked_cross_entropy": lmlessons.linear_cross_entropy,
-    **naive_flatten.INDEPENDENT,
+    "flatten_documents": with_transformers,
     "assistant_labels": test_check_answer_only.tensor_version,
 }
 
@@ -197,19 +202,11 @@ def test_correct_functions_pass(name, source):
     assert result.passed, str(result)
     assert result.mistake is None
     assert len(result.passed_checks) >= 4  # the list of what was verified is shown to the learner
-    assert "correct" in str(result) and "correct" in result._repr_html_()
+    assert str(result).startswith(f"✓ {name}: correct!") and repr(result) == str(result)
+    assert "correct" in result._repr_html_()
 
 
-@pytest.mark.parametrize("name,variant", [(ex, v) for ex, vs in nv.VALID.items() for v in vs])
-def test_other_correct_implementations_pass(name, variant):
-    # once outside the timer: a variant may import a library on first use (torch.utils.checkpoint
-    # imports torch._dynamo, 1.5 s), which is the learner's code, not the check
-    check(name, nv.get(variant))
-    result = check(name, nv.get(variant))
-    assert result.passed, str(result)
-
-
-# --------------------------------------------------------------------------- rejecting naive code
+# --------------------------------------------------------------------------- messages
 
 # a phrase the title or message must contain, so the learner reads what the defect is
 PHRASES = {
@@ -227,7 +224,6 @@ PHRASES = {
     "raised_exception": "Error",
     "special_tokens_mask_none": "special_tokens_mask=None",
     "wrong_dtype": "dtype",
-    "wrong_return": "pair",
     "not_scalar": "reduction",
     "returns_tuple": "tuple",
     "nan_when_no_targets": "NaN",
@@ -291,65 +287,67 @@ PHRASES = {
     "wrong_type": "signature",
 }
 
-NAIVE = [(ex, v, code) for ex, table in nv.EXPECTED.items() for v, code in table.items()]
+
+def _first_attempts() -> dict[str, tuple[str, object]]:
+    """For each mistake code, the first attempt of the battery (``tests/battery``, whose
+    ``tests/test_battery.py`` checks every attempt's code) that makes it, and its exercise."""
+    for path in sorted((Path(__file__).parent / "battery").glob("[a-z]*.py")):
+        importlib.import_module(f"battery.{path.stem}")
+    first: dict[str, tuple[str, object]] = {}
+    for exercise, attempts in ATTEMPTS.items():
+        for attempt in attempts:
+            first.setdefault(str(attempt.expect), (exercise, attempt.fn))
+    return first
 
 
-@pytest.mark.parametrize("name,variant,code", NAIVE, ids=[v for _, v, _ in NAIVE])
-def test_naive_variant_is_rejected_with_its_defect(name, variant, code):
-    result = check(name, nv.get(variant))
-    assert result.status == "failed", str(result)
-    assert result.mistake == code, str(result)
+FIRST_ATTEMPT = _first_attempts()
+
+
+@pytest.mark.parametrize("code", list(PHRASES))
+def test_a_mistakes_message_says_what_it_is(code):
+    """The title or message carries a phrase that says what the mistake is; the text is the
+    same on every run and shows nothing of the machine."""
+    exercise, fn = FIRST_ATTEMPT[code]
+    result = check(exercise, fn)
+    assert result.status == "failed" and result.mistake == code, str(result)
     text = f"{result.title}\n{result.message}"
     assert PHRASES[code] in text, text
-    # the rendering is deterministic and shows no machine-specific text
-    again = check(name, nv.get(variant))
+    again = check(exercise, fn)
     assert str(again) == str(result) and again._repr_html_() == result._repr_html_()
     assert not VOLATILE.search(str(result)), str(result)
-    assert not VOLATILE.search(result._repr_html_())
-    assert f'hint("{name}", 1)' in str(result)
+    page = result._repr_html_()
+    assert page.startswith("<div") and "<script" not in page and not VOLATILE.search(page)
+    assert f'hint("{exercise}", 1)' in str(result)
 
 
-def test_every_exercise_has_a_first_draft_and_every_variant_is_checked():
-    """Each exercise has naive first drafts (several defects at once), all rejected, and every
-    function of naive_variants is a registered fixture (none is left untested). Part II's
-    exercises keep theirs in naive_flatten.py (tests/test_check_flatten.py)."""
-    for name in nv.EXPECTED:
-        prefix = {"mask_tokens": "mask", "make_nsp_pairs": "nsp", "select_whole_words": "wwm"}.get(
-            name, name.split("_")[0]
-        )
-        drafts = [v for v in nv.EXPECTED[name] if v.startswith(f"{prefix}_draft")]
-        assert drafts, name
-        for v in drafts:
-            assert not check(name, nv.get(v)).passed
-    registered = {v for table in nv.EXPECTED.values() for v in table}
-    registered |= {v for vs in nv.VALID.values() for v in vs}
-    registered |= {"stub_not_implemented", "stub_pass", "raises_key_error", "get", "shift_labels"}
-    public = {n for n, f in vars(nv).items() if callable(f) and not n.startswith("_")}
-    assert public - {"F", "torch"} <= registered, public - registered
+def stub_not_implemented(*args, **kwargs):
+    raise NotImplementedError("Your code here")
+
+
+def stub_pass(*args, **kwargs):
+    pass
+
+
+def raises_key_error(*args, **kwargs):
+    raise KeyError("oops")
 
 
 @pytest.mark.parametrize("name", list(EXERCISES))
-@pytest.mark.parametrize("stub", ["stub_not_implemented", "stub_pass"])
-def test_untouched_stub_is_not_attempted(name, stub):
-    result = check(name, nv.get(stub))
-    assert result.status == "not_attempted" and not result.passed and not result.attempted
-    assert "not attempted yet" in str(result)
-    assert EXERCISES[name].signature in result.message
-    assert "not attempted yet" in result._repr_html_()
-
-
-@pytest.mark.parametrize("name", list(EXERCISES))
-def test_exception_is_reported_with_type_message_and_line(name):
-    result = check(name, nv.raises_key_error)
+def test_a_stub_is_not_attempted_and_an_exception_is_reported_with_its_line(name):
+    for stub in (stub_not_implemented, stub_pass):
+        result = check(name, stub)
+        assert result.status == "not_attempted" and not result.passed and not result.attempted
+        assert "not attempted yet" in str(result) and "not attempted yet" in result._repr_html_()
+        assert EXERCISES[name].signature in result.message
+    result = check(name, raises_key_error)
     assert result.status == "failed" and result.mistake == "raised_exception"
     assert "KeyError: 'oops'" in result.message
-    assert "raises_key_error" in result.message and "line" in result.message
+    assert "in `raises_key_error`, line " in result.message
 
 
 def test_an_error_raised_in_the_package_is_reported_at_the_learners_line():
-    """A bad argument passed to a core function fails inside ``lmlessons`` (its validators);
-    the message quotes the learner's line, also when the package is installed editable (as
-    .venv has it), outside ``site-packages``."""
+    """A bad argument to a core function fails in ``lmlessons``'s validators, which an editable
+    install (as .venv has it) keeps outside ``site-packages``: still the learner's line."""
 
     def bad_probability(input_ids, **kwargs):
         kwargs["mlm_probability"] = 1.5
@@ -360,47 +358,38 @@ def test_an_error_raised_in_the_package_is_reported_at_the_learners_line():
     deepest = Path(traceback.extract_tb(raised.tb)[-1].filename).resolve()
     assert deepest.is_relative_to(Path(lmlessons.__file__).resolve().parent)  # the premise
     result = check("mask_tokens", bad_probability)
-    assert result.mistake == "raised_exception" and "ValueError: mlm_probability" in result.message
-    where = "in `bad_probability`, line "
-    assert where in result.message, result.message
+    assert "ValueError: mlm_probability" in result.message
+    assert "in `bad_probability`, line " in result.message, result.message
     assert "`return lmlessons.mask_tokens(input_ids, **kwargs)`" in result.message
 
 
-def _pad_is_eos(tokenizer, messages):
-    tokenizer.pad_token = tokenizer.eos_token  # lesson 10's bug, on the tokenizer it was given
-    return solutions_part2.assistant_labels(tokenizer, messages)
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: setattr(t, "pad_token", t.eos_token),  # lesson 10's bug
+        lambda t: setattr(t, "chat_template", CHAT_TEMPLATE),  # the template with the tags
+        lambda t: setattr(t, "padding_side", "left"),
+    ],
+    ids=["pad_token_is_eos", "chat_template", "padding_side"],
+)
+def test_a_function_that_changes_the_tokenizer_modifies_its_input(change):
+    """The tokenizer is passed itself, not a copy: its state must be the same after the call;
+    encoding (padding, a chat template) changes nothing of it."""
 
+    def changes_the_tokenizer(tokenizer, messages):
+        change(tokenizer)
+        return solutions_part2.assistant_labels(tokenizer, messages)
 
-def _own_template(tokenizer, messages):
-    tokenizer.chat_template = CHAT_TEMPLATE  # the course template, with the generation tags
-    return solutions_part2.assistant_labels(tokenizer, messages)
-
-
-@pytest.mark.parametrize("fn", [_pad_is_eos, _own_template])
-def test_a_function_that_changes_the_tokenizer_modifies_its_input(fn):
-    """The tokenizer is passed itself, not a copy; its state before and after the call must be
-    the same."""
-    result = check("assistant_labels", fn)
+    result = check("assistant_labels", changes_the_tokenizer)
     assert result.mistake == "modifies_input", str(result)
     assert "`tokenizer` changed during the call" in result.message
-
-
-def test_the_tokenizer_state_sees_changes_and_not_encoding():
-    tokenizer = chat_tokenizer()
+    tokenizer = ChatTokenizer()  # what the learner gets
     before = tokenizer_state(tokenizer)
     tokenizer("a cat sat", padding="max_length", max_length=8, truncation=True)
     tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=True)
-    assert tokenizer_state(tokenizer) == before  # encoding changes nothing that counts
-    changes = [
-        lambda t: setattr(t, "padding_side", "left"),
-        lambda t: t.add_tokens(["zebra-crossing"]),
-        lambda t: t.add_special_tokens({"pad_token": "[MASK]"}),
-        lambda t: setattr(t, "model_max_length", 7),
-    ]
-    for change in changes:
-        tokenizer = chat_tokenizer()
-        change(tokenizer)
-        assert tokenizer_state(tokenizer) != before
+    assert tokenizer_state(tokenizer) == before
+    change(tokenizer)
+    assert tokenizer_state(tokenizer) != before
 
 
 def _collator_default(name):
@@ -413,7 +402,8 @@ def test_numbers_in_messages():
     """The factor the 'counts unmasked positions' message states is 1 / mlm_probability at
     transformers' default rate, and dividing by every position really shrinks the loss by it."""
     p = _collator_default("mlm_probability")
-    message = check("mlm_loss", nv.mlm_counts_unmasked).message
+    divides_by_every_position = battery.mlm_loss.divides_by_every_position
+    message = check("mlm_loss", divides_by_every_position).message
     assert f"{1 / p:.1f} times too small at {p:.0%}" in message
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 50, (256, 128), generator=g)
@@ -421,13 +411,8 @@ def test_numbers_in_messages():
         ids, mask_token_id=4, vocab_size=50, mlm_probability=p, generator=g
     )
     logits = torch.randn(256, 128, 50, generator=g)
-    shrink = lmlessons.mlm_loss(logits, labels) / nv.mlm_counts_unmasked(logits, labels)
+    shrink = lmlessons.mlm_loss(logits, labels) / divides_by_every_position(logits, labels)
     assert float(shrink) == pytest.approx(1 / p, rel=0.05)
-
-
-def test_division_by_zero_is_explained():
-    result = check("mask_tokens", nv.mask_unguarded_division)
-    assert "ZeroDivisionError" in result.message and "mask_replace_prob == 1" in result.message
 
 
 def test_not_callable_and_unknown_exercise():
@@ -442,7 +427,7 @@ def test_check_leaves_global_state_alone(capsys):
         print("debugging output")
         random.random()
         np.random.rand()
-        return nv.mask_global_rng(input_ids, **kwargs)
+        return battery.mask_tokens.global_rng(input_ids, **kwargs)
 
     torch.manual_seed(123)
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
@@ -477,25 +462,6 @@ def test_too_slow_fires_on_the_runner_clock():
         assert first == fires_at and set(codes) <= {None, "too_slow"}, (step, codes)
 
 
-def test_python_random_module_is_caught():
-    def uses_random(input_ids, **kwargs):
-        random.random()
-        return lmlessons.mask_tokens(input_ids, **kwargs)
-
-    result = check("mask_tokens", uses_random)
-    assert result.mistake == "uses_global_rng" and "random" in result.message
-
-
-def test_check_results_render():
-    ok = check("clm_loss", lmlessons.clm_loss)
-    assert ok.passed and str(ok).startswith("✓ clm_loss: correct!")
-    assert repr(ok) == str(ok)
-    bad = check("mask_tokens", nv.mask_specials)
-    page = bad._repr_html_()
-    assert page.startswith("<div") and "<code>special_tokens_mask</code>" in page
-    assert "<script" not in page and html.escape("[CLS]") in page
-
-
 # --------------------------------------------------------------------------- hints and solutions
 
 
@@ -521,15 +487,6 @@ def test_solution_shows_the_reference_source(name):
     page = s._repr_html_()
     assert "<span" in page  # highlighted
     assert not VOLATILE.search(page)
-
-
-@pytest.mark.parametrize("name", ["mlm_loss", "clm_loss", "bert_pretraining_loss"])
-def test_solutions_equal_transformers(name):
-    args = _loss_inputs(name, 5)
-    kwargs = {"mlm_weight": 0.7, "nsp_weight": 1.3} if name == "bert_pretraining_loss" else {}
-    assert torch.allclose(
-        getattr(solutions, name)(*args, **kwargs), INDEPENDENT[name](*args, **kwargs), atol=1e-6
-    )
 
 
 def test_mask_tokens_solution_draws_like_transformers():
@@ -613,7 +570,8 @@ def test_whole_word_probabilities_the_checker_states():
     assert all(abs(x - 1 / 4) < 0.03 for x in shares), shares
     mixed = word_batch([(((3, 1, 1, 1), (1, 1, 1)), 0)] * n)
     long_word = mixed.words[0][0][0]
-    for fn, p in ((select_whole_words, 1 / 7), (nv.wwm_by_piece, 3 / 9)):
+    by_piece = battery.select_whole_words.picks_random_tokens
+    for fn, p in ((select_whole_words, 1 / 7), (by_piece, 3 / 9)):
         sel = fn(
             mixed.special,
             mixed.cont,
@@ -754,9 +712,7 @@ def test_every_lesson_has_a_quiz():
 def test_quiz_feedback_per_choice(lesson, number):
     q = quiz(lesson)
     question = q.questions[number - 1]
-    assert len({c.why for c in question.choices}) == len(
-        question.choices
-    )  # its own explanation each
+    assert len({c.why for c in question.choices}) == len(question.choices)  # one each
     for i, choice in enumerate(question.shown):  # letters name the choices as shown
         letter = "ABCDEFGH"[i]
         text = q.answer(letter, question=number)
@@ -766,10 +722,7 @@ def test_quiz_feedback_per_choice(lesson, number):
         # the widget shows exactly this text
         shown = html.unescape(re.sub(r"<[^>]+>", "", q._feedback[number - 1].value))
         assert shown == text == q.feedback_texts[number - 1]
-    assert q.correct_choice(number) in "ABCD"
-    assert q.answer(q.correct_choice(number), question=number).endswith(
-        next(c.why for c in question.choices if c.correct)
-    )
+    assert q.correct_choice(number) == "ABCDEFGH"[[c.correct for c in question.shown].index(True)]
 
 
 def test_quiz_widget_callbacks():
@@ -877,7 +830,8 @@ def test_quiz_numbers():
     logits = torch.randn(2, 100, 7, generator=torch.Generator().manual_seed(2))
     labels = torch.full((2, 100), -100)
     labels[:, :15] = 3
-    shrink = float(lmlessons.mlm_loss(logits, labels) / nv.mlm_counts_unmasked(logits, labels))
+    every = battery.mlm_loss.divides_by_every_position
+    shrink = float(lmlessons.mlm_loss(logits, labels) / every(logits, labels))
     assert f"200/30, about {shrink:.1f}x" in text
     # 07.1: a micro-batch of 1 token with loss 2.0, one of 99 tokens with loss 1.0 each
     first, second = _loss_of([2.0]), _loss_of([1.0] * 99)
@@ -923,19 +877,9 @@ def test_quiz_numbers():
         assert runs[run]["final_train_loss"] > runs[healthy]["final_train_loss"], run
 
 
-def test_quiz_claims_about_losses():
-    """02.2: mean cross-entropy over no target is NaN; the course's loss is 0 and backpropagates."""
-    logits = torch.randn(2, 3, 5, requires_grad=True)
-    labels = torch.full((2, 3), -100)
-    assert torch.isnan(F.cross_entropy(logits.reshape(-1, 5), labels.reshape(-1)))
-    loss = lmlessons.mlm_loss(logits, labels)
-    loss.backward()
-    assert loss.item() == 0.0 and torch.count_nonzero(logits.grad) == 0
-
-
-def test_quiz_claim_bert_for_pretraining_needs_both_labels():
-    """06.1 and 06.2, on a tiny BertForPreTraining built from a config; its loss is the
-    bert_pretraining_loss checker's reference."""
+def test_the_pretraining_reference_is_bert_for_pretrainings_loss():
+    """The bert_pretraining_loss checker's reference gives a tiny ``BertForPreTraining``'s loss
+    (that the model needs both labels: tests/test_claims_06.py)."""
     model = seeded(BertForPreTraining, bert_config())
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 97, (2, 9), generator=g)
@@ -943,13 +887,7 @@ def test_quiz_claim_bert_for_pretraining_needs_both_labels():
     labels[0, 1] = ids[0, 1]
     nsp = torch.tensor([0, 1])
     with torch.no_grad():
-        assert model(input_ids=ids, labels=labels).loss is None
         out = model(input_ids=ids, labels=labels, next_sentence_label=nsp)
-    expected = lmlessons.mlm_loss(out.prediction_logits, labels) + lmlessons.nsp_loss(
-        out.seq_relationship_logits, nsp
-    )
-    assert torch.allclose(out.loss, expected, atol=1e-5)
     reference = REFERENCES["bert_pretraining_loss"]
-    assert torch.allclose(
-        out.loss, reference(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
-    )
+    expected = reference(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
+    assert torch.allclose(out.loss, expected, atol=1e-5)
