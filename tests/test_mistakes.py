@@ -1,4 +1,4 @@
-"""The one exercise pattern: one mistake catalogue, small checkers.
+"""The one exercise pattern: one mistake catalogue.
 
 Every code a checker can raise has one entry in ``lmlessons/data/content/mistakes.toml`` (title and
 explanation, one wording), and every entry is used.
