@@ -36,7 +36,7 @@ from lmlessons.exercises import solutions as _solutions
 from lmlessons.exercises import solutions_part2 as _solutions_part2
 from lmlessons.exercises._framework import Mistake, NotAttempted, Runner, isolated
 from lmlessons.exercises._quiz import Quiz, quiz
-from lmlessons.exercises._result import CheckResult, Hint, Solution
+from lmlessons.exercises._result import CheckResult, Hint, Solution, inline
 from lmlessons.exercises.check_answer_only import SIGNATURE as ASSISTANT_SIGNATURE
 from lmlessons.exercises.check_answer_only import check_assistant_labels
 from lmlessons.exercises.check_bugzoo import PASSED as BUGZOO_PASSED
@@ -67,6 +67,7 @@ from lmlessons.exercises.content import load
 
 __all__ = [
     "EXERCISES",
+    "inline",
     "CheckResult",
     "Hint",
     "Quiz",

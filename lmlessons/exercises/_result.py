@@ -43,7 +43,6 @@ def inline(text: str) -> str:
     return "".join(out)
 
 
-_inline = inline  # the old name, until lmlessons/widgets/predict.py imports ``inline``
 
 
 def _paragraphs_html(text: str) -> str:

@@ -37,7 +37,7 @@ import ipywidgets as widgets
 import torch
 
 from lmlessons.course.palette import INK, MUTED
-from lmlessons.exercises._result import _inline
+from lmlessons.exercises import inline
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import OutputRecord, html_output, state_output
 
@@ -181,10 +181,10 @@ class Reveal:
                 f"<div>You guessed <b>{html.escape(self.guess)}</b>; measured "
                 f"<b>{html.escape(self.measured)}</b>: {html.escape(self.verdict)}</div>"
             )
-        why = f"<div>{_inline(self.explanation)}</div>" if self.explanation else ""
+        why = f"<div>{inline(self.explanation)}</div>" if self.explanation else ""
         return (  # the answer folded: the reader meets the question first
             f'<div class="lmlessons-reveal" style="{_BOX}">'
-            f"<div><b>Predict:</b> {_inline(self.question)}</div>"
+            f"<div><b>Predict:</b> {inline(self.question)}</div>"
             f'<details><summary style="cursor:pointer">{REVEAL_SUMMARY}</summary>'
             f"<div>Measured: <b>{html.escape(self.measured)}</b></div>{compare}{why}"
             "</details></div>"
@@ -256,7 +256,7 @@ class Predict(LessonWidget):
         self.button = widgets.Button(description="Lock my guess", button_style="info")
         self.button.on_click(lambda _button: self._press())
         self._message = ""
-        header = widgets.HTML(f"<b>Predict:</b> {_inline(self.question)}")
+        header = widgets.HTML(f"<b>Predict:</b> {inline(self.question)}")
         row = widgets.HBox([control, self.button])
         super().__init__({"guess": control}, self._draw_status, rows=[header, row])
         self.add_class("lmlessons-predict")
@@ -368,7 +368,7 @@ class Predict(LessonWidget):
         )
         return (
             f'<div class="lmlessons-static lmlessons-predict" style="{_BOX}">'
-            f"<div><b>Predict:</b> {_inline(self.question)}</div>"
+            f"<div><b>Predict:</b> {inline(self.question)}</div>"
             f'<ul style="list-style:none;padding-left:8px;margin:2px 0">{items}</ul>'
             f'<div style="{_BOX_NOTE}">{html.escape(self._status())}</div></div>'
         )
