@@ -63,11 +63,11 @@ def _load_times() -> dict[str, float]:
     from lmlessons.course import corpus as corpus_module
     from lmlessons.course import tokenizer as tokenizer_module
 
-    corpus_module._course_documents.cache_clear()
+    corpus_module.clear_cache()
     start = time.perf_counter()
     corpus_module.load_corpus("course")
     corpus_s = time.perf_counter() - start
-    tokenizer_module._tokenizer_json.cache_clear()
+    tokenizer_module.clear_cache()
     start = time.perf_counter()
     tokenizer_module.load_tokenizer()
     tokenizer_s = time.perf_counter() - start

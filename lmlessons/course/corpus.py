@@ -27,7 +27,7 @@ from lmlessons._checks import check_int
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 BUILTIN_CORPORA = ("course",)
 
-__all__ = ["Corpus", "load_corpus", "split_sentences", "BUILTIN_CORPORA"]
+__all__ = ["Corpus", "load_corpus", "split_sentences", "clear_cache", "BUILTIN_CORPORA"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,6 +211,12 @@ def _parse_documents(text: str, *, one_sentence_per_line: bool) -> list[list[str
 
 def _course_files() -> list[Path]:
     return sorted(DATA_DIR.glob("course_*.txt"))
+
+
+def clear_cache() -> None:
+    """Forget the parsed course files: the next :func:`load_corpus` reads them again (a cold
+    load, as ``python -m tools.budgets`` measures it)."""
+    _course_documents.cache_clear()
 
 
 @functools.lru_cache(maxsize=4)

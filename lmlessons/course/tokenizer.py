@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # transformers is imported when a tokenizer is built (it take
 
 __all__ = [
     "COURSE_WHOLE_WORDS",
+    "clear_cache",
     "SPECIAL_TOKENS",
     "TOKENIZER_FILE",
     "train_tokenizer",
@@ -290,6 +291,12 @@ def _bert_pipeline(lowercase: bool) -> Tokenizer:
 @functools.lru_cache(maxsize=4)
 def _tokenizer_json(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
+
+
+def clear_cache() -> None:
+    """Forget the read ``tokenizer.json`` files: the next :func:`load_tokenizer` reads its file
+    again (a cold load, as ``python -m tools.budgets`` measures it)."""
+    _tokenizer_json.cache_clear()
 
 
 def load_tokenizer(path: str | Path | None = None) -> BertTokenizer:
