@@ -87,10 +87,13 @@ def dpo(trl, tmp_path_factory):
     return SimpleNamespace(trainer=trainer, tok=tok, examples=examples)
 
 
-def _logged(trainer) -> dict[str, float]:
-    """What ``DPOTrainer.log`` adds to the log history after one ``compute_loss``."""
+def _loss_and_logs(trainer, model, inputs) -> tuple[torch.Tensor, dict[str, float]]:
+    """``compute_loss`` of one batch and what ``DPOTrainer.log`` then adds to the log history
+    (the metrics of that batch alone: a first ``log`` flushes any left by a failed test)."""
     trainer.log({})
-    return trainer.state.log_history[-1]
+    loss = trainer.compute_loss(model, inputs)
+    trainer.log({})
+    return loss, trainer.state.log_history[-1]
 
 
 def _logits(model, batch) -> torch.Tensor:
@@ -135,10 +138,9 @@ def test_trl_dpo_loss_and_metrics_on_a_real_batch(dpo):
     ref = sequence_logprobs(_logits(trainer.ref_model, batch), labels).chunk(2)
     losses, chosen_rewards, rejected_rewards = dpo_loss(*policy, *ref, beta=trainer.beta)
     with torch.no_grad():
-        theirs = trainer.compute_loss(trainer.model, batch)
+        theirs, logged = _loss_and_logs(trainer, trainer.model, batch)
     assert abs(float(theirs) - math.log(2)) > 1e-3  # the reference differs from the policy
     assert float(theirs) == pytest.approx(float(losses.mean()), abs=1e-6)
-    logged = _logged(trainer)
     ours = preference_metrics(
         chosen_rewards, rejected_rewards, chosen_logps=policy[0], rejected_logps=policy[1]
     )
@@ -192,7 +194,7 @@ def _trl_loss(dpo, monkeypatch, loss_type, beta, tensors, lengths):
         "ref_rejected_logps": ref_rejected,
     }
     model = _GivenLogps(torch.cat([policy_chosen, policy_rejected]))
-    return dpo.trainer.compute_loss(model, inputs), _logged(dpo.trainer)
+    return _loss_and_logs(dpo.trainer, model, inputs)
 
 
 def _tensors(seed: int, n: int = 4) -> list[torch.Tensor]:
