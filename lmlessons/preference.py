@@ -93,6 +93,46 @@ def _check_lengths(name: str, value: object, batch: int) -> torch.Tensor:
     return value
 
 
+def _margin(
+    loss_type: str,
+    chosen_logratios: torch.Tensor,
+    rejected_logratios: torch.Tensor,
+    chosen_lengths: object,
+    rejected_lengths: object,
+) -> torch.Tensor:
+    """``(B,)``: chosen minus rejected log-ratio, each divided by its completion's token count
+    first for the length-normalised loss types (``delta_score`` and ``ipo_delta`` in TRL)."""
+    if loss_type not in LENGTH_NORMALISED_LOSS_TYPES:
+        return chosen_logratios - rejected_logratios  # (B,)
+    if chosen_lengths is None or rejected_lengths is None:
+        raise ValueError(f"loss_type={loss_type!r} needs chosen_lengths and rejected_lengths")
+    batch = len(chosen_logratios)
+    chosen = chosen_logratios / _check_lengths("chosen_lengths", chosen_lengths, batch)  # (B,)
+    rejected = rejected_logratios / _check_lengths("rejected_lengths", rejected_lengths, batch)
+    return chosen - rejected  # (B,)
+
+
+def _pair_losses(
+    loss_type: str,
+    beta: float,
+    chosen_logratios: torch.Tensor,
+    rejected_logratios: torch.Tensor,
+    chosen_lengths: object,
+    rejected_lengths: object,
+) -> torch.Tensor:
+    """``(B,)``: the loss of each pair for one of :data:`LOSS_TYPES` (see :func:`dpo_loss`)."""
+    if loss_type == "bco_pair":  # each reward on its own
+        chosen_term = -F.logsigmoid(beta * chosen_logratios)  # (B,)
+        return chosen_term - F.logsigmoid(-beta * rejected_logratios)  # (B,)
+    lengths = (chosen_lengths, rejected_lengths)
+    delta = _margin(loss_type, chosen_logratios, rejected_logratios, *lengths)  # (B,)
+    if loss_type == "hinge":
+        return torch.relu(1 - beta * delta)  # (B,)
+    if loss_type == "ipo":
+        return (delta - 1 / (2 * beta)) ** 2  # (B,)
+    return -F.logsigmoid(beta * delta)  # (B,): sigmoid, sigmoid_norm
+
+
 def preference_batch(
     examples: Sequence[Mapping[str, Sequence[int] | torch.Tensor]], *, pad_token_id: int
 ) -> dict[str, torch.Tensor]:
@@ -212,29 +252,12 @@ def dpo_loss(
     beta = _check_real("beta", beta, positive=True)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    if loss_type in LENGTH_NORMALISED_LOSS_TYPES and (
-        chosen_lengths is None or rejected_lengths is None
-    ):
-        raise ValueError(f"loss_type={loss_type!r} needs chosen_lengths and rejected_lengths")
     # 2. The log-ratios against the reference: the rewards, divided by beta.
     chosen_logratios = c_pol - c_ref  # (B,)
     rejected_logratios = r_pol - r_ref  # (B,)
-    chosen_scores, rejected_scores = chosen_logratios, rejected_logratios  # (B,), (B,)
-    if loss_type in LENGTH_NORMALISED_LOSS_TYPES:
-        chosen_scores = chosen_scores / _check_lengths("chosen_lengths", chosen_lengths, len(c_pol))
-        rejected_scores = rejected_scores / _check_lengths(
-            "rejected_lengths", rejected_lengths, len(c_pol)
-        )
-    delta = chosen_scores - rejected_scores  # (B,)
     # 3. The loss of each pair.
-    if loss_type in ("sigmoid", "sigmoid_norm"):
-        losses = -F.logsigmoid(beta * delta)  # (B,)
-    elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * delta)  # (B,)
-    elif loss_type == "ipo":
-        losses = (delta - 1 / (2 * beta)) ** 2  # (B,)
-    else:  # bco_pair
-        losses = -F.logsigmoid(beta * chosen_logratios) - F.logsigmoid(-beta * rejected_logratios)
+    lengths = (chosen_lengths, rejected_lengths)
+    losses = _pair_losses(loss_type, beta, chosen_logratios, rejected_logratios, *lengths)  # (B,)
     # 4. The implicit rewards, for logging only (TRL detaches them, lines 1582-1583).
     return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
 
