@@ -81,6 +81,33 @@ def test_assistant_only_labels_rejects_bad_input():
         assistant_only_labels([1, 2], [[1], 0])
 
 
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: assistant_only_labels(5, [1]),
+            TypeError,
+            "input_ids must be a torch.Tensor or a list of token ids, got int",
+        ),
+        (
+            lambda: assistant_only_labels("the dog", [1]),
+            TypeError,
+            "input_ids must be a torch.Tensor or a list of token ids, got str",
+        ),
+        (lambda: assistant_only_labels([[1], 2], [1]), TypeError, "input_ids must hold int"),
+        (lambda: assistant_only_labels([1], torch.tensor([0.5])), TypeError, "assistant_masks "),
+        (lambda: assistant_only_labels([1, 2], [1, 2]), ValueError, "assistant_masks must hold"),
+        (lambda: completion_only_labels("2", [3]), TypeError, "prompt_ids must be a "),
+        (lambda: completion_only_labels([2], [[3]]), ValueError, "completion_ids must be one "),
+        (lambda: completion_only_labels([2], []), ValueError, "completion_ids is empty"),
+    ],
+)
+def test_bad_input_names_the_argument(call, error, message):
+    with pytest.raises(error) as raised:
+        call()
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
 def test_the_targets_are_the_answers_transformers_renders(chat_tok):
     """Oracle: the generation mask of transformers' apply_chat_template against the answer
     tokens found by rendering prefixes of the conversation."""
@@ -207,6 +234,16 @@ def test_per_example_mean_loss_weighs_every_example_the_same():
     assert loss.item() != pytest.approx(per_token_loss(logits, labels).item(), rel=1e-3)
     loss.backward()
     assert logits.grad is not None and torch.count_nonzero(logits.grad[2]) == 0
+
+
+def test_per_example_mean_keeps_an_example_with_a_single_target():
+    logits = _logits(2, 5, V)
+    labels = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(4))
+    labels[0, :4] = -100  # after the shift: one target (labels[0, 4], scored at position 3)
+    means = _example_means(logits.detach(), labels)
+    assert len(means) == 2
+    loss = per_example_mean_loss(logits, labels)
+    assert loss.item() == pytest.approx(sum(means) / 2, rel=1e-6)
 
 
 def test_per_example_mean_accumulates_with_the_step_count():

@@ -183,3 +183,72 @@ def test_bad_input(fn, changed, exc, match):
     """Each case changes the named arguments of a valid call."""
     with pytest.raises(exc, match=match):
         fn(**{**_valid_args(fn), **changed})
+
+
+@pytest.mark.parametrize(
+    "fn,changed,exc,message",
+    [
+        (nsp_loss, {"logits": [[1.0, 2.0]]}, TypeError, "logits "),
+        (nsp_loss, {"labels": [0, 1]}, TypeError, "labels "),
+        (nsp_loss, {"labels": torch.tensor([0, 2])}, ValueError, "labels must hold ids in [0, 2)"),
+        (nsp_loss, {"labels": torch.tensor([0, -100])}, ValueError, "labels must be 0 (IsNext)"),
+        (
+            nsp_loss,
+            {"logits": torch.randn(3, 2), "labels": torch.tensor([0])},
+            ValueError,
+            "labels must have shape (3,), got (1,)",
+        ),
+        (bert_pretraining_loss, {"mlm_logits": [1.0]}, TypeError, "mlm_logits "),
+        (bert_pretraining_loss, {"mlm_labels": [0]}, TypeError, "mlm_labels "),
+        (bert_pretraining_loss, {"nsp_logits": torch.randn(2)}, ValueError, "nsp_logits "),
+        (bert_pretraining_loss, {"nsp_labels": [0, 1]}, TypeError, "nsp_labels "),
+        (
+            bert_pretraining_loss,
+            {"nsp_labels": torch.tensor([0, 2])},
+            ValueError,
+            "nsp_labels must hold ids in [0, 2)",
+        ),
+        (
+            bert_pretraining_loss,
+            {"nsp_labels": torch.tensor([-100, 1])},
+            ValueError,
+            "nsp_labels must be 0 (IsNext)",
+        ),
+        (
+            bert_pretraining_loss,
+            {"nsp_logits": torch.randn(3, 2), "nsp_labels": torch.tensor([0, 1, 0])},
+            ValueError,
+            "mlm_logits (B, T, V) and nsp_logits (B, 2) must share B, got 2 and 3",
+        ),
+        (
+            bert_pretraining_loss,
+            {"mlm_weight": "1"},
+            TypeError,
+            "mlm_weight must be a number, got str",
+        ),
+        (bert_pretraining_loss, {"nsp_weight": -0.5}, ValueError, "nsp_weight must be >= 0"),
+        (
+            bert_pretraining_loss,
+            {"nsp_weight": None},
+            TypeError,
+            "nsp_weight must be a number, got",
+        ),
+    ],
+)
+def test_bad_input_messages_name_the_argument(fn, changed, exc, message):
+    """The message starts with the argument's own name (``nsp_labels``, not the kernel's
+    ``labels``), and says what was wrong."""
+    with pytest.raises(exc) as raised:
+        fn(**{**_valid_args(fn), **changed})
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_a_weight_of_zero_leaves_the_other_term():
+    args = _valid_args(bert_pretraining_loss)
+    mlm = mlm_loss(args["mlm_logits"], args["mlm_labels"])
+    nsp = nsp_loss(args["nsp_logits"], args["nsp_labels"])
+    torch.testing.assert_close(bert_pretraining_loss(**args, nsp_weight=0), mlm)
+    torch.testing.assert_close(bert_pretraining_loss(**args, mlm_weight=0.0), nsp)
+    torch.testing.assert_close(
+        bert_pretraining_loss(**args, mlm_weight=2, nsp_weight=0.5), 2 * mlm + nsp / 2
+    )

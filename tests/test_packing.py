@@ -285,12 +285,41 @@ def test_padded_position_ids_are_generates(tok) -> None:
             ValueError,
             "attention_mask",
         ),
+        (lambda: pad([torch.zeros(2, 2, dtype=torch.long)], 0), ValueError, "rows[0]"),
+        (lambda: pad_documents([], pad_token_id=0), ValueError, "docs"),
+        (lambda: pad_documents([[1], []], pad_token_id=0), ValueError, "docs[1]"),
+        (lambda: group_texts([], 2, eos_token_id=None), ValueError, "docs"),
+        (lambda: group_texts([[1], []], 1, eos_token_id=None), ValueError, "docs[1]"),
+        (lambda: group_texts([[1, 2]], 1, eos_token_id=-1), ValueError, "eos_token_id"),
+        (lambda: flatten_documents([[1]], labels=[]), ValueError, "labels"),
+        (lambda: flatten_documents([[1], [2]], labels=[[1], []]), ValueError, "labels[1]"),
     ],
 )
 def test_bad_input_names_the_argument(call, error, argument) -> None:
     with pytest.raises(error) as raised:
         call()
     assert str(raised.value).startswith(f"{argument} "), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: pad("ab", 0), "rows must be a list of token-id lists, got str"),
+        (lambda: pad(["ab"], 0), "rows[0] must be a list of token ids, got str"),
+        (lambda: pad([5], 0), "rows[0] must be a list of token ids, got int"),
+        (lambda: flatten_documents(7), "docs must be a list of token-id lists, got int"),
+        (lambda: flatten_documents([[1]], labels=[b"x"]), "labels[0] must be a list of token ids"),
+    ],
+)
+def test_type_errors_name_the_argument_and_what_it_got(call, message: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        call()
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_group_texts_accepts_token_id_zero_as_the_end_of_text() -> None:
+    out = group_texts([[5, 6], [7]], 5, eos_token_id=0)  # id 0 is a valid token
+    assert out["input_ids"].tolist() == [[5, 6, 0, 7, 0]]
 
 
 def test_the_collator_fails_on_an_empty_list_and_we_say_why() -> None:

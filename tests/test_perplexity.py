@@ -72,6 +72,18 @@ def test_bits_per_unit_is_exact() -> None:
     assert bits_per_unit(12 * math.log(2500), 50) == pytest.approx(12 * math.log2(2500) / 50)
 
 
+def test_bits_per_unit_of_one_unit_and_its_type_error() -> None:
+    assert bits_per_unit(math.log(2) * 5, 1) == pytest.approx(5.0)  # one byte: 5 bits
+    with pytest.raises(TypeError, match="total_nll must be a number of nats, got str"):
+        bits_per_unit("1", 3)
+
+
+def test_pseudo_perplexity_of_one_token() -> None:
+    assert pseudo_perplexity(torch.tensor([-2.0])) == pytest.approx(math.exp(2.0))
+    with pytest.raises(ValueError, match="at least one scored token"):
+        pseudo_perplexity([torch.tensor([]), torch.tensor([])])
+
+
 def _pll_by_loop(model, ids: torch.Tensor, mask_id: int, scored: torch.Tensor) -> torch.Tensor:
     out = []
     for t in scored.nonzero().flatten().tolist():
@@ -137,6 +149,8 @@ def test_pseudo_log_likelihoods_read_bert_for_pretraining_logits() -> None:
         (lambda: bits_per_unit("1", 3), TypeError, "total_nll"),
         (lambda: bits_per_unit(1.0, 0), ValueError, "num_units"),
         (lambda: pseudo_perplexity([]), ValueError, "log_likelihoods"),
+        (lambda: pseudo_perplexity(torch.tensor([])), ValueError, "log_likelihoods"),
+        (lambda: pseudo_perplexity([torch.tensor([1, 2])]), TypeError, "log_likelihoods"),
         (
             lambda: pseudo_log_likelihoods(
                 torch.nn.Linear(1, 1),
