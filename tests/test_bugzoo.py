@@ -25,13 +25,14 @@ from lmlessons.bugzoo.cases import (
     evidence,
     get_case,
 )
-from lmlessons.bugzoo.data import chat_data, course_data, prompt_length
+from lmlessons.bugzoo.data import chat_data, course_data
 from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
 from lmlessons.bugzoo.instruments import symptoms as signs
 from lmlessons.bugzoo.records import load_records, save_records, summary
 from lmlessons.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
 from lmlessons.exercises import check
 from lmlessons.exercises.check_bugzoo import feedback
+from lmlessons.packing import pad_documents
 from lmlessons.widgets.bugzoo import (
     all_examples_html,
     all_symptoms_html,
@@ -246,7 +247,8 @@ def test_settings_are_the_same_for_every_case_of_a_family():
 def _padded(tok):
     cls, sep = tok.cls_token_id, tok.sep_token_id
     rows = [[cls, *range(10, 30), sep], [cls, 40, 41, sep]]
-    return bugs.pad_rows(rows, tok.pad_token_id)
+    batch = pad_documents(rows, pad_token_id=tok.pad_token_id)
+    return batch["input_ids"], batch["attention_mask"]
 
 
 def test_masking_bugs(tok):
@@ -322,7 +324,8 @@ def test_mean_of_means_differs_only_for_unequal_micro_batches(tok):
 
 
 def test_answer_label_bug_trains_on_the_prompt_too():
-    ids, mask = (torch.tensor(x) for x in chat_data()[1][0])  # (T,)
+    conversation = chat_data()[1][0]
+    ids, mask = torch.tensor(conversation.input_ids), torch.tensor(conversation.assistant_masks)
     fixed = bugs.answer_labels_fixed(ids, mask)
     everything = bugs.answer_labels_everything(ids, mask)
     assert torch.equal(fixed != -100, mask == 1) and fixed[-1] == chat_data()[2].eos_token_id
@@ -334,15 +337,21 @@ def test_prompt_length_is_the_generation_prompt():
 
     _, validation, chat_tok = chat_data()
     for example, conversation in zip(instruction_set("validation"), validation, strict=True):
-        prompt = chat_tok.apply_chat_template(example["prompt"], add_generation_prompt=True)
-        assert conversation[0][: prompt_length(conversation)] == list(prompt["input_ids"])
+        prompt = list(
+            chat_tok.apply_chat_template(example["prompt"], add_generation_prompt=True)["input_ids"]
+        )
+        assert conversation.input_ids[: conversation.prompt_length] == prompt
+        assert conversation.assistant_masks.index(1) == len(prompt)  # the answer starts there
 
 
 def _labelled(rows):
-    return [
-        (ids, bugs.answer_labels_fixed(torch.tensor(ids), torch.tensor(m)).tolist())
-        for ids, m in rows
-    ]
+    out = []
+    for r in rows:
+        labels = bugs.answer_labels_fixed(
+            torch.tensor(r.input_ids), torch.tensor(r.assistant_masks)
+        )
+        out.append((r.input_ids, labels.tolist()))
+    return out
 
 
 def test_chat_batch_bug_drops_the_label_of_every_end_of_turn():

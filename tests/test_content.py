@@ -155,12 +155,33 @@ def _case_problems(
     return problems + _claim_problems(where, case["claims"], relations)
 
 
+def _instrument_problems(where: str, instrument: object, families: set[str]) -> list[str]:
+    if not isinstance(instrument, dict) or not {"label", "metrics"} <= set(instrument):
+        return [f"{where}: needs label and metrics"]
+    problems = _prose(f"{where} label", instrument["label"])
+    if set(instrument) - {"label", "metrics", "floor"}:
+        problems.append(
+            f"{where}: unknown keys {sorted(set(instrument) - {'label', 'metrics', 'floor'})}"
+        )
+    if not isinstance(instrument.get("floor", 0.0), (int, float)):
+        problems.append(f"{where} floor: must be a number")
+    metrics = instrument["metrics"]
+    if not isinstance(metrics, dict) or not metrics or not set(metrics) <= families:
+        problems.append(f"{where} metrics: a table from model families ([settings]) to metrics")
+    elif not all(isinstance(m, str) and m for m in metrics.values()):
+        problems.append(f"{where} metrics: each a metric name")
+    return problems
+
+
 def bugzoo_problems(data: dict[str, Any], relations: tuple[str, ...]) -> list[str]:
-    """bugzoo.toml: [settings] (prose by model family), [diagnoses.<id>] (label, would_show),
-    [cases.<letter>] (the runs, the diagnosis, the lesson, the prose and the claims)."""
-    if set(data) != {"settings", "diagnoses", "cases"}:
-        return ["needs exactly the tables settings, diagnoses, cases"]
+    """bugzoo.toml: [settings] (prose by model family), [instruments.<id>] (label, metrics by
+    family, floor), [diagnoses.<id>] (label, would_show), [cases.<letter>] (the runs, the
+    diagnosis, the lesson, the prose and the claims)."""
+    if set(data) != {"settings", "instruments", "diagnoses", "cases"}:
+        return ["needs exactly the tables settings, instruments, diagnoses, cases"]
     problems = [p for family, text in data["settings"].items() for p in _prose(family, text)]
+    for iid, instrument in data["instruments"].items():
+        problems += _instrument_problems(f"[instruments.{iid}]", instrument, set(data["settings"]))
     for did, diagnosis in data["diagnoses"].items():
         if not isinstance(diagnosis, dict) or set(diagnosis) != {"label", "would_show"}:
             problems.append(f"[diagnoses.{did}]: needs exactly the keys label, would_show")
@@ -263,6 +284,10 @@ why = "z"
 BUGZOO = """
 [settings]
 "BERT MLM" = "A BERT MLM run."
+[instruments.train_loss]
+label = "train loss"
+floor = 0.5
+metrics = { "BERT MLM" = "final_train_loss" }
 [diagnoses.no_bug]
 label = "no bug"
 would_show = "nothing"
@@ -321,6 +346,16 @@ def test_the_bug_zoo_validator_catches_a_broken_case():
         assert any(problem in p for p in bugzoo_problems(broken, RELATIONS)), change
     renamed = {**good, "cases": {"a": good["cases"]["A"]}}
     assert "one capital letter" in bugzoo_problems(renamed, RELATIONS)[0]
+    for change, problem in (
+        ({"metrics": {"GPT-3": "final_train_loss"}}, "a table from model families"),
+        ({"metrics": {"BERT MLM": ""}}, "each a metric name"),
+        ({"floor": "0.5"}, "must be a number"),
+        ({"label": ""}, "non-empty string"),
+        ({"unit": "nats"}, "unknown keys"),
+    ):
+        instrument = {**good["instruments"]["train_loss"], **change}
+        broken = {**good, "instruments": {"train_loss": instrument}}
+        assert any(problem in p for p in bugzoo_problems(broken, RELATIONS)), change
 
 
 def test_the_tool_finds_and_fixes_an_answer_cell(tmp_path: Path):

@@ -26,6 +26,7 @@ The roles (what each function is for, and the lesson that teaches it):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,9 +36,10 @@ from lmlessons._checks import IGNORE_INDEX
 from lmlessons.answer_only import assistant_only_labels
 from lmlessons.collator import special_token_ids
 from lmlessons.course.models import seeded_model, tiny_bert_config
-from lmlessons.losses import clm_loss, mlm_loss
+from lmlessons.course.trainer_ga import course_compute_loss_func
+from lmlessons.losses import clm_loss
 from lmlessons.masking import mask_tokens
-from lmlessons.packing import flatten_documents
+from lmlessons.packing import flatten_documents, pad, pad_documents
 from lmlessons.shifting import shift_labels
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Batch",
-    "pad_rows",
+    "masked_batch",
     "mask_fixed",
     "mask_special_tokens_too",
     "mask_every_token_a_target",
@@ -60,7 +62,6 @@ __all__ = [
     "negatives_random_ids",
     "accumulate_fixed",
     "accumulate_mean_of_means",
-    "mlm_loss_func",
     "trainer_fixed",
     "trainer_model_loss",
     "model_logits",
@@ -78,16 +79,6 @@ Conversation = tuple[list[int], list[int]]  # (input_ids, labels) of one rendere
 MAX_PACK_TOKENS = 128  # a pack holds whole conversations up to the models' 128 positions
 
 
-def pad_rows(rows: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
-    """``(input_ids, attention_mask)``, each ``(B, T)``: ``rows`` padded to the longest."""
-    lengths = torch.tensor([len(r) for r in rows])  # (B,)
-    input_ids = torch.full((len(rows), int(lengths.max())), pad_token_id, dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    attention_mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()  # (B, T)
-    return input_ids, attention_mask
-
-
 def model_logits(model: torch.nn.Module, batch: Batch) -> Tensor:
     """The logits of ``model`` on every field of ``batch`` but its ``labels``, ``(B, T, V)``;
     without a cache, so that packed ``position_ids`` give each document its own attention (with
@@ -97,6 +88,17 @@ def model_logits(model: torch.nn.Module, batch: Batch) -> Tensor:
 
 
 # --- mask ----------------------------------------------------------------------------------
+
+
+def masked_batch(
+    rows: list[list[int]], tokenizer: Any, mask: Callable[..., Any], generator: torch.Generator
+) -> Batch:
+    """``rows`` padded with [PAD] (:func:`lmlessons.packing.pad_documents`), then masked by
+    ``mask`` (a mask function below): ``input_ids`` (masked), ``attention_mask`` and ``labels``,
+    ``(B, T)`` each."""
+    batch = pad_documents(rows, pad_token_id=tokenizer.pad_token_id)  # (B, T) each
+    inputs, labels = mask(batch["input_ids"], batch["attention_mask"], tokenizer, generator)
+    return {"input_ids": inputs, "attention_mask": batch["attention_mask"], "labels": labels}
 
 
 def mask_fixed(
@@ -126,19 +128,16 @@ def mask_special_tokens_too(
 def mask_every_token_a_target(
     input_ids: Tensor, attention_mask: Tensor, tokenizer: Any, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    special = torch.isin(input_ids, special_token_ids(tokenizer))
-    masked, _ = mask_tokens(
-        input_ids,
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
-        special_tokens_mask=special,
-        generator=generator,
-    )
+    masked, _ = mask_fixed(input_ids, attention_mask, tokenizer, generator)
     labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # BUG: every token a target
     return masked, labels
 
 
 # --- MLM loss ------------------------------------------------------------------------------
+
+
+# Every position is scored, the unmasked ones times 0 (as inside F.cross_entropy's "mean"), so a
+# 0 / 0 NaN reaches every gradient; lmlessons.losses.token_nll's ignored positions would not.
 
 
 def mlm_loss_fixed(logits: Tensor, labels: Tensor) -> Tensor:
@@ -157,24 +156,23 @@ def mlm_loss_zero_over_zero(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 def clm_batch_fixed(rows: list[list[int]], tokenizer: Any) -> Batch:
-    input_ids, attention_mask = pad_rows(rows, tokenizer.pad_token_id)  # FIX: pad with [PAD]
-    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # FIX: no shift; mask pads
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    pad_token_id = tokenizer.pad_token_id  # FIX: a pad token of its own, [PAD]
+    batch = pad_documents(rows, pad_token_id=pad_token_id)  # (B, T) each; labels -100 on padding
+    return batch  # FIX: labels unshifted, padding found by position: every [SEP] keeps its label
 
 
 def clm_batch_shifted_twice(rows: list[list[int]], tokenizer: Any) -> Batch:
-    input_ids, attention_mask = pad_rows(rows, tokenizer.pad_token_id)
-    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
-    labels = labels.roll(-1, dims=1)  # BUG: shifted here, and the model shifts again
+    batch = pad_documents(rows, pad_token_id=tokenizer.pad_token_id)  # (B, T) each
+    labels = batch["labels"].roll(-1, dims=1)  # BUG: shifted here, and the model shifts again
     labels[:, -1] = IGNORE_INDEX
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return {**batch, "labels": labels}
 
 
 def clm_batch_pad_is_eos(rows: list[list[int]], tokenizer: Any) -> Batch:
     pad_token_id = tokenizer.sep_token_id  # BUG: pad_token = eos_token
-    input_ids, attention_mask = pad_rows(rows, pad_token_id)
-    labels = input_ids.masked_fill(input_ids == pad_token_id, IGNORE_INDEX)  # BUG: every [SEP] too
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    batch = pad_documents(rows, pad_token_id=pad_token_id)  # (B, T) each
+    ids = batch["input_ids"]
+    return {**batch, "labels": ids.masked_fill(ids == pad_token_id, IGNORE_INDEX)}  # BUG: [SEP] too
 
 
 # --- decoder -------------------------------------------------------------------------------
@@ -231,15 +229,10 @@ def accumulate_mean_of_means(model: torch.nn.Module, micro_batches: list[Batch])
 # --- trainer -------------------------------------------------------------------------------
 
 
-def mlm_loss_func(outputs: Any, labels: Tensor, num_items_in_batch: Any = None) -> Tensor:
-    """A ``Trainer``'s ``compute_loss_func``: the course's MLM loss (sum / num_items_in_batch)."""
-    return mlm_loss(outputs.logits, labels, num_items_in_batch=num_items_in_batch)
-
-
 def trainer_fixed(**trainer_kwargs: Any) -> Trainer:
     from transformers import Trainer
 
-    loss_func = mlm_loss_func  # FIX: sum / num_items_in_batch, the step's count of targets
+    loss_func = course_compute_loss_func("BertForMaskedLM")  # FIX: sum / num_items_in_batch
     return Trainer(**{**trainer_kwargs, "compute_loss_func": loss_func})
 
 
@@ -264,23 +257,19 @@ def answer_labels_everything(input_ids: Tensor, assistant_masks: Tensor) -> Tens
 # --- chat batch ----------------------------------------------------------------------------
 
 
-def _pad_conversations(rows: list[Conversation], pad_token_id: int) -> Batch:
-    input_ids, attention_mask = pad_rows([ids for ids, _ in rows], pad_token_id)  # (B, T)
-    labels, _ = pad_rows([labels for _, labels in rows], IGNORE_INDEX)  # (B, T)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
 def chat_batch_fixed(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
-    batch = _pad_conversations(rows, tokenizer.pad_token_id)  # FIX: pad with [PAD]; labels -100
-    return [batch]
+    pad_token_id = tokenizer.pad_token_id  # FIX: a pad token of its own, [PAD]
+    batch = pad_documents([ids for ids, _ in rows], pad_token_id=pad_token_id)  # (B, T) each
+    labels = pad([labels for _, labels in rows], IGNORE_INDEX)  # (B, T)
+    return [{**batch, "labels": labels}]  # FIX: padding found by position: [SEP] keeps its label
 
 
 def chat_batch_pad_is_eos(rows: list[Conversation], tokenizer: Any) -> list[Batch]:
     pad_token_id = tokenizer.eos_token_id  # BUG: pad_token = eos_token
-    batch = _pad_conversations(rows, pad_token_id)
-    ids = batch["input_ids"]
-    batch["labels"] = batch["labels"].masked_fill(ids == pad_token_id, IGNORE_INDEX)  # BUG: [SEP]
-    return [batch]
+    batch = pad_documents([ids for ids, _ in rows], pad_token_id=pad_token_id)  # (B, T) each
+    labels = pad([labels for _, labels in rows], IGNORE_INDEX)  # (B, T)
+    labels = labels.masked_fill(batch["input_ids"] == pad_token_id, IGNORE_INDEX)  # BUG: [SEP]
+    return [{**batch, "labels": labels}]
 
 
 def _packs(rows: list[Conversation]) -> list[list[Conversation]]:

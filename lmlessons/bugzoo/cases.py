@@ -20,17 +20,15 @@ and the checker take it up.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from importlib import resources
 from typing import Any
 
+from lmlessons.bugzoo.data import content
 from lmlessons.bugzoo.records import load_records, summary
 from lmlessons.bugzoo.runs import RUNS, model_family
 
 __all__ = [
-    "CONTENT_FILE",
     "Claim",
     "Diagnosis",
     "Case",
@@ -44,7 +42,6 @@ __all__ = [
     "evidence",
 ]
 
-CONTENT_FILE = "data/content/bugzoo.toml"  # in the package
 RELATIONS = ("lower", "higher", "close", "nan", "zero", "below")
 
 
@@ -132,26 +129,13 @@ def _paragraph(text: str) -> str:
 
 def _case(case_id: str, entry: dict[str, Any]) -> Case:
     """One ``[cases.<id>]`` table of the content file as a :class:`Case`."""
-    return Case(
-        id=case_id,
-        run=entry["run"],
-        reference=entry["reference"],
-        diagnosis=entry["diagnosis"],
-        title=_paragraph(entry["title"]),
-        evidence=_paragraph(entry["evidence"]),
-        claims=tuple(Claim(**claim) for claim in entry["claims"]),
-        lesson=entry["lesson"],
-        why=_paragraph(entry["why"]),
-    )
+    same = {key: entry[key] for key in ("run", "reference", "diagnosis", "lesson")}
+    prose = {key: _paragraph(entry[key]) for key in ("title", "evidence", "why")}
+    claims = tuple(Claim(**claim) for claim in entry["claims"])
+    return Case(id=case_id, claims=claims, **same, **prose)
 
 
-def _content() -> dict[str, Any]:
-    """The parsed content file :data:`CONTENT_FILE`."""
-    path = resources.files("lmlessons").joinpath(CONTENT_FILE)
-    return tomllib.loads(path.read_text(encoding="utf-8"))
-
-
-_CONTENT = _content()
+_CONTENT = content()
 
 #: What a learner is told about a case before the diagnosis: the same for every case of a
 #: model family (:func:`~lmlessons.bugzoo.runs.model_family`), so that only the symptoms

@@ -1,47 +1,71 @@
 """The data every run of the bug zoo reads: single sentences of the course corpus, or the
-conversations of the course's instruction set.
+conversations of the course's instruction set; and the bug zoo's prose (:func:`content`).
 
 Each sentence row is one sentence, ``[CLS] sentence [SEP]``; a batch is padded to its longest
 row, as ``tokenizer(texts, padding=True)`` does. Short rows in a padded batch are what several
 bugs need to show (padding, special tokens, unequal micro-batches). The chat fine-tuning runs
 read :func:`chat_data`: each question and answer of
 :func:`lmlessons.course.chat.instruction_set` rendered by the course chat template, with the
-template's assistant mask (lesson 10).
+template's assistant mask (:func:`lmlessons.course.chat.conversation_labels`) and the length of
+its prompt (:func:`lmlessons.course.chat.prompt_length`), as lesson 10 renders them.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import tomllib
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from importlib import resources
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
 from lmlessons.course.batches import tokenize_documents
-from lmlessons.course.chat import chat_tokenizer, instruction_set
+from lmlessons.course.chat import (
+    chat_tokenizer,
+    conversation_labels,
+    instruction_set,
+    prompt_length,
+)
 from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.tokenizer import load_tokenizer
 
 __all__ = [
+    "CONTENT_FILE",
+    "content",
     "SEED",
     "EVAL_SEED",
     "EVAL_BATCH_SIZE",
     "course_data",
     "Rendered",
     "chat_data",
-    "prompt_length",
     "sentence_rows",
     "row_batches",
     "split_by_length",
 ]
 
+CONTENT_FILE = "data/content/bugzoo.toml"  # in the package: the settings, instruments, cases
 SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
 
-Rendered = tuple[list[int], list[int]]  # (input_ids, assistant_masks) of one conversation
 Row = TypeVar("Row")
+
+
+class Rendered(NamedTuple):
+    """One conversation of the instruction set, rendered by the chat template."""
+
+    input_ids: list[int]
+    assistant_masks: list[int]  # 1 on the answer and its end-of-turn token
+    prompt_length: int  # the tokens before the answer: what the model sees when it answers
+
+
+@functools.cache
+def content() -> dict[str, Any]:
+    """The bug zoo's prose and tables, :data:`CONTENT_FILE` parsed (read once)."""
+    path = resources.files("lmlessons").joinpath(CONTENT_FILE)
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,32 +77,24 @@ def course_data() -> tuple[Corpus, Any]:
 def _render(examples: list[dict[str, Any]], tokenizer: Any) -> list[Rendered]:
     out = []
     for example in examples:
-        rendered = tokenizer.apply_chat_template(
-            example["prompt"] + example["completion"],
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
-        out.append((list(rendered["input_ids"]), list(rendered["assistant_masks"])))
+        messages = example["prompt"] + example["completion"]
+        row = conversation_labels(tokenizer, messages)
+        length = prompt_length(tokenizer, messages)
+        out.append(Rendered(row["input_ids"], row["assistant_masks"], length))
     return out
 
 
 @functools.lru_cache(maxsize=1)
 def chat_data() -> tuple[list[Rendered], list[Rendered], Any]:
-    """The instruction set's training and held-out conversations, rendered (``(input_ids,
-    assistant_masks)`` each, in :func:`~lmlessons.course.chat.instruction_set`'s order), and
-    the chat tokenizer that rendered them (loaded once)."""
+    """The instruction set's training and held-out conversations, rendered (a :class:`Rendered`
+    each, in :func:`~lmlessons.course.chat.instruction_set`'s order), and the chat tokenizer
+    that rendered them (loaded once)."""
     corpus, tokenizer = course_data()[0], chat_tokenizer()
     train, validation = (
         _render(instruction_set(split, corpus=corpus), tokenizer)
         for split in ("train", "validation")
     )
     return train, validation, tokenizer
-
-
-def prompt_length(conversation: Rendered) -> int:
-    """The number of tokens before the answer: the prompt the model sees when it answers
-    (``apply_chat_template(prompt, add_generation_prompt=True)``)."""
-    return conversation[1].index(1)
 
 
 def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]:

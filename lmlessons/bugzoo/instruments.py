@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lmlessons.bugzoo.runs import MODEL_FAMILIES
+from lmlessons.bugzoo.data import content
 
 __all__ = [
     "TOLERANCE",
@@ -37,13 +37,6 @@ __all__ = [
 
 TOLERANCE = 0.05
 NOT_MEASURED = "—"
-_ALL = MODEL_FAMILIES
-_CAUSAL = ("GPT-2 causal LM", "BERT causal LM")
-_CHAT = "GPT-2 chat fine-tuning"
-
-
-def _every(metric: str, families: tuple[str, ...] = _ALL) -> dict[str, str]:
-    return {family: metric for family in families}
 
 
 @dataclass(frozen=True)
@@ -61,73 +54,9 @@ class Instrument:
         return self.metrics.get(family)
 
 
-INSTRUMENTS: tuple[Instrument, ...] = (
-    Instrument("train_loss", "train loss", _every("final_train_loss")),
-    Instrument("targets", "targets per step", _every("targets_per_step")),
-    Instrument("grad_norm", "gradient norm", _every("grad_norm")),
-    Instrument(
-        "train_nsp", "train NSP accuracy", _every("train_nsp_accuracy", ("BERT pretraining",))
-    ),
-    Instrument(
-        "heldout_loss",
-        "held-out loss",
-        {
-            "BERT MLM": "heldout_mlm_loss",
-            "BERT pretraining": "heldout_mlm_loss",
-            **_every("heldout_word_loss", _CAUSAL),
-            _CHAT: "heldout_answer_loss",
-        },
-    ),
-    Instrument(
-        "heldout_accuracy",
-        "held-out accuracy",
-        {
-            "BERT MLM": "heldout_mlm_accuracy",
-            "BERT pretraining": "heldout_mlm_accuracy",
-            **_every("heldout_word_accuracy", _CAUSAL),
-            _CHAT: "heldout_answer_accuracy",
-        },
-    ),
-    Instrument(
-        "special_guesses",
-        "guesses that are special tokens",
-        _every("heldout_special_guess_rate", ("BERT MLM",)),
-        floor=0.005,
-    ),
-    Instrument(
-        "prefix_loss",
-        "held-out loss as at generation",
-        _every("heldout_prefix_word_loss", _CAUSAL),
-    ),
-    Instrument("prompt_loss", "held-out loss on the prompts", {_CHAT: "heldout_prompt_loss"}),
-    Instrument(
-        "generations_end",
-        "generations that end",
-        _every("heldout_stop_rate", (*_CAUSAL, _CHAT)),
-        floor=0.05,
-    ),
-    Instrument(
-        "heldout_nsp",
-        "held-out NSP accuracy",
-        _every("heldout_nsp_accuracy", ("BERT pretraining",)),
-    ),
-    Instrument(
-        "heldout_nsp_random",
-        "held-out NSP accuracy, random-id NotNext",
-        _every("heldout_nsp_accuracy_random_negatives", ("BERT pretraining",)),
-    ),
-    Instrument(
-        "loss_check",
-        "one step: logged loss vs one batch",
-        _every("loss_error", _CAUSAL),
-        floor=1e-5,
-    ),
-    Instrument(
-        "gradient_check",
-        "one step: gradient vs one batch",
-        _every("gradient_error", _CAUSAL),
-        floor=1e-5,
-    ),
+INSTRUMENTS: tuple[Instrument, ...] = tuple(
+    Instrument(instrument_id, entry["label"], entry["metrics"], entry.get("floor", 0.0))
+    for instrument_id, entry in content()["instruments"].items()
 )
 
 

@@ -87,10 +87,9 @@ def _mlm_collator(tokenizer: Any, g: torch.Generator, counts: list[int]) -> Call
 
     def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         rows = [f["input_ids"] for f in features]
-        input_ids, attention_mask = bugs.pad_rows(rows, tokenizer.pad_token_id)  # (b, T)
-        inputs, labels = bugs.mask_fixed(input_ids, attention_mask, tokenizer, g)
-        counts.append(int((labels != IGNORE_INDEX).sum()))
-        return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
+        batch = bugs.masked_batch(rows, tokenizer, bugs.mask_fixed, g)  # (b, T) each
+        counts.append(int((batch["labels"] != IGNORE_INDEX).sum()))
+        return batch
 
     return collate
 
@@ -157,10 +156,8 @@ def trainer_one_step_check(
     ``norm_with_the_fix`` are ``|g| / |g_batch|``."""
     rows = sentence_rows(documents, tokenizer)
     first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
-    input_ids, attention_mask = bugs.pad_rows(first, tokenizer.pad_token_id)  # (B, T)
     g = torch.Generator().manual_seed(EVAL_SEED)
-    inputs, labels = bugs.mask_fixed(input_ids, attention_mask, tokenizer, g)
-    batch = {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
+    batch = bugs.masked_batch(first, tokenizer, bugs.mask_fixed, g)  # (B, T) each
     with torch.enable_grad():
         reference = reference_gradient(copy.deepcopy(model), batch)
         out = {}

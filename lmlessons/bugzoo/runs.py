@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.bugzoo import bugs
@@ -47,12 +46,13 @@ from lmlessons.bugzoo.data import (
     sentence_rows,
     split_by_length,
 )
-from lmlessons.bugzoo.loops import train_loop, train_with_trainer, trainer_one_step_check
+from lmlessons.bugzoo.loops import StepFn, train_loop, train_with_trainer, trainer_one_step_check
 from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure
 from lmlessons.course.batches import nsp_batches
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.course.trainer_ga import TrainerFactory
+from lmlessons.losses import nsp_loss
 from lmlessons.shifting import shift_labels
 
 if TYPE_CHECKING:
@@ -64,13 +64,10 @@ __all__ = [
     "MODEL_FAMILIES",
     "CHECK_MICRO_BATCHES",
     "run",
-    "run_ids",
     "model_family",
 ]
 
 CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this many pieces
-
-StepFn = Callable[[], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -149,11 +146,6 @@ MODEL_FAMILIES = (
 _FAMILY_NAMES = {"mlm": "BERT MLM", "pretraining": "BERT pretraining", "chat": MODEL_FAMILIES[4]}
 
 
-def run_ids() -> tuple[str, ...]:
-    """Every run, healthy references included, in a fixed order."""
-    return tuple(RUNS)
-
-
 def model_family(run_id: str) -> str:
     """The run's model family, one of :data:`MODEL_FAMILIES`: what its code trains, not how."""
     spec = RUNS[run_id]
@@ -199,9 +191,9 @@ def _mlm_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
     stream = row_batches(rows, spec.batch_size, g)
 
     def step() -> dict[str, float]:
-        input_ids, attention_mask = bugs.pad_rows(next(stream), tokenizer.pad_token_id)
-        inputs, labels = spec.mask(input_ids, attention_mask, tokenizer, g)
-        logits = model(input_ids=inputs, attention_mask=attention_mask).logits  # (B, T, V)
+        batch = bugs.masked_batch(next(stream), tokenizer, spec.mask, g)  # (B, T) each
+        labels = batch.pop("labels")
+        logits = model(**batch).logits  # (B, T, V)
         loss = spec.mlm_loss(logits, labels)
         loss.backward()
         return {"loss": loss.item(), "num_items": int((labels != IGNORE_INDEX).sum())}
@@ -243,7 +235,7 @@ def _pretraining_step(
         )
         mlm = bugs.mlm_loss_fixed(out.prediction_logits, labels)  # (B, T, V)
         nsl = pairs["next_sentence_label"]  # (B,)
-        nsp = F.cross_entropy(out.seq_relationship_logits, nsl)  # (B, 2)
+        nsp = nsp_loss(out.seq_relationship_logits, nsl)  # logits (B, 2)
         (mlm + nsp).backward()
         correct = (out.seq_relationship_logits.argmax(-1) == nsl).float().mean()
         return {
@@ -261,10 +253,10 @@ def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.G
     stream = row_batches(chat_data()[0], spec.batch_size, g)
 
     def step() -> dict[str, float]:
-        rows = [
-            (ids, spec.answer_labels(torch.tensor(ids), torch.tensor(mask)).tolist())
-            for ids, mask in next(stream)
-        ]
+        rows = []
+        for r in next(stream):
+            labels = spec.answer_labels(torch.tensor(r.input_ids), torch.tensor(r.assistant_masks))
+            rows.append((r.input_ids, labels.tolist()))
         micro = spec.chat_batch(rows, tokenizer)  # one padded batch, or one batch per pack
         loss = spec.accumulate(model, micro)
         n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro)
@@ -273,12 +265,7 @@ def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.G
     return step
 
 
-_STEPS = {
-    "mlm": _mlm_step,
-    "clm": _clm_step,
-    "pretraining": _pretraining_step,
-    "chat": _chat_step,
-}
+_STEPS = {"mlm": _mlm_step, "clm": _clm_step, "pretraining": _pretraining_step, "chat": _chat_step}
 
 
 def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict[str, Any]:
@@ -305,8 +292,7 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     if symptoms:
         record.update(measure(model, spec.family, corpus, tokenizer))
         if spec.trainer is not None:
-            check = trainer_one_step_check(model, spec, corpus.train, tokenizer)
-            record["one_step_check"] = check
+            record["one_step_check"] = trainer_one_step_check(model, spec, corpus.train, tokenizer)
         elif spec.family == "clm":
             record["one_step_check"] = _one_step_check(model, spec, corpus, tokenizer)
     return record

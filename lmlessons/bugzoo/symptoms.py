@@ -12,10 +12,11 @@ code reported.
   (:func:`lmlessons.causality.prefix_loss`: each prediction from its prefix only); how often a
   greedy continuation of a validation sentence ends with [SEP]; and a few greedy samples;
 * pretraining: held-out NSP accuracy on real NotNext pairs and on random-id ones, and MLM loss;
-* chat fine-tuning: on the held-out conversations, the loss and accuracy on the answers' words
-  (every answer token but the end-of-turn [SEP]) and the loss on the prompts, in one pass, each
-  conversation alone; how often a greedy answer ends with [SEP] within
-  :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers.
+* chat fine-tuning: on the held-out conversations, each alone, in one pass: the loss and the
+  accuracy on the answers' words (``answer_word_loss``, ``answer_token_accuracy``: every answer
+  token but the end-of-turn [SEP], unlike lesson 10's ``answer_loss``) and the loss on the
+  prompts; how often a greedy answer (:func:`~lmlessons.course.chat.greedy_answers`) ends with
+  [SEP] within :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers.
 """
 
 from __future__ import annotations
@@ -23,23 +24,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.bugzoo import bugs
-from lmlessons.bugzoo.data import (
-    EVAL_BATCH_SIZE,
-    EVAL_SEED,
-    Rendered,
-    chat_data,
-    prompt_length,
-    sentence_rows,
-)
+from lmlessons.bugzoo.data import EVAL_BATCH_SIZE, EVAL_SEED, Rendered, chat_data, sentence_rows
 from lmlessons.causality import prefix_loss
 from lmlessons.collator import special_token_ids
 from lmlessons.course.batches import nsp_batches
+from lmlessons.course.chat import greedy_answers
 from lmlessons.course.training import evaluate
-from lmlessons.sampling import sample
+from lmlessons.losses import token_nll
+from lmlessons.packing import pad, pad_documents
 
 __all__ = [
     "FILL_MASK_PROBES",
@@ -80,14 +75,13 @@ def _mlm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[s
     special, g = special_token_ids(tokenizer), torch.Generator().manual_seed(EVAL_SEED)
     ce, correct, special_guesses, n = 0.0, 0, 0, 0
     for start in range(0, len(rows), EVAL_BATCH_SIZE):
-        ids, attention_mask = bugs.pad_rows(
-            rows[start : start + EVAL_BATCH_SIZE], tokenizer.pad_token_id
-        )
-        inputs, labels = bugs.mask_fixed(ids, attention_mask, tokenizer, g)
-        logits = model(input_ids=inputs, attention_mask=attention_mask).logits  # (B, T, V)
-        keep = labels != IGNORE_INDEX  # (B, T)
+        chunk = rows[start : start + EVAL_BATCH_SIZE]
+        batch = bugs.masked_batch(chunk, tokenizer, bugs.mask_fixed, g)  # (B, T) each
+        labels = batch.pop("labels")  # (B, T)
+        logits = model(**batch).logits  # (B, T, V)
+        nll, keep = token_nll(logits, labels, shift=False)  # (B, T) each
         guess = logits[keep].argmax(-1)  # (N,)
-        ce += F.cross_entropy(logits[keep], labels[keep], reduction="sum").item()
+        ce += nll.sum().item()
         correct += int((guess == labels[keep]).sum())
         special_guesses += int(torch.isin(guess, special).sum())
         n += int(keep.sum())
@@ -129,6 +123,8 @@ def _clm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[s
     as_generated = prefix_loss(
         model, first["input_ids"], first["labels"], attention_mask=first["attention_mask"]
     )
+    prompts = [r[:PROMPT_TOKENS] for r in rows[:GENERATION_ROWS]]
+    continuations = greedy_answers(model, prompts, eos_token_id=sep, max_new_tokens=MAX_NEW_TOKENS)
     heldout = {
         "clm_loss": metrics["clm_loss"],
         "next_token_accuracy": metrics["next_token_accuracy"],
@@ -136,35 +132,27 @@ def _clm_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[s
         "word_loss": words["clm_loss"],
         "word_accuracy": words["next_token_accuracy"],
         "prefix_word_loss": float(as_generated),
-        **_stop_statistics(model, tokenizer, rows[:GENERATION_ROWS]),
+        **_stopping(continuations, sep),
     }
     samples = [_greedy_text(model, tokenizer, prompt) for prompt in SAMPLE_PROMPTS]
     return {"heldout": heldout, "samples": samples}
 
 
-def _stop_statistics(
-    model: torch.nn.Module, tokenizer: Any, rows: list[list[int]]
-) -> dict[str, float]:
-    """Greedy continuations of the first tokens of ``rows``: the share that ends with [SEP]
-    within ``MAX_NEW_TOKENS`` tokens, and the mean number of tokens before it."""
-    prompts = torch.tensor([r[:PROMPT_TOKENS] for r in rows])  # (B, 4)
-    sep = tokenizer.sep_token_id
-    out = sample(model, prompts, max_new_tokens=MAX_NEW_TOKENS, temperature=0, eos_token_id=sep)
-    new = out[:, PROMPT_TOKENS:]  # (B, n)
-    stopped = (new == sep).any(dim=1)  # (B,)
-    lengths = torch.where(stopped, (new == sep).int().argmax(dim=1), new.shape[1])  # (B,)
+def _stopping(answers: list[list[int]], eos: int) -> dict[str, float]:
+    """Of greedy ``answers`` (:func:`~lmlessons.course.chat.greedy_answers`): the share that
+    ends with ``eos``, and the mean number of tokens before it (or in all, if it never came)."""
+    ended = [bool(a) and a[-1] == eos for a in answers]
+    new_tokens = [len(a) - e for a, e in zip(answers, ended, strict=True)]
     return {
-        "stop_rate": float(stopped.float().mean()),
-        "mean_new_tokens": float(lengths.float().mean()),
+        "stop_rate": sum(ended) / len(answers),
+        "mean_new_tokens": sum(new_tokens) / len(answers),
     }
 
 
 def _greedy_text(model: torch.nn.Module, tokenizer: Any, prompt: str) -> str:
-    ids = torch.tensor(
-        [tokenizer.cls_token_id, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]
-    )
-    out = sample(model, ids, max_new_tokens=20, temperature=0, eos_token_id=tokenizer.sep_token_id)
-    return tokenizer.decode(out.tolist(), skip_special_tokens=True)
+    ids = [tokenizer.cls_token_id, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+    (answer,) = greedy_answers(model, [ids], eos_token_id=tokenizer.sep_token_id, max_new_tokens=20)
+    return tokenizer.decode(ids + answer, skip_special_tokens=True)
 
 
 def _chat_batches(
@@ -175,27 +163,12 @@ def _chat_batches(
     out = []
     for start in range(0, len(rows), EVAL_BATCH_SIZE):
         chunk = rows[start : start + EVAL_BATCH_SIZE]
-        ids, attention_mask = bugs.pad_rows([r for r, _ in chunk], pad_token_id)  # (B, T)
-        answer, _ = bugs.pad_rows([m for _, m in chunk], 0)  # (B, T): 1 on the answer
-        words = ids.masked_fill((answer == 0) | (ids == eos), IGNORE_INDEX)
-        prompts = ids.masked_fill((answer == 1) | (attention_mask == 0), IGNORE_INDEX)
-        batch = {"input_ids": ids, "attention_mask": attention_mask}
+        batch = pad_documents([r.input_ids for r in chunk], pad_token_id=pad_token_id)
+        ids, attention_mask = batch["input_ids"], batch["attention_mask"]  # (B, T) each
+        answer = pad([r.assistant_masks for r in chunk], 0)  # (B, T): 1 on the answer
+        words = ids.masked_fill((answer == 0) | (ids == eos), IGNORE_INDEX)  # (B, T)
+        prompts = ids.masked_fill((answer == 1) | (attention_mask == 0), IGNORE_INDEX)  # (B, T)
         out.append(({**batch, "labels": words}, {**batch, "labels": prompts}))
-    return out
-
-
-def _answers(model: torch.nn.Module, rows: list[Rendered], eos: int) -> list[list[int]]:
-    """Each conversation's greedy answer to its prompt, up to and with [SEP] if it came
-    (prompts of one length run as one batch)."""
-    out: list[list[int]] = [[] for _ in rows]
-    for length in sorted({prompt_length(r) for r in rows}):
-        which = [i for i, r in enumerate(rows) if prompt_length(r) == length]
-        prompts = torch.tensor([rows[i][0][:length] for i in which])  # (b, length)
-        new = sample(
-            model, prompts, max_new_tokens=MAX_ANSWER_TOKENS, temperature=0, eos_token_id=eos
-        )[:, length:]  # (b, n)
-        for i, answer in zip(which, new.tolist(), strict=True):
-            out[i] = answer[: answer.index(eos) + 1] if eos in answer else answer
     return out
 
 
@@ -204,19 +177,18 @@ def _chat_symptoms(model: torch.nn.Module, rows: list[Rendered], tokenizer: Any)
     pairs = _chat_batches(rows, tokenizer.pad_token_id, eos)
     words = evaluate(model, [w for w, _ in pairs], objective="clm")
     prompts = evaluate(model, [p for _, p in pairs], objective="clm")
-    answers = _answers(model, rows, eos)
-    ended = [bool(a) and a[-1] == eos for a in answers]
+    prompts_ids = [r.input_ids[: r.prompt_length] for r in rows]
+    answers = greedy_answers(model, prompts_ids, eos_token_id=eos, max_new_tokens=MAX_ANSWER_TOKENS)
     heldout = {
-        "answer_loss": words["clm_loss"],
-        "answer_accuracy": words["next_token_accuracy"],
+        "answer_word_loss": words["clm_loss"],
+        "answer_token_accuracy": words["next_token_accuracy"],
         "prompt_loss": prompts["clm_loss"],
-        "stop_rate": sum(ended) / len(rows),
-        "mean_new_tokens": sum(len(a) - e for a, e in zip(answers, ended, strict=True)) / len(rows),
+        **_stopping(answers, eos),
         "num_targets": words["num_targets"],
     }
     samples = []
     for i in SAMPLE_QUESTIONS:
-        question = tokenizer.decode(rows[i][0][: prompt_length(rows[i])], skip_special_tokens=True)
+        question = tokenizer.decode(prompts_ids[i], skip_special_tokens=True)
         samples.append(f"{question} {tokenizer.decode(answers[i])}")
     return {"heldout": heldout, "samples": samples}
 
@@ -244,14 +216,9 @@ def _nsp_heldout(
 def _pretraining_symptoms(model: torch.nn.Module, corpus: Any, tokenizer: Any) -> dict[str, Any]:
     real = _nsp_heldout(model, corpus, tokenizer, bugs.negatives_fixed)
     noise = _nsp_heldout(model, corpus, tokenizer, bugs.negatives_random_ids)
-    heldout = {
-        "nsp_accuracy": real["nsp_accuracy"],
-        "nsp_loss": real["nsp_loss"],
-        "mlm_loss": real["mlm_loss"],
-        "mlm_accuracy": real["mlm_accuracy"],
-        "nsp_accuracy_random_negatives": noise["nsp_accuracy"],
-        "num_sequences": real["num_sequences"],
-    }
+    kept = ("nsp_accuracy", "nsp_loss", "mlm_loss", "mlm_accuracy", "num_sequences")
+    heldout = {key: real[key] for key in kept}
+    heldout["nsp_accuracy_random_negatives"] = noise["nsp_accuracy"]
     return {"heldout": heldout}
 
 

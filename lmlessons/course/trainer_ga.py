@@ -54,6 +54,7 @@ __all__ = [
     "reference_gradient",
     "trainer_gradient",
     "compare",
+    "course_compute_loss_func",
     "quiet_and_seeded",
     "TrainerFactory",
     "measure",
@@ -229,7 +230,10 @@ def _course_loss_trainer() -> type:
     return CourseLossTrainer
 
 
-def _course_compute_loss_func(model_name: str) -> Callable[..., torch.Tensor]:
+def course_compute_loss_func(model_name: str) -> Callable[..., torch.Tensor]:
+    """A ``Trainer``'s ``compute_loss_func`` for ``model_name``: the course's
+    :func:`lmlessons.clm_loss` (causal models) or :func:`lmlessons.mlm_loss` on the model's
+    logits, divided by the ``Trainer``'s ``num_items_in_batch`` (the step's count of targets)."""
     loss = clm_loss if model_name in CAUSAL else mlm_loss
 
     def compute_loss_func(
@@ -328,7 +332,7 @@ def measure(
         model,
         inputs,
         gradient_accumulation_steps=gradient_accumulation_steps,
-        compute_loss_func=_course_compute_loss_func(model_name)
+        compute_loss_func=course_compute_loss_func(model_name)
         if fix == "compute_loss_func"
         else None,
         trainer_class=_course_loss_trainer() if fix == "course_loss" else None,
