@@ -306,3 +306,23 @@ def test_trl_without_a_reference_reloads_the_policy_by_name(trl, dpo):
             train_dataset=datasets.Dataset.from_list(PAIRS[:1]),
             processing_class=dpo.tok,
         )
+
+
+def test_trl_needs_an_eos_token(trl, dpo):
+    """The course tokenizer as it is (no ``eos_token``): TRL's ``add_eos`` calls
+    ``str.endswith(None)`` on the first text example."""
+    import datasets
+
+    from lmlessons.course.models import tiny_gpt2
+    from lmlessons.course.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    assert tok.eos_token is None
+    with pytest.raises(TypeError, match="endswith"):
+        trl.DPOTrainer(
+            model=tiny_gpt2(tok, seed=0),
+            ref_model=tiny_gpt2(tok, seed=1),
+            args=dpo.trainer.args,
+            train_dataset=datasets.Dataset.from_list(PAIRS[:1]),
+            processing_class=tok,
+        )
