@@ -122,6 +122,25 @@ def group_advantages(
     return advantages  # (B,)
 
 
+def _check_policy(
+    logps: object, old_logps: object, advantages: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``logps`` ``(B, C)``, ``old_logps`` of its shape (``logps.detach()`` when None) and the
+    advantages as ``(B, 1)`` (given ``(B,)``) or ``(B, C)``."""
+    logps = check_float_tensor("logps", logps, min_ndim=2)  # (B, C)
+    if logps.dim() != 2:
+        raise ValueError(f"logps must have shape (B, C), got {tuple(logps.shape)}")
+    old = logps.detach() if old_logps is None else _check_like("old_logps", old_logps, logps.shape)
+    advantages = check_float_tensor("advantages", advantages)
+    if tuple(advantages.shape) not in ((logps.shape[0],), tuple(logps.shape)):
+        raise ValueError(
+            f"advantages must have shape (B,) = ({logps.shape[0]},) or (B, C) = "
+            f"{tuple(logps.shape)}, got {tuple(advantages.shape)}"
+        )
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, C)
+    return logps, old, adv
+
+
 def per_token_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor | None,
@@ -155,17 +174,8 @@ def per_token_loss(
     ``trainer/grpo_trainer.py:3066`` (``old_logps=None``), ``3083-3095`` (ratio), ``3098-3105``
     (KL), ``3113-3120`` (clipped surrogate), ``3149-3150`` (plus ``beta`` times KL).
     """
-    # 1. Validate: every tensor (B, C) but the advantages, (B,) or (B, C).
-    logps = check_float_tensor("logps", logps, min_ndim=2)  # (B, C)
-    if logps.dim() != 2:
-        raise ValueError(f"logps must have shape (B, C), got {tuple(logps.shape)}")
-    old = logps.detach() if old_logps is None else _check_like("old_logps", old_logps, logps.shape)
-    advantages = check_float_tensor("advantages", advantages)
-    if tuple(advantages.shape) not in ((logps.shape[0],), tuple(logps.shape)):
-        raise ValueError(
-            f"advantages must have shape (B,) = ({logps.shape[0]},) or (B, C) = "
-            f"{tuple(logps.shape)}, got {tuple(advantages.shape)}"
-        )
+    # 1. Validate: every tensor (B, C) but the advantages, (B, 1) or (B, C) from here on.
+    logps, old, adv = _check_policy(logps, old_logps, advantages)
     eps_low = _check_number("epsilon_low", epsilon_low)
     eps_high = _check_number("epsilon_high", epsilon_high)
     beta = _check_number("beta", beta)
@@ -173,7 +183,6 @@ def per_token_loss(
     ratio = torch.exp(logps - old)  # (B, C)
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)  # (B, C)
     # 3. The pessimistic surrogate: the smaller of the two objectives, negated.
-    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, C)
     loss = -torch.min(ratio * adv, clipped * adv)  # (B, C)
     if beta == 0.0:
         return loss

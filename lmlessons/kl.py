@@ -144,6 +144,18 @@ def reverse_kl(
     return kl_divergence(log_s, log_t)  # (...)
 
 
+def _jsd_per_position(log_s: torch.Tensor, log_t: torch.Tensor, beta: float) -> torch.Tensor:
+    """:func:`generalized_jsd` at every position, ``(..., V)`` -> ``(...)``."""
+    if beta == 0.0:
+        return kl_divergence(log_t, log_s)  # (...), forward KL
+    if beta == 1.0:
+        return kl_divergence(log_s, log_t)  # (...), reverse KL
+    weights = torch.tensor([1 - beta, beta], dtype=log_s.dtype, device=log_s.device).log()  # (2,)
+    stacked = torch.stack([log_s, log_t])  # (2, ..., V)
+    log_m = torch.logsumexp(stacked + weights.view(2, *[1] * log_s.dim()), dim=0)  # (..., V)
+    return beta * kl_divergence(log_t, log_m) + (1 - beta) * kl_divergence(log_s, log_m)  # (...)
+
+
 def generalized_jsd(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
@@ -184,15 +196,7 @@ def generalized_jsd(
     if labels is not None:
         labels = check_logits_labels(log_s, labels, "student_logits", "labels")[1]  # (...)
     # 2. The divergence of each position: a KL at the ends, the mixture's JSD in between.
-    if beta == 0.0:
-        jsd = kl_divergence(log_t, log_s)  # (...), forward KL
-    elif beta == 1.0:
-        jsd = kl_divergence(log_s, log_t)  # (...), reverse KL
-    else:
-        weights = torch.tensor([1 - beta, beta], dtype=log_s.dtype).log()  # (2,)
-        stacked = torch.stack([log_s, log_t])  # (2, ..., V)
-        log_m = torch.logsumexp(stacked + weights.view(2, *[1] * log_s.dim()), dim=0)  # (..., V)
-        jsd = beta * kl_divergence(log_t, log_m) + (1 - beta) * kl_divergence(log_s, log_m)
+    jsd = _jsd_per_position(log_s, log_t, beta)  # (...)
     # 3. Positions without a target do not count; reduce.
     counted = torch.ones_like(jsd, dtype=torch.bool) if labels is None else labels != IGNORE_INDEX
     jsd = jsd.masked_fill(~counted, 0.0)  # (...), 0 where not counted
