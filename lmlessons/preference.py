@@ -104,8 +104,9 @@ def _margin(
     first for the length-normalised loss types (``delta_score`` and ``ipo_delta`` in TRL)."""
     if loss_type not in LENGTH_NORMALISED_LOSS_TYPES:
         return chosen_logratios - rejected_logratios  # (B,)
-    if chosen_lengths is None or rejected_lengths is None:
-        raise ValueError(f"loss_type={loss_type!r} needs chosen_lengths and rejected_lengths")
+    for name, value in (("chosen_lengths", chosen_lengths), ("rejected_lengths", rejected_lengths)):
+        if value is None:
+            raise ValueError(f"{name} must be given for loss_type={loss_type!r} (token counts)")
     batch = len(chosen_logratios)
     chosen = chosen_logratios / _check_lengths("chosen_lengths", chosen_lengths, batch)  # (B,)
     rejected = rejected_logratios / _check_lengths("rejected_lengths", rejected_lengths, batch)
@@ -163,8 +164,10 @@ def preference_batch(
         for i, example in enumerate(examples):
             try:
                 rows.append(completion_only_labels(example["prompt_ids"], example[key]))
-            except (TypeError, ValueError) as err:
-                raise type(err)(f"examples[{i}][{key!r}] after its prompt_ids: {err}") from None
+            except (TypeError, ValueError) as err:  # its message starts with the name it gave
+                name, _, rest = str(err).partition(" ")
+                field = "prompt_ids" if name == "prompt_ids" else key
+                raise type(err)(f"examples[{i}][{field!r}] {rest}") from None
     # 3. Pad every key to the longest row, on the right.
     return {
         "input_ids": pad([r["input_ids"] for r in rows], pad_token_id),  # (2B, T)
@@ -335,8 +338,11 @@ def preference_metrics(
         "rewards/accuracies": float(accuracies.mean()),
         "rewards/margins": float(reward_margins(chosen_rewards, rejected_rewards).detach().mean()),
     }
-    for key, value in (("logps/chosen", chosen_logps), ("logps/rejected", rejected_logps)):
+    for key, name, value in (
+        ("logps/chosen", "chosen_logps", chosen_logps),
+        ("logps/rejected", "rejected_logps", rejected_logps),
+    ):
         if value is not None:
-            (checked,) = _check_per_pair({key.replace("/", "_"): value})
+            (checked,) = _check_per_pair({name: value})
             metrics[key] = float(checked.detach().mean())
     return metrics

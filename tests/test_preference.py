@@ -343,6 +343,11 @@ BAD_CALLS = [
     ("loss_type", ValueError, lambda: dpo_loss(_X, _X, _X, _X, loss_type="dpo")),
     ("chosen_lengths", ValueError, lambda: dpo_loss(_X, _X, _X, _X, loss_type="ipo")),
     (
+        "rejected_lengths",
+        ValueError,
+        lambda: dpo_loss(_X, _X, _X, _X, loss_type="sigmoid_norm", chosen_lengths=_L),
+    ),
+    (
         "chosen_lengths",
         TypeError,
         lambda: dpo_loss(
@@ -360,6 +365,7 @@ BAD_CALLS = [
     ("rejected_avg_logps", ValueError, lambda: simpo_loss(_X, _X[:2], beta=2.0, simpo_gamma=0)),
     ("rejected_rewards", ValueError, lambda: reward_accuracies(_X, _X[:2])),
     ("chosen_rewards", TypeError, lambda: reward_margins([0.0], _X)),
+    ("rejected_logps", ValueError, lambda: preference_metrics(_X, _X, rejected_logps=_X[None])),
     ("examples", ValueError, lambda: preference_batch([], pad_token_id=0)),
     (
         "examples[1]",
@@ -371,6 +377,16 @@ BAD_CALLS = [
         ValueError,
         lambda: preference_batch([{**_EX, "rejected_ids": []}], pad_token_id=0),
     ),
+    (
+        "examples[0]['prompt_ids']",
+        TypeError,
+        lambda: preference_batch([{**_EX, "prompt_ids": "the cat"}], pad_token_id=0),
+    ),
+    (
+        "examples[0]['chosen_ids']",
+        TypeError,
+        lambda: preference_batch([{**_EX, "chosen_ids": " the mat"}], pad_token_id=0),
+    ),
     ("pad_token_id", ValueError, lambda: preference_batch([_EX], pad_token_id=-1)),
 ]
 
@@ -379,7 +395,7 @@ BAD_CALLS = [
     "name,error,call", BAD_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)]
 )
 def test_errors_name_the_argument(name, error, call):
-    with pytest.raises(error, match=re.escape(name)):
+    with pytest.raises(error, match="^" + re.escape(name)):  # the message starts with it
         call()
 
 
