@@ -9,7 +9,6 @@ type's value and gradient with respect to those log-probabilities equal the cour
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -214,8 +213,7 @@ def test_group_advantages_equal_trl(grpo_trainer, monkeypatch, scale_rewards):
 @pytest.fixture(scope="module")
 def gkd_trainer_class():
     pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # TRL warns that trl.experimental is unstable
         warnings.simplefilter("ignore")
         from trl.experimental.gkd import GKDTrainer
     return GKDTrainer
