@@ -59,17 +59,19 @@ class Always(torch.nn.Module):
 
 
 class Follows(torch.nn.Module):
-    """A stand-in model whose next token is ``table[last token]`` (``default`` if absent)."""
+    """A stand-in model whose next token is ``table[last token]`` (``default`` if absent), its
+    logit ``margin`` above all the others (a small margin: sampling would rarely pick it)."""
 
-    def __init__(self, table: dict[int, int], default: int, vocab: int) -> None:
+    def __init__(self, table: dict[int, int], default: int, vocab: int, margin: float = 20.0):
         super().__init__()
         self.next = torch.full((vocab,), default)
         self.next[list(table)] = torch.tensor(list(table.values()))
+        self.margin = margin
         self.weight = torch.nn.Parameter(torch.zeros(()))
 
     def forward(self, input_ids, attention_mask=None):
         chosen = torch.nn.functional.one_hot(self.next[input_ids], len(self.next))  # (B, T, V)
-        return SimpleNamespace(logits=20.0 * chosen - 10.0 + self.weight)
+        return SimpleNamespace(logits=self.margin * chosen - 10.0 + self.weight)
 
 
 def _targets(tokenizer, labels):
@@ -268,3 +270,220 @@ def test_fine_tune_is_one_run_measured_in_parts(chat_tok, heldout):
     assert answer_loss(model, probe, chat_tok) == pytest.approx(curve[8])
     with pytest.raises(ValueError, match="eval_every"):
         fine_tune(model, examples, chat_tok, heldout=probe, eval_every=0)
+
+
+# ------------------------------------------------------------------------ contracts, edge by edge
+
+
+def _sentence(n: int) -> str:
+    return " ".join(["dogs"] * n) + "."
+
+
+def test_instruction_set_keeps_sentences_of_min_to_max_words_with_their_topic():
+    """A hand-made corpus: sentences of 3, 4, 14 and 15 words; the splits' topics differ."""
+    from lmlessons.course.chat import MAX_WORDS, MIN_WORDS
+    from lmlessons.course.corpus import Corpus
+
+    lengths = [MIN_WORDS - 1, MIN_WORDS, MAX_WORDS, MAX_WORDS + 1]
+    corpus = Corpus(
+        name="hand-made",
+        documents=[[_sentence(n) for n in lengths], ["Cats sat here now."], ["Sea is deep."]],
+        topics=["animals", "home", "sea"],
+        train_indices=(0, 1),
+        validation_indices=(2,),
+    )
+    train_set = instruction_set(corpus=corpus)  # "train" is the default split
+    short, long, cats = _sentence(MIN_WORDS), _sentence(MAX_WORDS), "Cats sat here now."
+    asked = [
+        ("first_word", short, "dogs"),
+        ("first_word", long, "dogs"),
+        ("first_word", cats, "cats"),  # the first word, lower-cased
+        ("topic", short, "animals"),
+        ("topic", long, "animals"),
+        ("topic", cats, "home"),  # the topic of its own (train) document
+    ]
+    expected = [
+        {
+            "task": task,
+            "prompt": [{"role": "user", "content": TASKS[task].format(sentence=sentence)}],
+            "completion": [{"role": "assistant", "content": answer}],
+        }
+        for task, sentence, answer in asked
+    ]
+    assert train_set == expected
+    assert instruction_set("validation", corpus=corpus) == []  # 3 words: too short
+    with pytest.raises(TypeError, match=r"^corpus must be a Corpus \(load_corpus\), got str"):
+        instruction_set("train", corpus="course")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda t: conversation_labels(t, []), TypeError, "messages must be a non-empty list"),
+        (lambda t: conversation_labels(t, MESSAGES[:1]), ValueError, "messages must end with"),
+        (lambda t: prompt_length(t, "hi"), TypeError, "messages must be a non-empty list"),
+        (lambda t: encode_example(t, {"prompt": []}), TypeError, "example must be a dict with"),
+        (lambda t: encode_example(t, ["prompt", "completion"]), TypeError, "example must be a "),
+        (
+            lambda t: next(sft_batches([{}], t, batch_size=0)),
+            ValueError,
+            "batch_size must be >= 1",
+        ),
+        (lambda t: greedy_answers(None, 5, eos_token_id=3, max_new_tokens=1), TypeError, "prompts"),
+        (
+            lambda t: greedy_answers(None, ["ab"], eos_token_id=3, max_new_tokens=1),
+            TypeError,
+            "prompts must hold non-empty lists",
+        ),
+        (
+            lambda t: greedy_answers(None, [[1]], eos_token_id=-1, max_new_tokens=1),
+            ValueError,
+            "eos_token_id must be >= 0",
+        ),
+        (
+            lambda t: greedy_answers(None, [[1]], eos_token_id=3, max_new_tokens=0),
+            ValueError,
+            "max_new_tokens must be >= 1",
+        ),
+    ],
+)
+def test_bad_input_messages_start_with_the_argument(chat_tok, call, error, message):
+    with pytest.raises(error) as raised:
+        call(chat_tok)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_prompt_length_says_why_it_found_no_prefix(chat_tok):
+    other = chat_tokenizer()
+    other.chat_template = CHAT_TEMPLATE.replace("assistant:{% endif %}", "reply:{% endif %}")
+    with pytest.raises(ValueError) as raised:
+        prompt_length(other, MESSAGES)
+    assert str(raised.value) == (
+        "the chat template renders the prompt (add_generation_prompt=True) differently from the "
+        "start of the whole conversation: no span of the answer can be found by prefix"
+    )
+
+
+def test_encode_example_needs_only_prompt_and_completion(chat_tok):
+    example = {"prompt": MESSAGES[:1], "completion": MESSAGES[1:2]}  # no "task"
+    row = encode_example(chat_tok, example)
+    assert _targets(chat_tok, row["labels"]) == ["animals", "[SEP]"]
+
+
+def _passes(examples, chat_tok, batch_size, seed, passes, **options):
+    """What sft_batches must yield, written out: per pass, one permutation of the examples from
+    the generator, cut into full batches from its start (an incomplete last batch dropped)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [encode_example(chat_tok, e, **options) for e in examples]
+    batches = []
+    for _ in range(passes):
+        order = torch.randperm(len(rows), generator=g).tolist()
+        for k in range(len(rows) // batch_size):
+            batches.append([rows[i] for i in order[k * batch_size : (k + 1) * batch_size]])
+    return batches
+
+
+@pytest.mark.parametrize(
+    ("n", "batch_size", "options"),
+    [
+        (7, 4, {}),  # one full batch per pass, three examples dropped
+        (8, 4, {"train_on": "everything"}),
+        (4, 4, {"pad_is_eos": True}),  # exactly one batch: as many examples as batch_size
+        (3, 1, {"train_on": "completion only", "pad_is_eos": True}),
+    ],
+)
+def test_sft_batches_are_the_permutations_cut_into_full_batches(
+    chat_tok, heldout, n, batch_size, options
+):
+    examples = heldout[:n]
+    expected = _passes(examples, chat_tok, batch_size, seed=5, passes=2, **options)
+    g = torch.Generator().manual_seed(5)
+    batches = sft_batches(examples, chat_tok, batch_size=batch_size, generator=g, **options)
+    for rows in expected:
+        batch = next(batches)
+        width = max(len(r["input_ids"]) for r in rows)
+        assert batch["input_ids"].shape == (batch_size, width)
+        for b, r in enumerate(rows):
+            n_real, n_pad = len(r["input_ids"]), width - len(r["input_ids"])
+            assert (
+                batch["input_ids"][b].tolist() == r["input_ids"] + [chat_tok.pad_token_id] * n_pad
+            )
+            assert batch["labels"][b].tolist() == r["labels"] + [-100] * n_pad
+            assert batch["attention_mask"][b].tolist() == [1] * n_real + [0] * n_pad
+
+
+def test_sft_batches_default_batch_size_is_sixteen(chat_tok, heldout):
+    batch = next(sft_batches(heldout[:16], chat_tok, generator=torch.Generator().manual_seed(0)))
+    assert batch["input_ids"].shape[0] == 16
+
+
+def test_greedy_answers_are_greedy_with_eos_id_zero():
+    """A small margin: sampling at temperature 1 would almost never pick the model's choice."""
+    vocab, eos = 300, 0
+    model = Follows({5: 6, 6: 7, 7: eos}, default=eos, vocab=vocab, margin=0.5)
+    answers = greedy_answers(model, [[5], [9, 6]], eos_token_id=eos, max_new_tokens=1)
+    assert answers == [[6], [7]]
+    answers = greedy_answers(model, [[5], [9, 6]], eos_token_id=eos, max_new_tokens=4)
+    assert answers == [[6, 7, eos], [7, eos]]
+
+
+def test_fine_tune_passes_its_options_to_the_batches_and_the_optimizer(chat_tok, heldout):
+    """Two passes over 4 examples (batches of 2), a second part of one step, every option away
+    from its default: the same losses as one call of train on the batches written out."""
+    examples, probe = heldout[:4], heldout[-2:]
+    options = {"train_on": "everything", "pad_is_eos": True}
+    model = tiny_gpt2(chat_tok, seed=0, n_embd=16, n_layer=1, n_head=2)
+    history, curve = fine_tune(
+        model,
+        examples,
+        chat_tok,
+        heldout=probe,
+        max_steps=3,
+        eval_every=2,
+        batch_size=2,
+        lr=1e-2,
+        seed=4,
+        **options,
+    )
+    assert history.step == [1, 2, 3] and set(curve) == {0, 2, 3}
+    one = tiny_gpt2(chat_tok, seed=0, n_embd=16, n_layer=1, n_head=2)
+    torch.manual_seed(4)
+    batches = sft_batches(
+        examples, chat_tok, batch_size=2, generator=torch.Generator().manual_seed(4), **options
+    )
+    optimizer = torch.optim.AdamW(one.parameters(), lr=1e-2, weight_decay=0.01)
+    single = train(one, batches, max_steps=3, optimizer=optimizer, warmup_steps=5, live=False)
+    assert history.loss == pytest.approx(single.loss, rel=1e-6)
+    assert history.num_items == single.num_items  # every token but [SEP]: train_on, pad_is_eos
+    assert (history.objective, history.vocab_size) == (single.objective, single.vocab_size)
+    assert history.stopped_by == single.stopped_by
+
+
+def test_fine_tune_of_one_step_measured_after_it(chat_tok, heldout, capsys):
+    model = tiny_gpt2(chat_tok, seed=0, n_embd=16, n_layer=1, n_head=2)
+    history, curve = fine_tune(
+        model, heldout[:2], chat_tok, heldout=heldout[-1:], max_steps=1, eval_every=1, batch_size=2
+    )
+    assert history.num_steps == 1 and set(curve) == {0, 1}
+    assert capsys.readouterr().out == ""  # not live
+    for name in ("max_steps", "eval_every"):
+        with pytest.raises(ValueError) as raised:
+            fine_tune(model, heldout[:2], chat_tok, heldout=heldout[-1:], **{name: 0})
+        assert str(raised.value).startswith(f"{name} must be >= 1")
+
+
+def test_joined_carries_steps_tokens_and_times_on():
+    from lmlessons.course.chat import _joined
+    from lmlessons.course.training import History
+
+    first = History(objective="clm", vocab_size=7, step=[1, 2], loss=[3.0, 2.0])
+    first.tokens_seen, first.wall_time, first.stopped_by = [10, 25], [1.0, 2.5], "max_steps"
+    second = History(objective="clm", vocab_size=7, step=[1], loss=[1.5], tokens_seen=[8])
+    second.wall_time, second.stopped_by = [0.5], "max_seconds"
+    joined = _joined(first, second)
+    assert (joined.objective, joined.vocab_size, joined.stopped_by) == ("clm", 7, "max_seconds")
+    assert (joined.step, joined.loss) == ([1, 2, 3], [3.0, 2.0, 1.5])
+    assert (joined.tokens_seen, joined.wall_time) == ([10, 25, 33], [1.0, 2.5, 3.0])
+    empty = History(objective="clm", vocab_size=7)  # a first part without steps: no offsets
+    again = _joined(empty, second)
+    assert (again.step, again.tokens_seen, again.wall_time) == ([1], [8], [0.5])
