@@ -232,10 +232,10 @@ def dpo_loss(
 
     * ``"sigmoid"``: ``-log sigmoid(beta * d)``, DPO's loss (arXiv 2305.18290, Eq. 7; line 1388);
     * ``"hinge"``: ``relu(1 - beta * d)``, SLiC's (line 1391);
-    * ``"ipo"``: ``(d' - 1 / (2 * beta))**2``, IPO (Azar et al., arXiv 2310.12036, Eq. 17, ``beta``
-      its tau), where ``d'`` divides each log-ratio by its completion's token count
-      (``chosen_lengths``, ``rejected_lengths``): TRL's normalisation, not the paper's
-      (lines 1393-1404);
+    * ``"ipo"``: ``(d' - 1 / (2 * beta))**2``, IPO (Azar et al., arXiv 2310.12036; Eq. 17 in
+      TRL's comment; ``beta`` its tau), where ``d'`` divides each log-ratio by its completion's
+      token count (``chosen_lengths``, ``rejected_lengths``): TRL's normalisation, which its
+      comment says the authors confirmed, not written in the paper (lines 1393-1404);
     * ``"sigmoid_norm"``: the sigmoid loss on those per-token log-ratios (lines 1504-1509);
     * ``"bco_pair"``: ``-log sigmoid(beta * c) - log sigmoid(-beta * r)``: each reward on its own,
       so the prompt does not cancel from it (line 1436).
@@ -272,7 +272,7 @@ def simpo_loss(
     beta: float,
     simpo_gamma: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """SimPO (Meng et al. 2024, arXiv 2405.14734, Eq. 6): ``(losses, chosen_rewards,
+    """SimPO (Meng et al. 2024, arXiv 2405.14734): ``(losses, chosen_rewards,
     rejected_rewards)``, each ``(B,)``, with no reference model.
 
     ``chosen_avg_logps``, ``rejected_avg_logps``: the policy's *average* log-probabilities per
