@@ -87,7 +87,8 @@ def group_advantages(
 
     Args:
         rewards: ``(B,)`` finite rewards, ``num_generations`` consecutive ones per prompt.
-        num_generations: the group size ``G >= 2`` (TRL requires 2 or more to train).
+        num_generations: the group size ``G >= 2`` (TRL requires 2 or more,
+            ``grpo_config.py:1137``).
         scale_rewards: ``"group"`` (TRL's default): divided by the group's standard deviation
             plus 1e-4, so every group has unit spread; ``"batch"``: by the standard deviation of
             all ``B`` rewards plus 1e-4 (the mean stays the group's); ``"none"``: not divided
@@ -95,7 +96,7 @@ def group_advantages(
             deviations with Bessel's correction (TRL's ``nanstd``, ``trainer/utils.py:1021``).
 
     TRL 1.16 ``GRPOTrainer._generate_and_score_completions`` with one reward function
-    (``trainer/grpo_trainer.py:2762-2788``). Within a group the advantages sum to 0 (to
+    (``trainer/grpo_trainer.py:2761-2788``). Within a group the advantages sum to 0 (to
     rounding) whatever the scaling.
     """
     # 1. Validate; the rewards as (prompts, G).

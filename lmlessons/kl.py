@@ -52,7 +52,7 @@ def k1(log_ratio: torch.Tensor) -> torch.Tensor:
     ``log_ratio = log p(x) - log q(x)``, any shape; returns its shape. Unbiased but negative
     for every sample where ``p(x) > q(x)``. TRL's ``RLOOTrainer`` KL penalty per token
     (``old_per_token_logps - ref_per_token_logps``: ``q`` the policy that sampled, ``p`` the
-    reference).
+    reference; TRL 1.16 ``trainer/rloo_trainer.py:1669``).
     """
     log_ratio = check_float_tensor("log_ratio", log_ratio, min_ndim=0)
     return -log_ratio  # (...)
@@ -73,8 +73,8 @@ def k3(log_ratio: torch.Tensor) -> torch.Tensor:
 
     ``log_ratio = log p(x) - log q(x)``, any shape; returns its shape. TRL's ``GRPOTrainer``
     term ``torch.exp(ref_per_token_logps - per_token_logps) - (ref_per_token_logps -
-    per_token_logps) - 1``: ``q`` the policy, ``p`` the reference, so ``log_ratio = ref_logps -
-    logps``.
+    per_token_logps) - 1`` (TRL 1.16 ``trainer/grpo_trainer.py:3100-3102``): ``q`` the policy,
+    ``p`` the reference, so ``log_ratio = ref_logps - logps``.
     """
     log_ratio = check_float_tensor("log_ratio", log_ratio, min_ndim=0)
     return torch.exp(log_ratio) - log_ratio - 1  # (...)
@@ -167,7 +167,7 @@ def generalized_jsd(
     num_items_in_batch: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The generalized Jensen-Shannon divergence of GKD (arXiv 2306.13649, Eq. 1), TRL's
-    ``GKDTrainer.generalized_jsd_loss``.
+    ``GKDTrainer.generalized_jsd_loss`` (TRL 1.16 ``experimental/gkd/gkd_trainer.py:238-322``).
 
     With ``m = beta * teacher + (1 - beta) * student`` (mixed in probability space, on logits
     divided by ``temperature``, with no ``temperature ** 2`` factor, as TRL):
