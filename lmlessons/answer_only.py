@@ -44,9 +44,11 @@ def _ids(name: str, value: object) -> torch.Tensor:
                 f"{name} must be a torch.Tensor or a list of token ids, got {type(value).__name__}"
             )
         try:
-            value = torch.tensor(value, dtype=torch.long)
+            value = torch.tensor(value)  # a float in the list gives a float tensor: rejected below
         except (TypeError, ValueError) as err:
             raise TypeError(f"{name} must hold int token ids ({err})") from None
+        if value.numel() == 0:
+            value = value.long()  # an empty list is float32 to torch
     return check_int_tensor(name, value)
 
 
