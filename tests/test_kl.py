@@ -176,7 +176,7 @@ BAD = [
     ("log_ratio", lambda: k1(torch.tensor([1, 2]))),
     ("log_ratio", lambda: k3([0.5])),
     ("log_p and log_q", lambda: kl_divergence(torch.zeros(2, 3), torch.zeros(2, 4))),
-    ("teacher_logits", lambda: forward_kl(S, T[..., :4])),
+    ("student_logits and teacher_logits", lambda: forward_kl(S, T[..., :4])),
     ("temperature", lambda: reverse_kl(S, T, temperature=0.0)),
     ("temperature", lambda: forward_kl(S, T, temperature="1")),
     ("beta", lambda: generalized_jsd(S, T, beta=1.5)),
@@ -189,5 +189,5 @@ BAD = [
 
 @pytest.mark.parametrize(("name", "call"), BAD, ids=[f"{i}-{n}" for i, (n, _) in enumerate(BAD)])
 def test_bad_input_names_the_argument(name, call):
-    with pytest.raises((ValueError, TypeError), match=name):
+    with pytest.raises((ValueError, TypeError), match=f"^{name}"):
         call()
