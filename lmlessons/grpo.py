@@ -5,7 +5,7 @@ function scores each one.
 
 1. :func:`group_advantages`: each completion's advantage is its reward minus its group's mean
    (the group is the baseline: no value network), divided by a standard deviation.
-2. :func:`per_token_loss`: PPO's clipped surrogate, token by token, every token of a completion
+2. :func:`token_losses`: PPO's clipped surrogate, token by token, every token of a completion
    with its completion's advantage, plus ``beta`` times the :func:`lmlessons.kl.k3` estimate of
    the KL to a reference model.
 3. :func:`aggregate_loss`: the weighted sum of the token losses. Only the weights differ between
@@ -34,7 +34,7 @@ __all__ = [
     "LOSS_TYPES",
     "SCALE_REWARDS",
     "group_advantages",
-    "per_token_loss",
+    "token_losses",
     "token_weights",
     "aggregate_loss",
 ]
@@ -142,7 +142,7 @@ def _check_policy(
     return logps, old, adv
 
 
-def per_token_loss(
+def token_losses(
     logps: torch.Tensor,
     old_logps: torch.Tensor | None,
     advantages: torch.Tensor,

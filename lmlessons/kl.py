@@ -10,7 +10,7 @@ summed over the vocabulary, it is estimated from the log-probabilities of the sa
   ref_per_token_logps``, summed over the completion, times ``beta``);
 * :func:`k2` ``= (log r)^2 / 2``: biased, low variance, never negative;
 * :func:`k3` ``= (r - 1) - log r``: unbiased (``E_q[r] = 1``), low variance, never negative.
-  TRL's ``GRPOTrainer`` adds it to the per-token loss (:func:`lmlessons.grpo.per_token_loss`).
+  TRL's ``GRPOTrainer`` adds it to the per-token loss (:func:`lmlessons.grpo.token_losses`).
 
 Exact, over the vocabulary (distillation): :func:`kl_divergence` names the argument order of
 ``F.kl_div`` once, :func:`forward_kl` and :func:`reverse_kl` say which distribution comes first,

@@ -16,7 +16,7 @@ from lmlessons.grpo import (
     SCALE_REWARDS,
     aggregate_loss,
     group_advantages,
-    per_token_loss,
+    token_losses,
     token_weights,
 )
 
@@ -41,7 +41,7 @@ def _random_batch(seed: int, prompts: int = 3) -> tuple[torch.Tensor, torch.Tens
 
 def _on_policy_loss(mask, advantages, loss_type, **kwargs):
     logps = -torch.rand(mask.shape, generator=torch.Generator().manual_seed(7))  # (B, C)
-    per_token = per_token_loss(logps, None, advantages)  # (B, C)
+    per_token = token_losses(logps, None, advantages)  # (B, C)
     return aggregate_loss(per_token, mask, loss_type=loss_type, max_completion_length=L, **kwargs)
 
 
@@ -166,13 +166,13 @@ def test_dr_grpo_divides_by_a_constant_and_bnpo_by_the_tokens():
     torch.testing.assert_close(dr, bnpo * int(mask.sum()) / (4 * L))
 
 
-# ------------------------------------------------------------------------------ per_token_loss
+# ------------------------------------------------------------------------------ token_losses
 
 
 def _grad(advantage: float, ratio: float, **kwargs) -> float:
     logps = torch.tensor([[-1.0]], requires_grad=True)  # (1, 1)
     old = logps.detach() - torch.log(torch.tensor(ratio))  # (1, 1): exp(logps - old) = ratio
-    loss = per_token_loss(logps, old, torch.tensor([advantage]), **kwargs).sum()
+    loss = token_losses(logps, old, torch.tensor([advantage]), **kwargs).sum()
     return float(torch.autograd.grad(loss, logps)[0])
 
 
@@ -198,11 +198,11 @@ def test_the_kl_term_on_policy_has_the_reverse_kl_gradient():
         (True, logps.detach() - ref),
         (False, 1 - torch.exp(ref - logps.detach())),
     ]:
-        loss = per_token_loss(
+        loss = token_losses(
             logps, None, zero, ref_logps=ref, beta=1.0, use_bias_correction_kl=correction
         ).sum()
         torch.testing.assert_close(torch.autograd.grad(loss, logps)[0], expected)
-    same = per_token_loss(logps, None, zero, ref_logps=logps.detach(), beta=1.0)  # (B, C)
+    same = token_losses(logps, None, zero, ref_logps=logps.detach(), beta=1.0)  # (B, C)
     assert float(same.detach().abs().max()) == 0  # no KL to a reference equal to the policy
 
 
@@ -218,14 +218,14 @@ BAD = [
     ("rewards", lambda: group_advantages([1.0, 2.0], num_generations=2)),
     ("num_generations", lambda: group_advantages(torch.zeros(4), num_generations=1)),
     ("scale_rewards", lambda: group_advantages(ADV, num_generations=2, scale_rewards="std")),
-    ("logps", lambda: per_token_loss(torch.zeros(4), None, ADV)),
-    ("old_logps", lambda: per_token_loss(LP, torch.zeros(4, 2), ADV)),
-    ("advantages", lambda: per_token_loss(LP, None, torch.zeros(3))),
-    ("epsilon_low", lambda: per_token_loss(LP, None, ADV, epsilon_low=-0.1)),
-    ("epsilon_high", lambda: per_token_loss(LP, None, ADV, epsilon_high="0.2")),
-    ("beta", lambda: per_token_loss(LP, None, ADV, beta=float("nan"))),
-    ("ref_logps", lambda: per_token_loss(LP, None, ADV, beta=0.1)),
-    ("ref_logps", lambda: per_token_loss(LP, None, ADV, beta=0.1, ref_logps=torch.zeros(4))),
+    ("logps", lambda: token_losses(torch.zeros(4), None, ADV)),
+    ("old_logps", lambda: token_losses(LP, torch.zeros(4, 2), ADV)),
+    ("advantages", lambda: token_losses(LP, None, torch.zeros(3))),
+    ("epsilon_low", lambda: token_losses(LP, None, ADV, epsilon_low=-0.1)),
+    ("epsilon_high", lambda: token_losses(LP, None, ADV, epsilon_high="0.2")),
+    ("beta", lambda: token_losses(LP, None, ADV, beta=float("nan"))),
+    ("ref_logps", lambda: token_losses(LP, None, ADV, beta=0.1)),
+    ("ref_logps", lambda: token_losses(LP, None, ADV, beta=0.1, ref_logps=torch.zeros(4))),
     ("loss_type", lambda: token_weights(MASK, loss_type="ppo")),
     ("max_completion_length", lambda: token_weights(MASK, loss_type="dr_grpo")),
     (

@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from lmlessons.grpo import LOSS_TYPES, aggregate_loss, group_advantages, per_token_loss
+from lmlessons.grpo import LOSS_TYPES, aggregate_loss, group_advantages, token_losses
 from lmlessons.kl import generalized_jsd
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -102,7 +102,7 @@ def _trl_loss_and_grad(trainer, monkeypatch, batch, *, old, ref, num_items):
 
 def _course_loss_and_grad(batch, *, loss_type, old, beta, eps, correction, num_items):
     logps = batch["logps"].clone().requires_grad_()  # (B, C)
-    per_token = per_token_loss(
+    per_token = token_losses(
         logps,
         batch["old"] if old else None,
         group_advantages(batch["rewards"], num_generations=G),
