@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from battery._attempt import ATTEMPTS, CORRECT, Attempt
 
+from lmlessons.course.content import load
 from lmlessons.exercises import EXERCISES, check
-from lmlessons.exercises.content import load
 
 BATTERY = Path(__file__).parent / "battery"
 for _module in pkgutil.iter_modules([str(BATTERY)]):

@@ -14,7 +14,7 @@ from transformers import (
     GPT2LMHeadModel,
 )
 
-from lmlessons.bugzoo.runs import RUNS, _model
+from lmlessons.bugzoo.runs import RUNS, run_model
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.tokenizer import load_tokenizer
 from tests._tiny import bert_config, seeded
@@ -22,7 +22,7 @@ from tests._tiny import bert_config, seeded
 
 def test_claim_08_mlm_runs_continue_from_the_checkpoint() -> None:
     tokenizer = load_tokenizer()
-    model = _model(RUNS["healthy_mlm"], tokenizer)
+    model = run_model(RUNS["healthy_mlm"], tokenizer)
     pretrained = load_checkpoint("bert").state_dict()
     assert type(model) is BertForMaskedLM
     mine = model.state_dict()
@@ -33,10 +33,10 @@ def test_claim_08_mlm_runs_continue_from_the_checkpoint() -> None:
 
 def test_claim_08_causal_runs_from_random_weights() -> None:
     tokenizer = load_tokenizer()
-    gpt2 = _model(RUNS["healthy_clm"], tokenizer)
-    decoder = _model(RUNS["healthy_bert_decoder"], tokenizer)
+    gpt2 = run_model(RUNS["healthy_clm"], tokenizer)
+    decoder = run_model(RUNS["healthy_bert_decoder"], tokenizer)
     assert type(gpt2) is GPT2LMHeadModel and type(decoder) is BertLMHeadModel
-    other_seed = _model(RUNS["bert_decoder_other_seed"], tokenizer)
+    other_seed = run_model(RUNS["bert_decoder_other_seed"], tokenizer)
     first = next(iter(decoder.state_dict()))
     assert not torch.equal(decoder.state_dict()[first], other_seed.state_dict()[first])
     pretrained = load_checkpoint("bert").state_dict()
@@ -50,14 +50,14 @@ def test_claim_08_some_runs_use_the_trainer() -> None:
     from transformers import Trainer
 
     from lmlessons.bugzoo import loops
-    from lmlessons.course.trainer_ga import _quiet_and_seeded
+    from lmlessons.course.trainer_ga import quiet_and_seeded
 
     spec = RUNS["healthy_mlm_trainer"]
     assert spec.batch_size == 16 and spec.micro_batches == 4
     model = seeded(BertForMaskedLM, bert_config())
     row = {"input_ids": load_tokenizer()("The dog ran.")["input_ids"]}
-    with tempfile.TemporaryDirectory() as out, _quiet_and_seeded():
-        args = loops._trainer_arguments(out, spec, 1)
+    with tempfile.TemporaryDirectory() as out, quiet_and_seeded():
+        args = loops.trainer_arguments(out, spec, 1)
         assert args.gradient_accumulation_steps == 4 and args.per_device_train_batch_size == 4
         for run_id in ("healthy_mlm_trainer", "trainer_drops_num_items"):
             optimizers = loops.optimizer_and_warmup(model, spec.lr)
@@ -74,7 +74,7 @@ def test_claim_08_some_runs_use_the_trainer() -> None:
 def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
     from lmlessons.bugzoo.data import chat_data
 
-    model = _model(RUNS["healthy_chat"], chat_data()[2])
+    model = run_model(RUNS["healthy_chat"], chat_data()[2])
     assert type(model) is GPT2LMHeadModel
     pretrained = load_checkpoint("gpt2").state_dict()
     mine = model.state_dict()

@@ -19,8 +19,8 @@ import pytest
 
 import tools.content as content
 from lmlessons.bugzoo.cases import RELATIONS
+from lmlessons.course.content import CONTENT, load, names
 from lmlessons.exercises import EXERCISES
-from lmlessons.exercises.content import CONTENT, load, names
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES_DIR = Path(str(resources.files("lmlessons").joinpath(CONTENT)))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from lmlessons.exercises.content import load, names
+from lmlessons.course.content import load, names
 from tools import student
 
 ANSWER_CELL = (

@@ -10,7 +10,7 @@ comparison with the reference run that :func:`claim_holds` checks on the recorde
 tests check every one), so no feedback states something the runs did not show.
 
 The prose (settings, diagnoses, cases: titles, evidence, claims, why) is data, in
-``lmlessons/data/content/bugzoo.toml`` (:data:`CONTENT_FILE`). Case letters do not follow the
+``lmlessons/data/content/bugzoo.toml``. Case letters do not follow the
 order of :data:`DIAGNOSES`: the letter gives nothing away. Two cases share a diagnosis only as
 the same bug in two model families. A new case is a run in
 :data:`~lmlessons.bugzoo.runs.RUNS` and a table in the content file; the widget, the tables

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -28,11 +26,11 @@ from lmlessons.course.chat import (
     instruction_set,
     prompt_length,
 )
+from lmlessons.course.content import load as load_content
 from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.tokenizer import load_tokenizer
 
 __all__ = [
-    "CONTENT_FILE",
     "content",
     "SEED",
     "EVAL_SEED",
@@ -45,7 +43,6 @@ __all__ = [
     "split_by_length",
 ]
 
-CONTENT_FILE = "data/content/bugzoo.toml"  # in the package: the settings, instruments, cases
 SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
@@ -61,11 +58,10 @@ class Rendered(NamedTuple):
     prompt_length: int  # the tokens before the answer: what the model sees when it answers
 
 
-@functools.cache
 def content() -> dict[str, Any]:
-    """The bug zoo's prose and tables, :data:`CONTENT_FILE` parsed (read once)."""
-    path = resources.files("lmlessons").joinpath(CONTENT_FILE)
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    """The bug zoo's prose and tables: ``lmlessons/data/content/bugzoo.toml``, parsed once by the
+    course's one content reader."""
+    return load_content("bugzoo")
 
 
 @functools.lru_cache(maxsize=1)

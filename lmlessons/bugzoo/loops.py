@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 __all__ = [
+    "trainer_arguments",
     "WARMUP_STEPS",
     "MAX_GRAD_NORM",
     "WEIGHT_DECAY",
@@ -94,7 +95,8 @@ def _mlm_collator(tokenizer: Any, g: torch.Generator, counts: list[int]) -> Call
     return collate
 
 
-def _trainer_arguments(output_dir: str, spec: Any, steps: int) -> Any:
+def trainer_arguments(output_dir: str, spec: Any, steps: int) -> Any:
+    """The ``TrainingArguments`` of a run's ``Trainer``: its batch split into micro-batches."""
     from transformers import TrainingArguments
 
     return TrainingArguments(
@@ -129,7 +131,7 @@ def train_with_trainer(
     with tempfile.TemporaryDirectory() as out, quiet_and_seeded():
         trainer = spec.trainer(
             model=model,
-            args=_trainer_arguments(out, spec, steps),
+            args=trainer_arguments(out, spec, steps),
             train_dataset=data,
             data_collator=_mlm_collator(tokenizer, g, counts),
             optimizers=optimizer_and_warmup(model, spec.lr),

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 __all__ = [
+    "run_model",
     "RunSpec",
     "RUNS",
     "MODEL_FAMILIES",
@@ -159,7 +160,8 @@ def model_family(run_id: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
+def run_model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
+    """The freshly initialised model a run trains (seeded by its ``init_seed``)."""
     if spec.family == "clm":
         if spec.decoder is not None:
             return spec.decoder(tokenizer, spec.init_seed)
@@ -281,7 +283,7 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     corpus, tokenizer = course_data()
     if spec.family == "chat":
         tokenizer = chat_data()[2]  # the course tokenizer with the chat template
-    model = _model(spec, tokenizer)
+    model = run_model(spec, tokenizer)
     g = torch.Generator().manual_seed(SEED)
     record: dict[str, Any] = {"run": run_id, "family": spec.family, "steps": steps}
     if spec.trainer is not None:

@@ -199,9 +199,6 @@ def quiet_and_seeded() -> Iterator[None]:
         np.random.set_state(np_state)
 
 
-_quiet_and_seeded = quiet_and_seeded  # the former name, still imported by tests/test_claims_08.py
-
-
 def _course_loss_trainer() -> type:
     """A ``Trainer`` whose loss is the course's: MLM sum / ``num_items_in_batch``, plus the NSP
     mean divided by the accumulation steps (every micro-batch holds the same number of pairs)."""

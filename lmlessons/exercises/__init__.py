@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lmlessons.course.content import load
 from lmlessons.exercises import solutions as _solutions
 from lmlessons.exercises import solutions_part2 as _solutions_part2
 from lmlessons.exercises._framework import Mistake, NotAttempted, Runner, isolated
@@ -63,7 +64,6 @@ from lmlessons.exercises.check_truncate import SIGNATURE as TRUNCATE_SIGNATURE
 from lmlessons.exercises.check_truncate import check_truncate_seq_pair
 from lmlessons.exercises.check_wwm import SIGNATURE as WWM_SIGNATURE
 from lmlessons.exercises.check_wwm import check_select_whole_words
-from lmlessons.exercises.content import load
 
 __all__ = [
     "EXERCISES",

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmlessons.exercises.content import load
+from lmlessons.course.content import load
 
 #: Frames in these folders are not the learner's: the whole ``lmlessons`` package (its core
 #: validators too, which an editable install keeps outside ``site-packages``) and torch.

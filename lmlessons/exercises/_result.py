@@ -43,8 +43,6 @@ def inline(text: str) -> str:
     return "".join(out)
 
 
-
-
 def _paragraphs_html(text: str) -> str:
     """Paragraphs separated by blank lines (line breaks inside one are soft); '- ' starts a list
     item; a paragraph indented by 4 spaces is code."""

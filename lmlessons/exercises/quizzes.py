@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmlessons.exercises.content import load, names
+from lmlessons.course.content import load, names
 
 #: Seeds every question's shuffle. 367 spreads the right answers of the lessons' 39 questions
 #: over A-D as 10, 11, 9 and 9 times, and never puts more than 2 of one lesson at one letter.
