@@ -1,0 +1,116 @@
+"""Lesson 11: the course's preference set, made from the course corpus (nothing downloaded).
+
+* :func:`preference_set`: one pair per question of :func:`lmlessons.course.chat.instruction_set`,
+  in TRL's conversational preference format: ``prompt``, ``chosen`` and ``rejected`` are lists of
+  messages (the user's question; the right answer; a wrong one), with the question's ``task`` and
+  the ``kind`` of wrong answer beside them (:data:`KINDS`).
+* :func:`encode_pair`: one pair as token ids, as TRL's ``DPOTrainer`` tokenizes a conversational
+  pair: the prompt rendered with the generation prompt, each completion the rest of the whole
+  conversation (its end-of-turn token ``[SEP]`` included); the input of
+  :func:`lmlessons.preference.preference_batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
+from lmlessons.course.corpus import Corpus, load_corpus
+
+__all__ = ["KINDS", "preference_set", "encode_pair"]
+
+#: The kinds of rejected answer: another topic (a topic question), another sentence's first word
+#: (a first-word question, even positions), or the first three words (a first-word question, odd
+#: positions: the right word, then two more; the only kind whose rejected answer is longer).
+KINDS: tuple[str, ...] = ("wrong topic", "wrong word", "too long")
+TOO_LONG_WORDS = 3
+
+
+def _answer(content: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": content}]
+
+
+def _first_words(example: dict[str, Any]) -> list[str]:
+    """The words of an instruction-set question's sentence (after ``"First word? "``)."""
+    sentence = example["prompt"][0]["content"].split("? ", 1)[1]
+    return [w.strip(".,;:!?\"'()").lower() for w in sentence.split()]
+
+
+def _wrong_word(examples: Sequence[dict[str, Any]], i: int) -> str:
+    """The first word of the next first-word question whose answer differs from question i's."""
+    right = examples[i]["completion"][0]["content"]
+    for step in range(1, len(examples)):
+        other = examples[(i + step) % len(examples)]
+        if other["task"] == "first_word" and other["completion"][0]["content"] != right:
+            return str(other["completion"][0]["content"])
+    raise ValueError("corpus must hold sentences with at least two different first words")
+
+
+def _pair(examples: Sequence[dict[str, Any]], i: int, topics: Sequence[str]) -> dict[str, Any]:
+    example = examples[i]
+    right = example["completion"][0]["content"]
+    if example["task"] == "topic":
+        others = [t for t in topics if t != right]
+        kind, wrong = "wrong topic", others[i % len(others)]
+    elif i % 2 == 0:
+        kind, wrong = "wrong word", _wrong_word(examples, i)
+    else:
+        words = [w for w in _first_words(example) if w]
+        kind, wrong = "too long", " ".join(words[:TOO_LONG_WORDS])
+    return {
+        "task": example["task"],
+        "kind": kind,
+        "prompt": list(example["prompt"]),
+        "chosen": _answer(right),
+        "rejected": _answer(wrong),
+    }
+
+
+def preference_set(split: str = "train", *, corpus: Corpus | None = None) -> list[dict[str, Any]]:
+    """The course's preference pairs: one per question of ``instruction_set(split)``, in its order,
+    the same list on every machine.
+
+    ``split``: ``"train"`` or ``"validation"`` (held-out documents). Each pair is a dict with
+    ``prompt`` (the user's message), ``chosen`` (the right answer as an assistant message),
+    ``rejected`` (a wrong answer as an assistant message), ``task`` (``"first_word"`` or
+    ``"topic"``) and ``kind``, one of :data:`KINDS`:
+
+    * ``"wrong topic"``: a topic question answered with another of the corpus's topics (the
+      ``i % 11``-th other topic, ``i`` the pair's position);
+    * ``"wrong word"``: a first-word question (even position) answered with the first word of the
+      next first-word question whose answer differs;
+    * ``"too long"``: a first-word question (odd position) answered with the sentence's first
+      three words: the right word, then two the user did not ask for. Its rejected completion has
+      more tokens than its chosen one, so a loss on summed log-probabilities and one on averaged
+      ones differ on these pairs.
+
+    The format is TRL's conversational preference format (``DPOTrainer`` reads ``prompt``,
+    ``chosen`` and ``rejected``; other keys are ignored), as ``instruction_set`` is TRL's
+    conversational prompt-completion format.
+    """
+    corpus = load_corpus("course") if corpus is None else corpus
+    examples = instruction_set(split, corpus=corpus)  # checks split and corpus
+    topics = sorted(set(corpus.topics))
+    return [_pair(examples, i, topics) for i in range(len(examples))]
+
+
+def encode_pair(tokenizer: Any, pair: dict[str, Any]) -> dict[str, list[int]]:
+    """``prompt_ids``, ``chosen_ids`` and ``rejected_ids`` of one pair of :func:`preference_set`:
+    the prompt as the model sees it when it answers (:func:`lmlessons.course.chat.prompt_length`,
+    the prompt rendered with ``add_generation_prompt=True``) and each completion the rest of the
+    whole conversation, its end-of-turn token ``[SEP]`` included; what TRL's ``DPOTrainer``
+    builds from a conversational pair (without its ``add_eos``, which would add a second ``[SEP]``
+    as text). The input of :func:`lmlessons.preference.preference_batch`."""
+    if not isinstance(pair, dict) or not {"prompt", "chosen", "rejected"} <= set(pair):
+        raise TypeError("pair must be a dict with 'prompt', 'chosen' and 'rejected' message lists")
+    out: dict[str, list[int]] = {}
+    for key in ("chosen", "rejected"):
+        messages = list(pair["prompt"]) + list(pair[key])
+        ids = conversation_labels(tokenizer, messages, train_on="everything")["input_ids"]
+        n = prompt_length(tokenizer, messages)
+        if out and ids[:n] != out["prompt_ids"]:
+            raise ValueError("pair's chosen and rejected conversations render different prompts")
+        out["prompt_ids"] = ids[:n]
+        out[f"{key}_ids"] = ids[n:]
+    return out
