@@ -91,6 +91,17 @@ def check_float_tensor(name: str, value: object, *, min_ndim: int = 1) -> torch.
     return value
 
 
+def check_same_shape(
+    name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor, *, dims: str
+) -> None:
+    """Require ``a`` and ``b`` (checked tensors) to have one shape, ``dims`` (``"(..., V)"``)."""
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{name_a} and {name_b} must have one shape {dims}, got {tuple(a.shape)} and "
+            f"{tuple(b.shape)}"
+        )
+
+
 def check_sequences(name: str, value: object, *, single: bool = False) -> torch.Tensor:
     """Token ids of shape ``(T,)`` or ``(B, T)`` with ``T >= 1``, returned as ``(B, T)``.
     ``single=True``: one sequence, ``(T,)`` or ``(1, T)``."""

@@ -31,6 +31,7 @@ from lmlessons._checks import (
     check_logits_labels,
     check_num_items,
     check_probability,
+    check_same_shape,
 )
 
 __all__ = [
@@ -89,11 +90,7 @@ def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     """
     log_p = check_float_tensor("log_p", log_p)
     log_q = check_float_tensor("log_q", log_q)
-    if log_p.shape != log_q.shape:
-        raise ValueError(
-            f"log_p and log_q must have one shape (..., V), got {tuple(log_p.shape)} and "
-            f"{tuple(log_q.shape)}"
-        )
+    check_same_shape("log_p", log_p, "log_q", log_q, dims="(..., V)")
     terms = F.kl_div(input=log_q, target=log_p, reduction="none", log_target=True)  # (..., V)
     return terms.sum(dim=-1)  # (...)
 
@@ -104,11 +101,7 @@ def _log_probs(
     """Both ``(..., V)`` logits divided by ``temperature`` and log-softmaxed (float32 at least)."""
     student = check_float_tensor("student_logits", student_logits)
     teacher = check_float_tensor("teacher_logits", teacher_logits)
-    if student.shape != teacher.shape:
-        raise ValueError(
-            f"student_logits and teacher_logits must have one shape (..., V), got "
-            f"{tuple(student.shape)} and {tuple(teacher.shape)}"
-        )
+    check_same_shape("student_logits", student, "teacher_logits", teacher, dims="(..., V)")
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a positive number, got {type(temperature).__name__}")
     t = float(temperature)

@@ -191,3 +191,15 @@ BAD = [
 def test_bad_input_names_the_argument(name, call):
     with pytest.raises((ValueError, TypeError), match=f"^{name}"):
         call()
+
+
+def test_the_shape_messages_name_both_arguments_and_both_shapes():
+    with pytest.raises(ValueError) as raised:
+        kl_divergence(torch.zeros(2, 3), torch.zeros(2, 4))
+    assert (
+        str(raised.value) == "log_p and log_q must have one shape (..., V), got (2, 3) and (2, 4)"
+    )
+    with pytest.raises(ValueError) as raised:
+        forward_kl(S, T[..., :4])
+    expected = f"must have one shape (..., V), got {tuple(S.shape)} and {tuple(T[..., :4].shape)}"
+    assert str(raised.value) == f"student_logits and teacher_logits {expected}"
