@@ -45,6 +45,7 @@ __all__ = [
     "nsp_batches",
     "sop_batches",
     "clm_batches",
+    "pair_token_ids",
 ]
 
 Batch = dict[str, torch.Tensor]
@@ -210,6 +211,16 @@ def _mask(
     return {**batch, "input_ids": masked, "labels": labels}
 
 
+def pair_token_ids(tokenizer: Any) -> dict[str, int]:
+    """The tokenizer's ``cls_token_id``, ``sep_token_id`` and ``pad_token_id``: the ids
+    :func:`lmlessons.make_nsp_pairs` and :func:`lmlessons.make_sop_pairs` take, by those names."""
+    return {
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def _pair_maker(
     make_pairs: Callable[..., Batch],
     token_documents: list[list[list[int]]],
@@ -223,9 +234,7 @@ def _pair_maker(
     return partial(
         make_pairs,
         token_documents,
-        cls_token_id=tokenizer.cls_token_id,
-        sep_token_id=tokenizer.sep_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **pair_token_ids(tokenizer),
         max_length=max_length,
         generator=generator,
         **probability,

@@ -24,6 +24,7 @@ import ipywidgets as widgets
 import torch
 
 from lmlessons._checks import check_int, check_probability, check_tokenizer
+from lmlessons.course.batches import pair_token_ids
 from lmlessons.course.palette import on_color
 from lmlessons.pairs import make_nsp_pairs
 from lmlessons.widgets.base import LessonWidget, float_slider
@@ -313,9 +314,7 @@ def nsp_pair_widget(
             built.clear()  # keep only the pairs on show
             built[p] = make_nsp_pairs(
                 token_documents,
-                cls_token_id=tokenizer.cls_token_id,
-                sep_token_id=tokenizer.sep_token_id,
-                pad_token_id=tokenizer.pad_token_id,
+                **pair_token_ids(tokenizer),
                 max_length=max_length,
                 nsp_probability=p,
                 short_seq_prob=short_seq_prob,
