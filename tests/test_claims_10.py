@@ -10,6 +10,8 @@ reason, where it is not installed, and its ``SFTTrainer``s come from the session
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from _tiny import transformers_log
@@ -112,3 +114,109 @@ def test_claim_10_per_token_default(sft_trainer):
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     ours = per_token_loss(logits, batch["labels"], num_items_in_batch=n)
     assert torch.allclose(theirs.detach(), ours, atol=1e-5)
+
+
+# ------------------------------------------------------- TRL's SFTTrainer by default (section 8)
+
+TRL_TEMPLATES = "chat_templates"  # the folder of chat templates TRL ships, inside the trl package
+
+
+def _labels(trainer) -> list[tuple[list[int], list[int]]]:
+    """(input_ids, labels) of every prepared row."""
+    return [(row["input_ids"], row["labels"]) for row in trainer.train_dataset]
+
+
+@pytest.mark.slow
+def test_claim_10_trl_default_every_token(trl, sft_trainer, tmp_path):
+    assert trl.SFTConfig(output_dir=str(tmp_path), use_cpu=True).assistant_only_loss is False
+    rows = _labels(sft_trainer("messages"))
+    assert rows and all(labels == ids for ids, labels in rows)
+
+
+@pytest.mark.slow
+def test_claim_10_trl_masks_intersected(sft_trainer):
+    """With a prompt-completion dataset and assistant_only_loss=True, a target must be in both
+    masks: of a two-answer conversation, only the last answer (and its [SEP]) is trained."""
+    import datasets
+
+    trainer = sft_trainer("prompt_completion", assistant_only_loss=True)
+    two_turns = [
+        {
+            "prompt": CONVERSATION[:3],
+            "completion": CONVERSATION[3:],
+        }
+    ]
+    prepared = trainer._prepare_dataset(
+        datasets.Dataset.from_list(two_turns),
+        trainer.processing_class,
+        trainer.args,
+        False,
+        None,
+        "train",
+    )
+    [row] = list(prepared)
+    tok = trainer.processing_class
+    targets = tok.convert_ids_to_tokens([i for i in row["labels"] if i != -100])
+    assert targets == ["the", "[SEP]"]  # the first answer, though the assistant's, is not a target
+
+
+@pytest.mark.slow
+def test_claim_10_trl_swaps_training_template(sft_trainer):
+    """A template without generation tags that TRL knows (its own copy of Qwen3's) is replaced,
+    for assistant_only_loss=True, by TRL's training template, which has the tags."""
+    import trl as trl_module
+
+    folder = Path(trl_module.__file__).parent / TRL_TEMPLATES
+    trainer = sft_trainer(
+        "messages", assistant_only_loss=True, chat_template_path=str(folder / "qwen3.jinja")
+    )
+    original = (folder / "qwen3.jinja").read_text(encoding="utf-8")
+    assert trainer.processing_class.chat_template == original
+    assert "{% generation %}" not in original
+    assert trainer.chat_template == (folder / "qwen3_training.jinja").read_text(encoding="utf-8")
+    assert "generation" in trainer.chat_template
+    assert all(any(label != -100 for label in labels) for _, labels in _labels(trainer))
+
+
+@pytest.mark.slow
+def test_claim_10_trl_warns_eos_outside_mask(sft_trainer, tmp_path_factory, caplog):
+    closed = CHAT_TEMPLATE.replace(
+        "{{ message['content'] }} {{ eos_token }}{% endgeneration %}",
+        "{{ message['content'] }}{% endgeneration %} {{ eos_token }}",
+    )
+    path = tmp_path_factory.mktemp("closed") / "closed.jinja"
+    path.write_text(closed, encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        trainer = sft_trainer("messages", assistant_only_loss=True, chat_template_path=str(path))
+    assert any("end-of-turn token" in r.getMessage() for r in caplog.records), caplog.text
+    eos = trainer.processing_class.eos_token_id
+    assert all(eos not in labels for _, labels in _labels(trainer))  # never trained to stop
+
+
+@pytest.mark.slow
+def test_claim_10_trl_max_length_default(trl, sft_trainer, tmp_path):
+    assert trl.SFTConfig(output_dir=str(tmp_path), use_cpu=True).max_length == 1024
+    rows = _labels(sft_trainer("messages", max_length=16))
+    assert rows and all(len(ids) == len(labels) <= 16 for ids, labels in rows)
+    assert max(len(ids) for ids, _ in _labels(sft_trainer("messages"))) > 16  # it did cut
+
+
+@pytest.mark.slow
+def test_claim_10_trl_drops_examples_without_targets(sft_trainer, sft_examples):
+    """Truncated to fewer tokens than its prompt, a prompt-completion example has no target left
+    and is dropped from the prepared dataset."""
+    full = _labels(sft_trainer("prompt_completion"))
+    starts = [labels.index(next(i for i in labels if i != -100)) for _, labels in full]
+    cut = sorted(starts)[len(starts) // 2]  # about half the prompts are at least this long
+    kept = _labels(sft_trainer("prompt_completion", max_length=cut))
+    assert len(kept) == sum(s < cut for s in starts) < len(full)
+    assert all(any(label != -100 for label in labels) for _, labels in kept)
+
+
+@pytest.mark.slow
+def test_claim_10_trl_packing_bfd_padding_free(sft_trainer):
+    trainer = sft_trainer("messages", assistant_only_loss=True, packing=True, max_length=64)
+    assert trainer.args.packing_strategy == "bfd" and trainer.padding_free
+    batch = trainer.data_collator(list(trainer.train_dataset)[:2])
+    assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 1  # one row
+    assert int((batch["position_ids"] == 0).sum()) > 2  # positions restart per conversation

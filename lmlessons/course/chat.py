@@ -26,13 +26,17 @@
   with the right answer (``greedy_answer_accuracy``), how often it stops (``stop_rate``).
 * :func:`fine_tune`: one fine-tuning run of lesson 10 (the course's ``train`` loop), with the
   held-out answer loss measured along the way.
+* :data:`SEED_RUN_SETTINGS`, :func:`load_seed_runs`: lesson 10's three runs repeated over seeds
+  by ``python -m tools.answer_only_seeds``, replayed from ``data/answer_only/``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,6 +67,9 @@ __all__ = [
     "answer_loss",
     "answer_metrics",
     "fine_tune",
+    "SEED_RUN_SETTINGS",
+    "SEED_RUNS_FILE",
+    "load_seed_runs",
 ]
 
 CHAT_TEMPLATE = (
@@ -425,3 +432,26 @@ def _joined(first: History, second: History) -> History:
             setattr(joined, f.name, a + [v + offsets.get(f.name, 0) for v in b])
     joined.stopped_by = second.stopped_by
     return joined
+
+
+#: Lesson 10's three fine-tuning runs, by name: the options of :func:`fine_tune` each one uses.
+SEED_RUN_SETTINGS: dict[str, dict[str, Any]] = {
+    "answers only": {"train_on": "assistant only"},
+    "every token": {"train_on": "everything"},
+    "answers only, pad = eos": {"train_on": "assistant only", "pad_is_eos": True},
+}
+SEED_RUNS_FILE = "seed_runs.json"  # made by python -m tools.answer_only_seeds
+_SEED_RUNS_DIR = Path(__file__).resolve().parent.parent / "data" / "answer_only"
+
+
+def load_seed_runs(directory: str | Path | None = None) -> dict[str, Any]:
+    """The runs of :data:`SEED_RUN_SETTINGS` over several seeds, as recorded by
+    ``python -m tools.answer_only_seeds``: ``{"seeds": [...], "num_heldout": n, "settings":
+    {name: {"answer_loss": [...], "greedy_answer_accuracy": [...], "stop_rate": [...],
+    "reported_loss": [...]}}}``, one value per seed. ``directory`` defaults to the shipped
+    ``data/answer_only/``."""
+    path = Path(directory if directory is not None else _SEED_RUNS_DIR) / SEED_RUNS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded seed runs at {str(path)!r}")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
