@@ -1,36 +1,320 @@
-"""Checker for ``grpo_loss`` (lesson 12), in the runner's pattern: cases and diagnoses.
+"""Checker for ``grpo_loss`` (lesson 12), in the runner's pattern
+(:mod:`lmlessons.exercises._framework`): cases and diagnoses only.
 
-The reference is :func:`lmlessons.exercises.solutions_part3.grpo_loss` (TRL's
-``GRPOTrainer._compute_loss`` aggregation, :func:`lmlessons.grpo.aggregate_loss`).
+The reference is :func:`lmlessons.exercises.solutions_part3.grpo_loss`, TRL's aggregation in
+``GRPOTrainer._compute_loss`` (the core's :func:`lmlessons.grpo.aggregate_loss`). Cases, in order
+(the first failure is reported; each checks the value, then the gradient): 1-5. four completions
+of 3, 1, 5 and 2 tokens (padding losses not 0), each ``loss_type``, ``dr_grpo`` with
+``max_completion_length`` 8 > the width 5, ``dapo`` with and without ``num_items_in_batch``;
+6-9. one completion empty, each type (``grpo`` still counts it in ``B``: TRL's ``.mean()`` over
+all rows); 10-11. every completion empty (0, still backpropagating); 12-14. a window of three
+micro-batches of different widths under ``dapo`` with one shared ``num_items_in_batch`` (a
+tensor, as the Trainer passes it): their losses add up to the full batch's; 15. 16 seeded
+micro-batches (:func:`_generated`). A wrong value is compared with what known mistakes give on
+the same case (:func:`_candidates`).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+from typing import Any
+
 import torch
 
-from lmlessons.exercises._framework import Case, Runner
-from lmlessons.exercises._loss_checks import check_loss
+from lmlessons.exercises._cases import gen
+from lmlessons.exercises._framework import Case, Mistake, Runner, close
+from lmlessons.exercises._loss_checks import Candidate, check_loss, explain_ce, named
 
 SIGNATURE = (
     "grpo_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, "
     "num_items_in_batch=None) -> loss   # a 0-dim tensor"
 )
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
-def _cases() -> list[Case]:
-    g = torch.Generator().manual_seed(12)
-    loss = torch.randn(4, 4, generator=g).requires_grad_()  # (B, C)
-    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.int32)
-    kwargs = [
-        {"loss_type": "grpo"},
-        {"loss_type": "bnpo"},
-        {"loss_type": "dr_grpo", "max_completion_length": 6},
-        {"loss_type": "dapo", "num_items_in_batch": 25},
+def completion_mask(lengths: list[int], width: int, dtype: torch.dtype = torch.int32) -> Any:
+    """``(B, C)``: 1 on the first ``lengths[b]`` positions of row b (TRL's mask is int32)."""
+    return (torch.arange(width) < torch.tensor(lengths).unsqueeze(1)).to(dtype)  # (B, C)
+
+
+def _losses(seed: int, batch: int, width: int) -> torch.Tensor:
+    """``(B, C)`` token losses, not 0 on the padding (TRL computes them at every position)."""
+    return torch.randn(batch, width, generator=gen(seed)).requires_grad_()
+
+
+def _case(label: str, losses: torch.Tensor, mask: Any, ok: str = "", **kwargs: Any) -> Case:
+    text = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+    return Case(
+        f"{label} (completions of {mask.sum(-1).tolist()} tokens, {text})",
+        (losses, mask),
+        kwargs,
+        ok=ok,
+    )
+
+
+def _hand_written() -> list[Case]:
+    """Cases 1 to 11 (see the module's docstring)."""
+    losses, mask = _losses(121, 4, 5), completion_mask([3, 1, 5, 2], 5)
+    one_empty, empty_mask = _losses(122, 4, 5), completion_mask([2, 0, 4, 3], 5)
+    nothing, none = _losses(123, 2, 3), completion_mask([0, 0], 3)
+    return [
+        _case(
+            "hidden case 1",
+            losses,
+            mask,
+            "`grpo`: each completion's mean over its own tokens, then the mean over the "
+            "completions",
+            loss_type="grpo",
+        ),
+        _case(
+            "hidden case 2",
+            losses,
+            mask,
+            "`bnpo`: the sum over the micro-batch's tokens / their number; the padding's "
+            "losses never count",
+            loss_type="bnpo",
+        ),
+        _case(
+            "hidden case 3",
+            losses,
+            mask,
+            "`dr_grpo`: the sum / (B x `max_completion_length`), not the mask's width",
+            loss_type="dr_grpo",
+            max_completion_length=8,
+        ),
+        _case(
+            "hidden case 4",
+            losses,
+            mask,
+            "`dapo`: the sum / `num_items_in_batch`",
+            loss_type="dapo",
+            num_items_in_batch=30,
+        ),
+        _case(
+            "hidden case 5",
+            losses,
+            mask,
+            "`dapo` without `num_items_in_batch`: as `bnpo`",
+            loss_type="dapo",
+        ),
+        _case(
+            "hidden case 6",
+            one_empty,
+            empty_mask,
+            "a completion without tokens gives no NaN; `grpo` still counts it among the B "
+            "completions (TRL's `.mean()` over every row)",
+            loss_type="grpo",
+        ),
+        _case("hidden case 7", one_empty, empty_mask, loss_type="bnpo"),
+        _case("hidden case 8", one_empty, empty_mask, loss_type="dr_grpo", max_completion_length=5),
+        _case("hidden case 9", one_empty, empty_mask, loss_type="dapo", num_items_in_batch=12),
+        _case("hidden case 10", nothing, none, loss_type="grpo"),
+        _case(
+            "hidden case 11",
+            nothing,
+            none,
+            "0 (not NaN), still backpropagating, when no completion has a token",
+            loss_type="bnpo",
+        ),
     ]
-    return [Case(f"hidden case {i + 1} ({kw})", (loss, mask), kw) for i, kw in enumerate(kwargs)]
+
+
+def _window() -> tuple[list[Case], Case]:
+    """Three micro-batches of one accumulation window (widths 3, 5, 2) under ``dapo`` with the
+    window's token count, and the full batch (padded to width 5) under ``bnpo``."""
+    lengths = [[3, 1], [5, 2, 4], [2, 0]]
+    micro = []
+    for i, row in enumerate(lengths):
+        width = max(row)
+        micro.append((_losses(130 + i, len(row), width), completion_mask(row, width)))
+    n = sum(sum(row) for row in lengths)
+    cases = [
+        _case(
+            f"hidden case {12 + i} (micro-batch {i + 1} of 3)",
+            loss,
+            mask,
+            loss_type="dapo",
+            num_items_in_batch=torch.tensor(n),
+        )
+        for i, (loss, mask) in enumerate(micro)
+    ]
+    full_loss = torch.cat(
+        [torch.nn.functional.pad(loss.detach(), (0, 5 - loss.shape[1])) for loss, _ in micro]
+    )
+    full_mask = torch.cat(
+        [torch.nn.functional.pad(mask, (0, 5 - mask.shape[1])) for _, mask in micro]
+    )
+    return cases, Case("the full batch", (full_loss, full_mask), {"loss_type": "bnpo"})
+
+
+def _generated(n: int = 16) -> list[Case]:
+    """``n`` seeded micro-batches: B in 1..6, C in 1..8, lengths 0..C (a third of the batches
+    with an empty completion), the loss types in turn, ``max_completion_length`` C + 0..3,
+    ``num_items_in_batch`` N + 0..9 on every other ``dapo``; masks int32, int64 or bool."""
+    g = gen(124)
+    cases = []
+    for i in range(n):
+        B, C = int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 9, (), generator=g))
+        lengths = torch.randint(0, C + 1, (B,), generator=g)  # (B,)
+        lengths[0] = 0 if i % 3 == 0 else lengths[0]
+        dtype = (torch.int32, torch.int64, torch.bool)[i % 3]
+        loss_type = LOSS_TYPES[i % 4]
+        kwargs: dict[str, Any] = {"loss_type": loss_type}
+        extra = int(torch.randint(0, 10, (), generator=g))
+        if loss_type == "dr_grpo":
+            kwargs["max_completion_length"] = C + extra % 4
+        if loss_type == "dapo" and i % 8 == 3:
+            kwargs["num_items_in_batch"] = int(lengths.sum()) + extra
+        mask = completion_mask(lengths.tolist(), C, dtype)
+        cases.append(
+            _case(
+                f"generated case {i + 1}",
+                (torch.randn(B, C, generator=g) * 2).requires_grad_(),
+                mask,
+                **kwargs,
+            )
+        )
+    ok = (
+        f"equal to TRL's aggregation on {n} random micro-batches (empty completions, one token, "
+        "int and bool masks)"
+    )
+    cases[-1] = replace(cases[-1], ok=ok)
+    return cases
+
+
+def _candidates(case: Case) -> list[Candidate]:
+    """What the known mistakes give on ``case``, in float64."""
+    loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
+    kind = case.kwargs["loss_type"]
+    B, C = mask.shape
+    counts = mask.sum(-1)  # (B,)
+    tokens = float(mask.sum())
+    masked = loss * mask  # (B, C)
+    per_completion = masked.sum(-1) / counts.clamp(min=1)  # (B,)
+    n = case.kwargs.get("num_items_in_batch")
+    L = case.kwargs.get("max_completion_length")
+    denominator = {
+        "grpo": None,
+        "bnpo": max(tokens, 1.0),
+        "dr_grpo": B * (L or C),
+        "dapo": float(n) if n is not None else max(tokens, 1.0),
+    }[kind]
+    token_mean = float(masked.sum()) / max(tokens, 1.0)
+    out: list[Candidate] = [
+        ("padding_losses_count", "the mean of every entry, padding included", float(loss.mean()))
+    ]
+    if kind == "grpo":
+        out += [
+            (
+                "token_mean_for_grpo",
+                f"the mean over the micro-batch's {tokens:g} tokens",
+                token_mean,
+            ),
+            (
+                "padding_losses_count",
+                "with the padding's losses in each completion's sum",
+                float((loss.sum(-1) / counts.clamp(min=1)).mean()),
+            ),
+            (
+                "padding_in_denominator",
+                f"each completion's sum / the width {C}",
+                float(masked.sum(-1).mean() / C),
+            ),
+        ]
+        if bool((counts == 0).any()):
+            out.append(
+                (
+                    "empty_completion_skipped",
+                    "the mean over the non-empty completions",
+                    float(per_completion[counts > 0].mean()),
+                )
+            )
+        return out
+    assert denominator is not None
+    out += [
+        (
+            "completion_mean_for_token_type",
+            "the mean of the completions' means",
+            float(per_completion.mean()),
+        ),
+        (
+            "padding_losses_count",
+            "with the padding's losses in the sum",
+            float(loss.sum()) / denominator,
+        ),
+    ]
+    if kind == "dr_grpo":
+        out += [
+            (
+                "divides_by_completion_width",
+                f"the sum / (B x the width {C}) = {B * C}",
+                float(masked.sum()) / (B * C),
+            ),
+            ("ignores_max_completion_length", f"the sum / the {tokens:g} tokens", token_mean),
+        ]
+    else:
+        out.append(
+            (
+                "padding_in_denominator",
+                f"the sum / all {B * C} positions",
+                float(masked.sum()) / (B * C),
+            )
+        )
+    if kind == "dapo" and n is not None:
+        out += [
+            (
+                "ignores_num_items_in_batch",
+                f"the sum / this micro-batch's {tokens:g} tokens",
+                token_mean,
+            ),
+            (
+                "num_items_divides_mean",
+                f"that mean ({token_mean:.4f}) / {float(n):g}",
+                token_mean / float(n),
+            ),
+        ]
+    return out
+
+
+def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
+    """``nan_on_empty_completion`` or the known mistake ``got`` equals."""
+    if not math.isfinite(got) and bool((case.args[1].sum(-1) == 0).any()):
+        return Mistake(
+            "nan_on_empty_completion",
+            f"On {case.label}, the loss is {got}; expected {expected:.4f}.",
+        )
+    return named(case, got, expected, _candidates(case))
+
+
+def _explain(exc: BaseException) -> str | None:
+    """``requires_num_items`` for arithmetic with a ``None`` count, else as a cross-entropy."""
+    if isinstance(exc, TypeError) and "NoneType" in str(exc):
+        return "requires_num_items"
+    return explain_ce(exc)
 
 
 def check_grpo_loss(run: Runner) -> None:
-    for case in _cases():
-        check_loss(run, case)
+    for case in _hand_written():
+        empty = not bool(case.args[1].sum())
+        check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
+        run.passed_case(case)
+    run.ok("returns a 0-dim tensor that backpropagates to `per_token_loss` with the right gradient")
+    cases, full = _window()
+    total = sum(
+        float(check_loss(run, c, diagnose=_diagnose, explain=_explain).detach()) for c in cases
+    )
+    whole = float(run.expected(full))
+    if not close(total, whole):  # pragma: no cover - each micro-batch equals the reference
+        raise Mistake(
+            "wrong_value",
+            f"The three micro-batch losses add up to {total:.4f}; the full batch's is {whole:.4f}.",
+        )
+    run.ok(
+        "`dapo` with one `num_items_in_batch` for the window (a tensor, as the Trainer passes "
+        "it): the micro-batches' losses add up to the full batch's loss"
+    )
+    for case in _generated():
+        empty = not bool(case.args[1].sum())
+        check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
         run.passed_case(case)

@@ -1,40 +1,373 @@
-"""Checker for ``sequence_logprobs`` (lesson 11), in the runner's pattern: cases and diagnoses.
+"""Checker for ``sequence_logprobs`` (lesson 11), in the runner's pattern
+(:mod:`lmlessons.exercises._framework`): cases and diagnoses only.
 
-The reference is :func:`lmlessons.exercises.solutions_part3.sequence_logprobs` (TRL's
-``CPOTrainer.get_batch_logps``; its sum is what ``DPOTrainer`` computes).
+The reference is :func:`lmlessons.exercises.solutions_part3.sequence_logprobs`: TRL's
+``CPOTrainer.get_batch_logps`` (whose sum is what ``DPOTrainer`` computes for the policy and the
+reference), equal to the core's :func:`lmlessons.preference.sequence_logprobs` on every case.
+Cases, in order (the first failure is reported): 1. three rows with a prompt of -100s, a
+completion (one target of id 0) and right padding, the sum (then its gradient); 2. the same with
+``average=True``; 3. rows without any target after the shift (all -100; only position 0
+labelled: 0, the sum over no token) and a row whose only target is the last token; 4. a
+confident model (``softmax(...).log()`` underflows to -inf in float32); 5. ``average=True`` over
+completions of 1, 3 and 6 tokens; 6. a DPO batch from :func:`lmlessons.preference_batch`;
+7. 16 seeded batches (:data:`GENERATED`). A row without a target has no mean (0 / 0: TRL's
+``get_batch_logps`` gives NaN, the core raises), so no case asks ``average=True`` of one.
+
+A wrong result is compared, row by row, with what known mistakes give on the same case
+(:func:`_candidates`); if none matches, the logits are changed where no target is scored, to see
+whether the result moves.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 
-from lmlessons.exercises._framework import Case, Mistake, Runner, close, first_difference
+from lmlessons._checks import IGNORE_INDEX
+from lmlessons.exercises._cases import DRAWN, gen
+from lmlessons.exercises._framework import Case, Mistake, Runner, first_difference
+from lmlessons.exercises._loss_checks import explain_ce, shift
+from lmlessons.preference import preference_batch
 
 SIGNATURE = (
     "sequence_logprobs(logits, labels, average=False) -> logps   # (B,): labels unshifted, "
     "-100 on the prompt and the padding"
 )
 
+#: A known mistake: (code, what its result is, in words, the ``(B,)`` result it gives).
+Candidate = tuple[str, str, torch.Tensor]
 
-def _cases() -> list[Case]:
-    g = torch.Generator().manual_seed(11)
-    logits = torch.randn(2, 6, 5, generator=g).requires_grad_()  # (B, T, V)
-    labels = torch.tensor([[-100, -100, 3, 1, 4, -100], [-100, -100, 2, 0, -100, -100]])
+
+@dataclass(frozen=True)
+class SeqBatch:
+    """A row of :data:`GENERATED`: the shape ``(B, T, V)`` (DRAWN: B in 1..4, T in 2..9, V in
+    2..11) and whether ``average=True`` is passed (then every row gets a target)."""
+
+    shape: tuple[int, int, int] | str
+    average: bool
+
+
+#: The generated cases, in order: the first reach one token, one row, a vocabulary of 2.
+GENERATED = [
+    SeqBatch((1, 1, 2), average=False),  # length 1: nothing to score
+    SeqBatch((1, 2, 2), average=True),  # one target
+    SeqBatch((4, 3, 3), average=False),
+    SeqBatch((2, 9, 2), average=True),
+    *[SeqBatch(DRAWN, average=i % 2 == 1) for i in range(12)],
+]
+
+
+def _labels(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor(rows)  # (B, T)
+
+
+def _hand_written() -> list[Case]:
+    """Cases 1 to 6 (see the module's docstring)."""
+    logits = (torch.randn(3, 7, 6, generator=gen(111)) * 1.5).requires_grad_()  # (B, T, V)
+    labels = _labels(
+        [
+            [-100, -100, 4, 1, 3, 2, -100],  # a 2-token prompt, 4 completion tokens, padding
+            [-100, -100, -100, 2, 0, -100, -100],  # a target of id 0
+            [-100, 3, 1, 4, 2, 1, 3],  # no padding: the last token is a target
+        ]
+    )
+    empty = _labels([[-100, -100, -100, -100, 2], [-100] * 5, [3, -100, -100, -100, -100]])
+    confident = torch.randn(2, 5, 6, generator=gen(113))  # (B, T, V)
+    confident[:, :, 5] += 120.0  # id 5 is nearly certain: every other id's probability < 1e-52
+    lengths = _labels(
+        [
+            [-100, -100, 5, -100, -100, -100, -100, -100],
+            [-100, 1, 2, 0, -100, -100, -100, -100],
+            [-100, -100, 3, 4, 5, 1, 2, 0],
+        ]
+    )
     return [
-        Case("hidden case 1 (a 2-token prompt, completions of 3 and 2 tokens)", (logits, labels)),
         Case(
-            "hidden case 2 (hidden case 1 with `average=True`)",
+            "hidden case 1 (logits (3, 7, 6); labels [[-100, -100, 4, 1, 3, 2, -100], "
+            "[-100, -100, -100, 2, 0, -100, -100], [-100, 3, 1, 4, 2, 1, 3]])",
+            (logits, labels),
+            ok=(
+                "position t scores `labels[:, t + 1]`; one log-probability per sequence, `(B,)`, "
+                "the sum over its targets",
+                "-100 on the prompt and the padding is ignored; a target of id 0 counts",
+            ),
+        ),
+        Case(
+            "hidden case 2 (hidden case 1 with `average=True`: 4, 2 and 6 targets)",
             (logits, labels),
             {"average": True},
+            ok="`average=True`: each row's sum divided by its own number of targets",
         ),
+        Case(
+            "hidden case 3 (labels [[-100, -100, -100, -100, 2], [-100] * 5, "
+            "[3, -100, -100, -100, -100]])",
+            (torch.randn(3, 5, 4, generator=gen(112)).requires_grad_(), empty),
+            ok=(
+                "a sequence's only target may be its last token (scored by position T - 2)",
+                "a row without any target after the shift gives 0, the sum over no token (its "
+                "mean would be 0 / 0: no case asks `average=True` of it)",
+            ),
+        ),
+        Case(
+            "hidden case 4 (a confident model: logits (2, 5, 6) with 120 added to id 5; the "
+            "labels' probabilities are below float32's smallest number)",
+            (confident.requires_grad_(), _labels([[-100, 1, 5, 2, 5], [-100, -100, 3, 0, 4]])),
+            ok="finite log-probabilities of unlikely tokens, where `softmax(...).log()` is -inf",
+        ),
+        Case(
+            "hidden case 5 (`average=True`; completions of 1, 3 and 6 tokens in rows of 8)",
+            (torch.randn(3, 8, 6, generator=gen(114)).requires_grad_(), lengths),
+            {"average": True},
+        ),
+        _dpo_case(),
     ]
 
 
+def _dpo_case() -> Case:
+    """A DPO batch of two pairs from ``preference_batch``: chosen rows, then rejected rows."""
+    examples = [
+        {"prompt_ids": [7, 3, 9], "chosen_ids": [4, 4, 1], "rejected_ids": [2]},
+        {"prompt_ids": [5], "chosen_ids": [0, 6], "rejected_ids": [8, 3, 3, 1, 2]},
+    ]
+    labels = preference_batch(examples, pad_token_id=10)["labels"]  # (4, 6)
+    logits = torch.randn(4, labels.shape[1], 11, generator=gen(115)).requires_grad_()
+    return Case(
+        f"hidden case 6 (a DPO batch from `preference_batch`, chosen rows then rejected rows: "
+        f"labels {labels.tolist()})",
+        (logits, labels),
+        ok="a DPO batch from `preference_batch`: one log-probability per chosen and rejected row",
+    )
+
+
+def _generated() -> list[Case]:
+    """The cases of :data:`GENERATED`: each row of a batch a prompt (-100), a completion (ids,
+    a fifth of them 0) and padding (-100), of drawn lengths (every row draws a shape)."""
+    g = gen(116)
+    cases = []
+    for i, row in enumerate(GENERATED):
+        drawn = [int(torch.randint(1, 5, (), generator=g))]
+        drawn += [
+            int(torch.randint(2, 10, (), generator=g)),
+            int(torch.randint(2, 12, (), generator=g)),
+        ]
+        B, T, V = drawn if isinstance(row.shape, str) else row.shape
+        labels = torch.randint(V, (B, T), generator=g)  # (B, T)
+        labels[torch.rand(B, T, generator=g) < 0.2] = 0
+        for b in range(B):
+            prompt = int(torch.randint(0, T + 1, (), generator=g))
+            end = int(torch.randint(prompt, T + 1, (), generator=g))
+            labels[b, :prompt] = IGNORE_INDEX
+            labels[b, end:] = IGNORE_INDEX
+            if row.average and not bool((labels[b, 1:] != IGNORE_INDEX).any()):
+                labels[b, T - 1] = int(torch.randint(V, (), generator=g))  # a target to average
+        logits = (torch.randn(B, T, V, generator=g) * 2.0).requires_grad_()  # (B, T, V)
+        kwargs = {"average": True} if row.average else {}
+        text = ", `average=True`" if row.average else ""
+        label = f"generated case {i + 1} (logits {(B, T, V)}, labels {labels.tolist()}{text})"
+        cases.append(Case(label, (logits, labels), kwargs))
+    ok = f"equal to TRL's `get_batch_logps` on {len(cases)} random batches (length 1, rows "
+    cases[-1] = replace(cases[-1], ok=ok + "without targets, targets of id 0)")
+    return cases
+
+
+def _as_logps(run: Runner, case: Case, out: object, expected: torch.Tensor) -> torch.Tensor:
+    """``out`` if it is a ``(B,)`` float tensor; else the mistake it shows."""
+    if isinstance(out, (tuple, list)):
+        raise Mistake(
+            "returns_tuple",
+            f"On {case.label}, your function returned a {type(out).__name__} of {len(out)} items.",
+        )
+    if isinstance(out, torch.Tensor) and out.dim() == 0 and expected.dim() == 1:
+        raise Mistake(
+            "not_per_sequence",
+            f"On {case.label}, your function returned one number ({float(out.detach()):.4f}); "
+            f"expected one per sequence, shape {tuple(expected.shape)}.",
+        )
+    run.compare(case, out, expected, "the log-probabilities")
+    assert isinstance(out, torch.Tensor)  # compare raised otherwise
+    if not out.is_floating_point():
+        raise Mistake("wrong_dtype", f"On {case.label}, the result has dtype {out.dtype}.")
+    return out
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Every entry finite and within 1e-4 of ``want`` (relative above 1)."""
+    g, w = got.detach().double(), want.detach().double()
+    return bool(torch.isfinite(g).all()) and bool(
+        ((g - w).abs() <= 1e-4 * w.abs().clamp(min=1.0)).all()
+    )
+
+
+def _show(values: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{float(v):.4f}" for v in values.detach()) + "]"
+
+
+def _reduce(picked: torch.Tensor, keep: torch.Tensor, average: bool) -> torch.Tensor:
+    """``(B,)``: the sum of ``picked`` where ``keep`` (the mean, if ``average``)."""
+    total = torch.where(keep, picked, torch.zeros_like(picked)).sum(-1)  # (B,)
+    return total / keep.sum(-1).clamp(min=1) if average else total
+
+
+def _candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
+    """The ``(B,)`` results of the known mistakes on ``(logits, labels)``, in float64."""
+    B, T, _ = logits.shape
+    logp = logits.detach().double().log_softmax(-1)  # (B, T, V)
+
+    def at(targets: torch.Tensor, scores: torch.Tensor = logp) -> torch.Tensor:
+        return scores.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+
+    def summed(targets: torch.Tensor, scores: torch.Tensor = logp) -> torch.Tensor:
+        return _reduce(at(targets, scores), targets != IGNORE_INDEX, average)
+
+    targets = shift(labels, 1)  # (B, T)
+    keep = targets != IGNORE_INDEX  # (B, T)
+    total = _reduce(at(targets), keep, False)  # (B,)
+    positions = torch.ones_like(keep)
+    positions[:, -1] = False  # the T - 1 shifted positions
+    before = labels != IGNORE_INDEX  # the mask taken before the shift
+    before[:, -1] = False
+    flat = shift(labels.reshape(1, -1), 1).reshape(B, T)  # the flattened batch shifted
+    last_zero = torch.cat([labels[:, 1:], torch.zeros_like(labels[:, :1])], 1)  # (B, T)
+    out: list[Candidate] = [
+        ("not_shifted", "position t scored against `labels[:, t]`", summed(labels)),
+        ("shifted_twice", "position t scored against `labels[:, t + 2]`", summed(shift(labels, 2))),
+        (
+            "shifted_wrong_way",
+            "position t scored against `labels[:, t - 1]`",
+            summed(shift(labels, -1)),
+        ),
+        ("shifts_across_rows", "the flattened batch shifted", summed(flat)),
+        ("scores_last_position", "the last position scored against id 0", summed(last_zero)),
+        (
+            "minus100_not_ignored",
+            "every position summed, -100 read as id 0",
+            _reduce(at(targets), positions, average),
+        ),
+        (
+            "mask_not_shifted",
+            "`labels[:, 1:]` gathered under the mask `labels[:, :-1] != -100`",
+            _reduce(at(targets), before, average),
+        ),
+        (
+            "skips_target_zero",
+            "the targets of id 0 left out",
+            _reduce(at(targets), keep & (targets != 0), average),
+        ),
+        (
+            "probs_not_logprobs",
+            "the probabilities summed, not their logs",
+            _reduce(at(targets, logp.exp()), keep, average),
+        ),
+        (
+            "gathers_raw_logits",
+            "the raw logits summed",
+            _reduce(at(targets, logits.detach().double()), keep, average),
+        ),
+        (
+            "argmax_not_label",
+            "the log-probability of the most likely token",
+            _reduce(logp.max(-1).values, keep, average),
+        ),
+        ("negated_logprobs", "minus the log-probabilities", -_reduce(at(targets), keep, average)),
+    ]
+    width = [("T - 1", T - 1), ("T", T)]
+    if average:
+        out += [("counts_padding_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
+        out += [
+            ("ignores_average", "the sum, not the mean", total),
+            (
+                "counts_before_shift",
+                "the sum / the labels not -100 before the shift",
+                total / labels.ne(IGNORE_INDEX).sum(-1).clamp(min=1),
+            ),
+        ]
+    else:
+        out += [("mean_over_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
+        out.append(("ignores_average", "the mean, not the sum", total / keep.sum(-1).clamp(min=1)))
+    return out
+
+
+def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:
+    """The known mistake whose result ``got`` equals (None if none does, or two codes do)."""
+    logits, labels = case.args
+    found = [
+        c
+        for c in _candidates(logits, labels, bool(case.kwargs.get("average", False)))
+        if _close(got, c[2]) and not _close(c[2], expected)
+    ]
+    if len({code for code, _, _ in found}) != 1:
+        return None
+    code, what, _ = found[0]
+    return Mistake(
+        code,
+        f"On {case.label}, your log-probabilities are {_show(got)}, {what}; "
+        f"expected {_show(expected)}.",
+    )
+
+
+def _moves(run: Runner, case: Case, got: torch.Tensor) -> Mistake | None:
+    """``minus100_not_ignored`` if the result changes when the logits change only where no
+    target is scored (positions whose next label is -100, the last one)."""
+    logits, labels = case.args
+    keep = (shift(labels, 1) != IGNORE_INDEX).unsqueeze(-1)  # (B, T, 1)
+    noise = torch.randn(logits.shape, generator=gen(99)) * 3.0
+    changed = torch.where(keep, logits.detach(), logits.detach() + noise)
+    probe = Case(
+        f"{case.label}, logits changed where no target is scored", (changed, labels), case.kwargs
+    )
+    now = run.call(probe, explain=explain_ce)
+    if isinstance(now, torch.Tensor) and now.shape == got.shape and _close(now, got):
+        return None
+    return Mistake(
+        "minus100_not_ignored",
+        f"On {case.label}, your log-probabilities are {_show(got)}; with the logits changed only "
+        f"at positions whose next label is -100 they are {_show(now)}; expected no change.",
+    )
+
+
+def _diagnose(run: Runner, case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake:
+    """The mistake a wrong ``got`` shows."""
+    if not bool(torch.isfinite(got.detach()).all()):
+        underflow = bool((case.args[0].detach().float().softmax(-1) == 0).any())
+        code = "log_of_softmax" if underflow else "wrong_value"
+        detail = (
+            f"On {case.label}, your log-probabilities are {_show(got)}; expected {_show(expected)}."
+        )
+        return Mistake(code, detail)
+    found = _named(case, got, expected) or _moves(run, case, got)
+    if found is not None:
+        return found
+    where = first_difference(got, expected, atol=1e-4)
+    return Mistake("wrong_value", f"On {case.label}, the log-probabilities: {where}.")
+
+
+def _gradient(run: Runner, case: Case, got: torch.Tensor) -> None:
+    """``detached``, or ``wrong_gradient`` where the gradient of a weighted sum of the rows
+    (weights 1, 2, ...) with respect to the logits differs from the reference's."""
+    if not got.requires_grad or got.grad_fn is None:
+        raise Mistake("detached", f"On {case.label}, the result has no graph to the logits.")
+    weights = torch.arange(1, got.shape[0] + 1, dtype=torch.float64)  # (B,)
+    (mine,) = torch.autograd.grad((got.double() * weights).sum(), run.last[0][0], allow_unused=True)
+    (logits, labels), kwargs = case.arguments()
+    (theirs,) = torch.autograd.grad(
+        (run.reference(logits, labels, **kwargs).double() * weights).sum(), logits
+    )
+    mine = torch.zeros_like(theirs) if mine is None else mine
+    if not torch.allclose(mine.double(), theirs.double(), atol=1e-5, rtol=1e-4):
+        where = first_difference(mine, theirs, atol=1e-5)
+        raise Mistake(
+            "wrong_gradient", f"On {case.label}, the gradient with respect to `logits`: {where}."
+        )
+
+
 def check_sequence_logprobs(run: Runner) -> None:
-    for case in _cases():
-        got = run.call(case)
-        expected = run.expected(case)
-        run.compare(case, got, expected)
-        if not all(close(float(a), float(b)) for a, b in zip(got.detach(), expected.detach())):
-            raise Mistake("wrong_value", f"On {case.label}, {first_difference(got, expected)}.")
+    for k, case in enumerate(_hand_written() + _generated()):
+        expected = run.expected(case).detach()
+        got = _as_logps(run, case, run.call(case, explain=explain_ce), expected)
+        if not _close(got, expected):
+            raise _diagnose(run, case, got, expected)
         run.passed_case(case)
+        if k == 0:
+            _gradient(run, case, got)
+            run.ok("backpropagates to the logits with the reference's gradient")
