@@ -12,119 +12,70 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # what mypy and IDEs read; at run time each name is imported on first use
-    from lmlessons.answer_only import assistant_only_labels, completion_only_labels
-    from lmlessons.collator import MLMCollator
-    from lmlessons.course.batches import (
-        clm_batches,
-        mlm_batches,
-        nsp_batches,
-        pack_sequences,
-        sop_batches,
-        tokenize_documents,
-    )
-    from lmlessons.course.checkpoints import checkpoint_metrics, heldout_metrics, load_checkpoint
-    from lmlessons.course.corpus import Corpus, load_corpus, split_sentences
-    from lmlessons.course.models import (
-        count_parameters,
-        tiny_bert_config,
-        tiny_bert_lm_head,
-        tiny_bert_mlm,
-        tiny_bert_pretraining,
-        tiny_gpt2,
-        tiny_gpt2_config,
-    )
-    from lmlessons.course.tokenizer import load_tokenizer, train_tokenizer
-    from lmlessons.course.training import History, evaluate, train
-    from lmlessons.linear_ce import linear_cross_entropy
-    from lmlessons.losses import bert_pretraining_loss, clm_loss, mlm_loss, nsp_loss
-    from lmlessons.masking import mask_tokens
-    from lmlessons.packing import flatten_documents, group_texts, pad_documents
-    from lmlessons.pairs import make_nsp_pairs, make_sop_pairs, truncate_seq_pair
-    from lmlessons.perplexity import pseudo_perplexity
-    from lmlessons.shifting import shift_labels
+if TYPE_CHECKING:  # the public API, the one list of it: mypy and IDEs read these imports
+    from lmlessons.answer_only import assistant_only_labels as assistant_only_labels
+    from lmlessons.answer_only import completion_only_labels as completion_only_labels
+    from lmlessons.collator import MLMCollator as MLMCollator
+    from lmlessons.course.batches import clm_batches as clm_batches
+    from lmlessons.course.batches import mlm_batches as mlm_batches
+    from lmlessons.course.batches import nsp_batches as nsp_batches
+    from lmlessons.course.batches import pack_sequences as pack_sequences
+    from lmlessons.course.batches import sop_batches as sop_batches
+    from lmlessons.course.batches import tokenize_documents as tokenize_documents
+    from lmlessons.course.checkpoints import checkpoint_metrics as checkpoint_metrics
+    from lmlessons.course.checkpoints import heldout_metrics as heldout_metrics
+    from lmlessons.course.checkpoints import load_checkpoint as load_checkpoint
+    from lmlessons.course.corpus import Corpus as Corpus
+    from lmlessons.course.corpus import load_corpus as load_corpus
+    from lmlessons.course.corpus import split_sentences as split_sentences
+    from lmlessons.course.models import count_parameters as count_parameters
+    from lmlessons.course.models import tiny_bert_config as tiny_bert_config
+    from lmlessons.course.models import tiny_bert_lm_head as tiny_bert_lm_head
+    from lmlessons.course.models import tiny_bert_mlm as tiny_bert_mlm
+    from lmlessons.course.models import tiny_bert_pretraining as tiny_bert_pretraining
+    from lmlessons.course.models import tiny_gpt2 as tiny_gpt2
+    from lmlessons.course.models import tiny_gpt2_config as tiny_gpt2_config
+    from lmlessons.course.tokenizer import load_tokenizer as load_tokenizer
+    from lmlessons.course.tokenizer import train_tokenizer as train_tokenizer
+    from lmlessons.course.training import History as History
+    from lmlessons.course.training import evaluate as evaluate
+    from lmlessons.course.training import train as train
+    from lmlessons.linear_ce import linear_cross_entropy as linear_cross_entropy
+    from lmlessons.losses import bert_pretraining_loss as bert_pretraining_loss
+    from lmlessons.losses import clm_loss as clm_loss
+    from lmlessons.losses import mlm_loss as mlm_loss
+    from lmlessons.losses import nsp_loss as nsp_loss
+    from lmlessons.masking import mask_tokens as mask_tokens
+    from lmlessons.packing import flatten_documents as flatten_documents
+    from lmlessons.packing import group_texts as group_texts
+    from lmlessons.packing import pad_documents as pad_documents
+    from lmlessons.pairs import make_nsp_pairs as make_nsp_pairs
+    from lmlessons.pairs import make_sop_pairs as make_sop_pairs
+    from lmlessons.pairs import truncate_seq_pair as truncate_seq_pair
+    from lmlessons.perplexity import pseudo_perplexity as pseudo_perplexity
+    from lmlessons.shifting import shift_labels as shift_labels
 
 __version__ = "0.3.0"
 
-# The public API, module by module: the core first, then what the lessons run on.
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "lmlessons.masking": ("mask_tokens",),
-    "lmlessons.shifting": ("shift_labels",),
-    "lmlessons.pairs": ("make_nsp_pairs", "make_sop_pairs", "truncate_seq_pair"),
-    "lmlessons.losses": ("mlm_loss", "clm_loss", "nsp_loss", "bert_pretraining_loss"),
-    "lmlessons.linear_ce": ("linear_cross_entropy",),
-    "lmlessons.collator": ("MLMCollator",),
-    "lmlessons.packing": ("pad_documents", "group_texts", "flatten_documents"),
-    "lmlessons.perplexity": ("pseudo_perplexity",),
-    "lmlessons.answer_only": ("assistant_only_labels", "completion_only_labels"),
-    "lmlessons.course.corpus": ("Corpus", "load_corpus", "split_sentences"),
-    "lmlessons.course.tokenizer": ("load_tokenizer", "train_tokenizer"),
-    "lmlessons.course.models": (
-        "count_parameters",
-        "tiny_bert_config",
-        "tiny_bert_lm_head",
-        "tiny_bert_mlm",
-        "tiny_bert_pretraining",
-        "tiny_gpt2",
-        "tiny_gpt2_config",
-    ),
-    "lmlessons.course.batches": (
-        "clm_batches",
-        "mlm_batches",
-        "nsp_batches",
-        "sop_batches",
-        "pack_sequences",
-        "tokenize_documents",
-    ),
-    "lmlessons.course.training": ("History", "evaluate", "train"),
-    "lmlessons.course.checkpoints": ("checkpoint_metrics", "heldout_metrics", "load_checkpoint"),
-}
-_HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
 
-# The same names in the same order, written out for linters (tests/test_core_alone.py).
-__all__ = [
-    "mask_tokens",
-    "shift_labels",
-    "make_nsp_pairs",
-    "make_sop_pairs",
-    "truncate_seq_pair",
-    "mlm_loss",
-    "clm_loss",
-    "nsp_loss",
-    "bert_pretraining_loss",
-    "linear_cross_entropy",
-    "MLMCollator",
-    "pad_documents",
-    "group_texts",
-    "flatten_documents",
-    "pseudo_perplexity",
-    "assistant_only_labels",
-    "completion_only_labels",
-    "Corpus",
-    "load_corpus",
-    "split_sentences",
-    "load_tokenizer",
-    "train_tokenizer",
-    "count_parameters",
-    "tiny_bert_config",
-    "tiny_bert_lm_head",
-    "tiny_bert_mlm",
-    "tiny_bert_pretraining",
-    "tiny_gpt2",
-    "tiny_gpt2_config",
-    "clm_batches",
-    "mlm_batches",
-    "nsp_batches",
-    "sop_batches",
-    "pack_sequences",
-    "tokenize_documents",
-    "History",
-    "evaluate",
-    "train",
-    "checkpoint_metrics",
-    "heldout_metrics",
-    "load_checkpoint",
-]
+def _type_checking_imports() -> dict[str, str]:
+    """``{name: module}`` of the ``TYPE_CHECKING`` imports above, read from this file: at run
+    time the names are listed, not imported (that happens on first use, in ``__getattr__``)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    guard = next(node for node in tree.body if isinstance(node, ast.If))  # if TYPE_CHECKING:
+    return {
+        alias.name: str(node.module)
+        for node in guard.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+_HOMES = _type_checking_imports()  # {name: module}, in the order of the imports
+__all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

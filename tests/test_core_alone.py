@@ -68,9 +68,7 @@ def test_the_probe_flags_an_eager_re_export(tmp_path: Path) -> None:
 
     copy = tmp_path / "lmlessons"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
-    eager = "".join(
-        f"from {module} import {', '.join(names)}\n" for module, names in lmlessons._EXPORTS.items()
-    )
+    eager = "".join(f"from {module} import {name}\n" for name, module in lmlessons._HOMES.items())
     (copy / "__init__.py").write_text(eager, encoding="utf-8")
     report = _probe(["lmlessons.packing"], tmp_path)["lmlessons.packing"]
     assert {"tokenizers", "lmlessons.course.tokenizer"} <= set(report), report
@@ -81,14 +79,16 @@ def test_the_lazy_names_are_the_type_checking_imports() -> None:
 
     tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
     guard = next(n for n in tree.body if isinstance(n, ast.If))  # if TYPE_CHECKING:
-    static = {
-        alias.name: node.module
+    static = [
+        (alias.name, alias.asname, node.module)
         for node in guard.body
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
-    }
-    assert static == lmlessons._HOMES
-    assert lmlessons.__all__ == list(lmlessons._HOMES)  # the same names in the same order
+    ]
+    # each one ``name as name``, the form type checkers read as a re-export
+    assert len(static) >= 40 and all(name == asname for name, asname, _ in static)
+    assert [(name, module) for name, _, module in static] == list(lmlessons._HOMES.items())
+    assert lmlessons.__all__ == list(lmlessons._HOMES)
     for name, module in lmlessons._HOMES.items():  # each resolves to what its module defines
         assert getattr(lmlessons, name) is getattr(importlib.import_module(module), name)
     assert set(lmlessons.__all__) <= set(dir(lmlessons))
