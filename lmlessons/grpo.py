@@ -27,7 +27,7 @@ import numbers
 
 import torch
 
-from lmlessons._checks import check_float_tensor, check_int, check_num_items
+from lmlessons._checks import check_float_tensor, check_int, check_num_items, check_same_shape
 from lmlessons.kl import k3
 
 __all__ = [
@@ -273,10 +273,9 @@ def aggregate_loss(
     micro-batches and processes of these losses is the window's loss.
     """
     per_token_loss = check_float_tensor("per_token_loss", per_token_loss)
-    if isinstance(completion_mask, torch.Tensor) and per_token_loss.shape != completion_mask.shape:
-        raise ValueError(
-            f"per_token_loss and completion_mask must have one shape (B, C), got "
-            f"{tuple(per_token_loss.shape)} and {tuple(completion_mask.shape)}"
+    if isinstance(completion_mask, torch.Tensor):
+        check_same_shape(
+            "per_token_loss", per_token_loss, "completion_mask", completion_mask, dims="(B, C)"
         )
     weights = token_weights(
         completion_mask,
