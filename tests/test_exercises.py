@@ -35,15 +35,29 @@ from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
 from lmlessons.course.chat import CHAT_TEMPLATE
-from lmlessons.exercises import EXERCISES, check, hint, quiz, solution, solutions, solutions_part2
+from lmlessons.exercises import (
+    EXERCISES,
+    check,
+    hint,
+    quiz,
+    solution,
+    solutions,
+    solutions_part2,
+    solutions_part3,
+)
 from lmlessons.exercises._cases import random_word_rows, word_batch
 from lmlessons.exercises._framework import TIME_LIMIT, Case, Mistake, Runner, tokenizer_state
 from lmlessons.exercises._loss_checks import batches
 from lmlessons.exercises._memory import LargestTensor
 from lmlessons.exercises._threads import Group, MismatchedAllReduce
 from lmlessons.exercises.check_answer_only import ChatTokenizer
+from lmlessons.exercises.check_grpo_loss import cases as grpo_loss_cases
+from lmlessons.exercises.check_grpo_loss import window
+from lmlessons.exercises.check_sequence_logprobs import cases as sequence_logprobs_cases
 from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
+from lmlessons.grpo import aggregate_loss
 from lmlessons.masking_variants import select_whole_words, word_ids
+from lmlessons.preference import sequence_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = re.compile(r"0x[0-9a-fA-F]{6,}|/tmp/|/work/|/root/|site-packages|\d+\.\d+ ?(ms|s)\b")
@@ -143,6 +157,24 @@ def hf_rank_loss(logits, labels, *, all_reduce, world_size):
     return ForCausalLMLoss(logits, labels, logits.shape[-1], num_items) * world_size
 
 
+def core_sequence_logprobs(logits, labels, average=False):
+    """The core's ``preference.sequence_logprobs`` (``average`` keyword-only there)."""
+    return sequence_logprobs(logits, labels, average=average)
+
+
+def core_grpo_loss(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The core's ``grpo.aggregate_loss`` (its counts keyword-only), as TRL aggregates."""
+    return aggregate_loss(
+        per_token_loss,
+        completion_mask,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
+
+
 # Correct implementations that are not the checkers' references: transformers' own code, and the
 # package's functions where the checker tests properties and has no reference to copy
 # (make_nsp_pairs, select_whole_words, truncate_seq_pair) or bounds the memory
@@ -159,6 +191,8 @@ INDEPENDENT = {
     "chunked_cross_entropy": lmlessons.linear_cross_entropy,
     "flatten_documents": with_transformers,
     "assistant_labels": test_check_answer_only.tensor_version,
+    "sequence_logprobs": core_sequence_logprobs,
+    "grpo_loss": core_grpo_loss,
 }
 
 
@@ -285,6 +319,24 @@ PHRASES = {
     "int_mask_not_bool": ".bool()",
     "divides_by_zero": "mask_replace_prob == 1",
     "wrong_type": "signature",
+    "not_per_sequence": "(B,)",
+    "mask_not_shifted": "shifted",
+    "probs_not_logprobs": "log_softmax",
+    "gathers_raw_logits": "log_softmax",
+    "argmax_not_label": "labels",
+    "negated_logprobs": "<= 0",
+    "mean_over_positions": "sum",
+    "ignores_average": "average=True",
+    "log_of_softmax": "-inf",
+    "completion_mean_for_token_type": "every *token*",
+    "token_mean_for_grpo": "every *completion*",
+    "divides_by_completion_width": "max_completion_length",
+    "padding_losses_count": "completion_mask",
+    "padding_in_denominator": "padding",
+    "nan_on_empty_completion": "clamp(min=1)",
+    "empty_completion_skipped": "counts in `B`",
+    "ignores_max_completion_length": "B * max_completion_length",
+    "requires_num_items": "num_items_in_batch",
 }
 
 
@@ -891,3 +943,44 @@ def test_the_pretraining_reference_is_bert_for_pretrainings_loss():
     reference = REFERENCES["bert_pretraining_loss"]
     expected = reference(out.prediction_logits, out.seq_relationship_logits, labels, nsp)
     assert torch.allclose(out.loss, expected, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- Part III references
+
+
+def test_part3_solutions_equal_the_core_on_every_case_of_their_checkers():
+    """``solutions_part3`` (what ``solution(...)`` shows and the checkers compare with) gives the
+    core's results, which tests/test_preference_trl.py and tests/test_grpo_trl.py hold against
+    TRL, on every case the two checkers run: values and gradients."""
+    pairs = [
+        (
+            sequence_logprobs_cases(),
+            solutions_part3.sequence_logprobs,
+            core_sequence_logprobs,
+        ),
+        (grpo_loss_cases(), solutions_part3.grpo_loss, core_grpo_loss),
+    ]
+    for cases, solution_fn, core_fn in pairs:
+        assert len(cases) >= 20
+        for case in cases:
+            results = []
+            for fn in (solution_fn, core_fn):
+                args, kwargs = case.arguments()
+                out = fn(*args, **kwargs)
+                (grad,) = torch.autograd.grad(out.sum(), args[0])
+                results.append((out.detach().double(), grad.double()))
+            (mine, my_grad), (core, core_grad) = results
+            assert torch.allclose(mine, core, rtol=1e-5, atol=1e-6), case.label
+            assert torch.allclose(my_grad, core_grad, rtol=1e-5, atol=1e-7), case.label
+
+
+def test_the_dapo_window_adds_up_to_the_full_batch():
+    """The checker's window: the ``dapo`` losses of its three micro-batches (one shared
+    ``num_items_in_batch``) add up to the ``bnpo`` loss of the full batch, and their ``bnpo``
+    losses (each divided by its own token count) do not."""
+    micro, full = window()
+    dapo = sum(float(core_grpo_loss(*c.args, **c.kwargs)) for c in micro)
+    own = sum(float(core_grpo_loss(*c.args, loss_type="bnpo")) for c in micro)
+    whole = float(core_grpo_loss(*full.args, **full.kwargs))
+    assert dapo == pytest.approx(whole, rel=1e-5)
+    assert abs(own - whole) > 0.1 * abs(whole)

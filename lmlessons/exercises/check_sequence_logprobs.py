@@ -361,8 +361,13 @@ def _gradient(run: Runner, case: Case, got: torch.Tensor) -> None:
         )
 
 
+def cases() -> list[Case]:
+    """Every case the checker runs, in order: the hand-written ones, then the generated ones."""
+    return _hand_written() + _generated()
+
+
 def check_sequence_logprobs(run: Runner) -> None:
-    for k, case in enumerate(_hand_written() + _generated()):
+    for k, case in enumerate(cases()):
         expected = run.expected(case).detach()
         got = _as_logps(run, case, run.call(case, explain=explain_ce), expected)
         if not _close(got, expected):

@@ -45,6 +45,7 @@ def grpo_loss(
         per_completion = masked.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # (B,) 0 if empty
         return per_completion.mean()  # an empty completion still counts in B
     if loss_type == "dr_grpo":  # every token weighs the same, a constant denominator
+        assert max_completion_length is not None, "dr_grpo divides by max_completion_length"
         return masked.sum() / (per_token_loss.shape[0] * max_completion_length)
     if loss_type == "dapo" and num_items_in_batch is not None:  # the window's token count
         return masked.sum() / num_items_in_batch
