@@ -220,3 +220,40 @@ def test_claim_10_trl_packing_bfd_padding_free(sft_trainer):
     batch = trainer.data_collator(list(trainer.train_dataset)[:2])
     assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 1  # one row
     assert int((batch["position_ids"] == 0).sum()) > 2  # positions restart per conversation
+
+
+@pytest.mark.slow
+def test_claim_10_trl_unknown_template_raises(sft_trainer, tmp_path_factory):
+    plain = CHAT_TEMPLATE.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+    path = tmp_path_factory.mktemp("plain") / "plain.jinja"
+    path.write_text(plain, encoding="utf-8")
+    with pytest.raises(ValueError, match="not training-compatible"):
+        sft_trainer("messages", assistant_only_loss=True, chat_template_path=str(path))
+
+
+THINKING = [
+    {"role": "user", "content": "Which topic? The dog barked."},
+    {"role": "assistant", "content": "<think>a dog barks</think>animals"},
+    {"role": "user", "content": "First word? The sea was calm."},
+    {"role": "assistant", "content": "<think>it starts with the</think>the"},
+]
+
+
+def _is_prefix(tok, template: str) -> bool:
+    """Do the tokens of the first two turns start the tokens of all four?"""
+    short = tok.apply_chat_template(THINKING[:2], chat_template=template)["input_ids"]
+    full = tok.apply_chat_template(THINKING, chat_template=template)["input_ids"]
+    return full[: len(short)] == short
+
+
+def test_claim_10_thinking_template_breaks_prefix(chat_tok):
+    """Qwen3's template (TRL's copy) drops the reasoning of every answer but the last: a prefix of
+    the conversation no longer renders as a prefix of the tokens. TRL's training template for it
+    keeps every reasoning block, and the prefix property comes back."""
+    trl_module = pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
+    folder = Path(trl_module.__file__).parent / TRL_TEMPLATES
+    original = (folder / "qwen3.jinja").read_text(encoding="utf-8")
+    training = (folder / "qwen3_training.jinja").read_text(encoding="utf-8")
+    assert not _is_prefix(chat_tok, original)
+    assert _is_prefix(chat_tok, training)
+    assert _is_prefix(chat_tok, CHAT_TEMPLATE)  # the course template

@@ -118,3 +118,47 @@ def test_plot_padding_share():
     assert [line.get_label() for line in lines] == ["a", "sorted"]
     assert list(lines[0].get_ydata()) == [100 * padding_share([3, 9, 1, 7], b) for b in (1, 2, 4)]
     plt.close(fig)
+
+
+def _verdicts(defaults: dict[str, str]) -> dict[tuple, str]:
+    """Lesson 09's 32 verdicts: the asked setting (default cache, no mask, position_ids) per
+    attention from ``defaults``, use_cache=False without a mask with position_ids "equal", the
+    rest "LEAKS"."""
+    from itertools import product
+
+    out = {}
+    for mode, cache, mask, attn, given in product(
+        ("train", "eval"), ("default", False), (None, "ones"), ("eager", "sdpa"), (True, False)
+    ):
+        if cache == "default" and mask is None and given:
+            out[mode, cache, mask, attn, given] = defaults[attn]
+        else:
+            out[mode, cache, mask, attn, given] = (
+                "equal" if cache is False and mask is None and given else "LEAKS"
+            )
+    return out
+
+
+def test_leak_reveal_reads_the_verdicts():
+    from lmlessons.widgets.packing import LEAK_CHOICES, leak_reveal
+
+    answer, why = leak_reveal(_verdicts({"eager": "LEAKS", "sdpa": "LEAKS"}))
+    assert answer == LEAK_CHOICES[1] and "4 of the 32 cells" in why
+    assert leak_reveal(_verdicts({"eager": "equal", "sdpa": "equal"}))[0] == LEAK_CHOICES[0]
+    assert leak_reveal(_verdicts({"eager": "LEAKS", "sdpa": "equal"}))[0] == LEAK_CHOICES[2]
+    with pytest.raises(ValueError, match="no choice"):
+        leak_reveal(_verdicts({"eager": "equal", "sdpa": "LEAKS"}))
+    mixed = _verdicts({"eager": "LEAKS", "sdpa": "LEAKS"})
+    mixed["train", "default", None, "eager", True] = "equal"  # train and eval disagree
+    with pytest.raises(ValueError, match="one verdict"):
+        leak_reveal(mixed)
+    with pytest.raises(ValueError, match="'equal' or 'LEAKS'"):
+        leak_reveal({("train", "default", None, "eager", True): "maybe"})
+
+
+def test_bpb_reveal_names_the_better_model():
+    from lmlessons.widgets.packing import BPB_CHOICES, bpb_reveal
+
+    answer, why = bpb_reveal({"course GPT-2": 2.08, "character bigram": 3.38}, 26728, 4.2)
+    assert answer == BPB_CHOICES[1] and "2.08" in why and "26,728" in why
+    assert bpb_reveal({"course GPT-2": 4.0, "character bigram": 3.0}, 10, 4.0)[0] == BPB_CHOICES[0]

@@ -8,7 +8,10 @@
   documents, ``position_ids``, tokens, targets (``-100`` where nothing is learned) and what the
   position attends to, as a token table and a heatmap with the document boundaries drawn;
 * :func:`padding_share` and :func:`plot_padding_share`: the share of a padded batch that is
-  padding, against the batch size.
+  padding, against the batch size;
+* :data:`LEAK_CHOICES`, :func:`leak_reveal`, :data:`BPB_CHOICES`, :func:`bpb_reveal`: the
+  lesson's two predictions, and their measured answers and explanations computed from the
+  lesson's measurements (so that neither is written in the lesson's source).
 
 The widget writes one hidden state per redraw, e.g.
 ``layout=flattened position=9 document=1 sees=3 target=-100 sees_other_documents=False``.
@@ -16,7 +19,7 @@ The widget writes one hidden state per redraw, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -47,6 +50,10 @@ __all__ = [
     "packing_widget",
     "padding_share",
     "plot_padding_share",
+    "LEAK_CHOICES",
+    "leak_reveal",
+    "BPB_CHOICES",
+    "bpb_reveal",
 ]
 
 IGNORED = str(IGNORE_INDEX)
@@ -288,3 +295,78 @@ def plot_padding_share(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+#: Lesson 09's first prediction: do the tokens of a flattened batch's third document attend to
+#: the first two, under ``model(**batch)``?
+LEAK_CHOICES: tuple[str, ...] = (
+    "they attend only to their own document: position_ids mark the boundaries",
+    "they also attend to the documents before them in the row",
+    "it depends on the attention: sdpa keeps documents apart, eager does not",
+)
+_LEAK_WHY = (
+    "With the model's defaults, in train and in eval mode, with eager and with sdpa, {verdict}. "
+    "{kept} of the {cells} cells keep the documents apart: {which}."
+)
+
+
+def leak_reveal(results: Mapping[tuple[Any, ...], str]) -> tuple[str, str]:
+    """The measured answer to :data:`LEAK_CHOICES` and its explanation, from lesson 09's verdicts
+    ``results[mode, use_cache, attention_mask, attn_implementation, position_ids_given]``, each
+    ``"equal"`` (the logits of each document alone) or ``"LEAKS"``. The question's setup is
+    ``model(**batch)``: ``use_cache="default"``, no attention mask, ``position_ids`` given."""
+    if not results or set(results.values()) - {"equal", "LEAKS"}:
+        raise ValueError("results must map settings to 'equal' or 'LEAKS'")
+    asked: dict[str, set[str]] = {}  # attention implementation -> verdicts in train and eval
+    for (_, cache, mask, attn, given), verdict in results.items():
+        if cache == "default" and mask is None and given:
+            asked.setdefault(attn, set()).add(verdict)
+    if not asked or any(len(v) != 1 for v in asked.values()):
+        raise ValueError("results must hold one verdict per attention under the defaults")
+    verdicts = {attn: next(iter(v)) for attn, v in asked.items()}
+    if set(verdicts.values()) == {"equal"}:
+        answer, said = LEAK_CHOICES[0], "each document's logits equal those of the document alone"
+    elif set(verdicts.values()) == {"LEAKS"}:
+        answer = LEAK_CHOICES[1]
+        said = "the third document attends to the first two: its logits differ from it alone"
+    elif verdicts.get("sdpa") == "equal":
+        answer, said = LEAK_CHOICES[2], "only sdpa keeps the documents apart"
+    else:
+        raise ValueError(f"no choice describes these verdicts: {verdicts}")
+    kept = [k for k, v in results.items() if v == "equal"]
+    which = "; ".join(
+        f"{mode} mode, use_cache={cache}, attention_mask={mask}, {attn}, "
+        + ("position_ids given" if given else "no position_ids")
+        for mode, cache, mask, attn, given in kept
+    )
+    why = _LEAK_WHY.format(verdict=said, kept=len(kept), cells=len(results), which=which or "none")
+    return answer, why
+
+
+#: Lesson 09's second prediction: in bits per byte of the same text, which model is better?
+BPB_CHOICES: tuple[str, ...] = (
+    "the character bigram model (far lower perplexity)",
+    "the course GPT-2",
+    "neither: the two numbers cannot be compared at all",
+)
+
+
+def bpb_reveal(
+    bits_per_byte: Mapping[str, float], n_bytes: int, chars_per_token: float
+) -> tuple[str, str]:
+    """The measured answer to :data:`BPB_CHOICES` and its explanation, from the bits per byte of
+    ``"course GPT-2"`` and ``"character bigram"`` on the same ``n_bytes`` bytes."""
+    gpt2, bigram = bits_per_byte["course GPT-2"], bits_per_byte["character bigram"]
+    answer = BPB_CHOICES[1] if gpt2 < bigram else BPB_CHOICES[0]
+    better, worse = (
+        ("course GPT-2", "character bigram")
+        if gpt2 < bigram
+        else ("character bigram", "course GPT-2")
+    )
+    why = (
+        f"Per byte of the same {n_bytes:,} bytes, the course GPT-2 needs {gpt2:.2f} bits and the "
+        f"character bigram {bigram:.2f}: the {better} predicts the text better than the {worse}. "
+        f"Each GPT-2 token carries about {chars_per_token:.0f} characters, so its perplexity per "
+        "token is bound to be far higher than that of a model of one character at a time."
+    )
+    return answer, why
