@@ -12,13 +12,25 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from lmlessons._checks import check_int
 from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
 from lmlessons.course.corpus import Corpus, load_corpus
 
-__all__ = ["KINDS", "preference_set", "encode_pair"]
+__all__ = [
+    "KINDS",
+    "RUN_LOSS_TYPES",
+    "preference_set",
+    "encode_pair",
+    "preference_sample",
+    "preference_runs",
+]
 
 #: The kinds of rejected answer: another topic (a topic question), another sentence's first word
 #: (a first-word question, even positions), or the first three words (a first-word question, odd
@@ -114,3 +126,32 @@ def encode_pair(tokenizer: Any, pair: dict[str, Any]) -> dict[str, list[int]]:
         out["prompt_ids"] = ids[:n]
         out[f"{key}_ids"] = ids[n:]
     return out
+
+
+#: The loss types of lesson 11's recorded runs: four of TRL's ``DPOConfig.loss_type`` and SimPO.
+RUN_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "ipo", "hinge", "sigmoid_norm", "simpo")
+PREFERENCE_RUNS_FILE = "preference_runs.json"  # made by python -m tools.preference_runs
+RUNS_DIR = Path(__file__).resolve().parents[1] / "data" / "preference"
+
+
+def preference_sample(split: str, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` pairs of ``preference_set(split)``, drawn without replacement by a
+    ``torch.randperm`` seeded with ``seed``: the same pairs on every machine."""
+    pairs = preference_set(split)
+    n = check_int("n", n, minimum=1)
+    if n > len(pairs):
+        raise ValueError(f"n must be at most {len(pairs)} (the {split} pairs), got {n}")
+    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))
+    return [pairs[i] for i in order[:n].tolist()]
+
+
+def preference_runs(directory: str | Path | None = None) -> dict[str, Any]:
+    """The recorded runs of lesson 11 (``python -m tools.preference_runs``): the settings and
+    ``runs``, each ``{"loss_type", "beta", "seed", "loss", "steps", "probes"}``, a probe being
+    ``chosen_logps``, ``rejected_logps``, ``policy_prefers_chosen`` and ``reward_accuracy``
+    (means over the training pairs)."""
+    path = (RUNS_DIR if directory is None else Path(directory)) / PREFERENCE_RUNS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run python -m tools.preference_runs --out ...")
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return record
