@@ -65,7 +65,7 @@ def test_table_has_a_row_per_loss_type():
 
 
 def test_unknown_run_raises():
-    with pytest.raises(ValueError, match="beta=0.3"):
+    with pytest.raises(ValueError, match=r"beta=0\.3"):
         run_summary(_record(), 0.3)
 
 

@@ -91,8 +91,11 @@ def summary_table(record: Mapping[str, Any], beta: float) -> str:
         ("reward_accuracy", "rewards/acc.", ".0%"),
     )
     head = f"{'loss type':13s}" + "".join(f"{title:>17s}" for _, title, _ in columns)
-    lines = [f"beta={beta}, mean ± half-range over {seeds} seeds; start: chosen "
-             f"{summary['sigmoid']['start_chosen_logps'][0]:.1f}", head]  # fmt: skip
+    lines = [
+        f"beta={beta}, mean ± half-range over {seeds} seeds; start: chosen "
+        f"{summary['sigmoid']['start_chosen_logps'][0]:.1f}",
+        head,
+    ]
     for loss_type, row in summary.items():
         cells = "".join(
             f"{format(row[key][0], fmt) + ' ± ' + format(row[key][1], fmt):>17s}"
@@ -108,8 +111,11 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
     ``rewards/accuracies`` (dotted). Returns the figure (not shown: see ``figure_png``)."""
     fig = new_figure(10, 2.9)
     axes = fig.subplots(1, 3)
-    titles = ("chosen log-prob (summed, nats)", "margin: chosen - rejected (nats)",
-              "share of pairs")  # fmt: skip
+    titles = (
+        "chosen log-prob (summed, nats)",
+        "margin: chosen - rejected (nats)",
+        "share of pairs",
+    )
     for i, loss_type in enumerate(loss_types):
         runs = _runs(record, loss_type, beta)
         steps, color = runs[0]["steps"], f"C{RUN_LOSS_TYPES.index(loss_type)}"
@@ -117,13 +123,33 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
         for ax, key in zip(axes, keys):
             series = _series(runs, key)
             mean = [statistics.fmean(v) for v in zip(*series)]
-            ax.fill_between(steps, [min(v) for v in zip(*series)], [max(v) for v in zip(*series)],
-                            color=color, alpha=0.2, lw=0)  # fmt: skip
-            ax.plot(steps, mean, color=color, ls=LINE_STYLES[loss_type],
-                    marker=MARKERS[loss_type], markevery=4, ms=4, label=loss_type)  # fmt: skip
+            ax.fill_between(
+                steps,
+                [min(v) for v in zip(*series)],
+                [max(v) for v in zip(*series)],
+                color=color,
+                alpha=0.2,
+                lw=0,
+            )
+            ax.plot(
+                steps,
+                mean,
+                color=color,
+                ls=LINE_STYLES[loss_type],
+                marker=MARKERS[loss_type],
+                markevery=4,
+                ms=4,
+                label=loss_type,
+            )
         accuracy = [statistics.fmean(v) for v in zip(*_series(runs, "reward_accuracy"))]
-        axes[2].plot(steps, accuracy, color=color, ls=":", lw=1.2,
-                     label="rewards/accuracies" if i == 0 else None)  # fmt: skip
+        axes[2].plot(
+            steps,
+            accuracy,
+            color=color,
+            ls=":",
+            lw=1.2,
+            label="rewards/accuracies" if i == 0 else None,
+        )
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("optimizer step", fontsize=8)
@@ -157,11 +183,12 @@ def preference_runs_widget(
             description=name,
             indent=False,
             layout=widgets.Layout(width="120px"),
-        )  # fmt: skip
+        )
         for name in RUN_LOSS_TYPES
     }
-    controls["beta"] = widgets.ToggleButtons(options=betas, value=beta, description="beta",
-                                             style={"button_width": "60px"})  # fmt: skip
+    controls["beta"] = widgets.ToggleButtons(
+        options=betas, value=beta, description="beta", style={"button_width": "60px"}
+    )
 
     def draw() -> tuple[OutputRecord, ...]:
         picked = [n for n in RUN_LOSS_TYPES if controls[n].value]
