@@ -17,7 +17,7 @@ the same case (:func:`_candidates`).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -44,7 +44,7 @@ def _losses(seed: int, batch: int, width: int) -> torch.Tensor:
 
 
 def _case(label: str, losses: torch.Tensor, mask: Any, ok: str = "", **kwargs: Any) -> Case:
-    text = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+    text = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in kwargs.items())
     return Case(
         f"{label} (completions of {mask.sum(-1).tolist()} tokens, {text})",
         (losses, mask),
@@ -53,71 +53,66 @@ def _case(label: str, losses: torch.Tensor, mask: Any, ok: str = "", **kwargs: A
     )
 
 
+#: The micro-batches of the hand-written cases: (seed of the token losses, completion lengths,
+#: width).
+BATCHES = {
+    "full": (121, [3, 1, 5, 2], 5),
+    "one empty": (122, [2, 0, 4, 3], 5),
+    "empty": (123, [0, 0], 3),
+}
+
+#: The hand-written cases 1 to 11, in order: (micro-batch, keyword arguments, what a pass verifies).
+HAND_WRITTEN: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "full",
+        {"loss_type": "grpo"},
+        "`grpo`: each completion's mean over its own tokens, then the mean over the completions",
+    ),
+    (
+        "full",
+        {"loss_type": "bnpo"},
+        "`bnpo`: the sum over the micro-batch's tokens / their number; the padding's losses "
+        "never count",
+    ),
+    (
+        "full",
+        {"loss_type": "dr_grpo", "max_completion_length": 8},
+        "`dr_grpo`: the sum / (B x `max_completion_length`), not the mask's width",
+    ),
+    (
+        "full",
+        {"loss_type": "dapo", "num_items_in_batch": 30},
+        "`dapo`: the sum / `num_items_in_batch`",
+    ),
+    ("full", {"loss_type": "dapo"}, "`dapo` without `num_items_in_batch`: as `bnpo`"),
+    (
+        "one empty",
+        {"loss_type": "grpo"},
+        "a completion without tokens gives no NaN; `grpo` still counts it among the B "
+        "completions (TRL's `.mean()` over every row)",
+    ),
+    ("one empty", {"loss_type": "bnpo"}, ""),
+    ("one empty", {"loss_type": "dr_grpo", "max_completion_length": 5}, ""),
+    ("one empty", {"loss_type": "dapo", "num_items_in_batch": 12}, ""),
+    ("empty", {"loss_type": "grpo"}, ""),
+    (
+        "empty",
+        {"loss_type": "bnpo"},
+        "0 (not NaN), still backpropagating, when no completion has a token",
+    ),
+]
+
+
 def _hand_written() -> list[Case]:
-    """Cases 1 to 11 (see the module's docstring)."""
-    losses, mask = _losses(121, 4, 5), completion_mask([3, 1, 5, 2], 5)
-    one_empty, empty_mask = _losses(122, 4, 5), completion_mask([2, 0, 4, 3], 5)
-    nothing, none = _losses(123, 2, 3), completion_mask([0, 0], 3)
-    return [
-        _case(
-            "hidden case 1",
-            losses,
-            mask,
-            "`grpo`: each completion's mean over its own tokens, then the mean over the "
-            "completions",
-            loss_type="grpo",
-        ),
-        _case(
-            "hidden case 2",
-            losses,
-            mask,
-            "`bnpo`: the sum over the micro-batch's tokens / their number; the padding's "
-            "losses never count",
-            loss_type="bnpo",
-        ),
-        _case(
-            "hidden case 3",
-            losses,
-            mask,
-            "`dr_grpo`: the sum / (B x `max_completion_length`), not the mask's width",
-            loss_type="dr_grpo",
-            max_completion_length=8,
-        ),
-        _case(
-            "hidden case 4",
-            losses,
-            mask,
-            "`dapo`: the sum / `num_items_in_batch`",
-            loss_type="dapo",
-            num_items_in_batch=30,
-        ),
-        _case(
-            "hidden case 5",
-            losses,
-            mask,
-            "`dapo` without `num_items_in_batch`: as `bnpo`",
-            loss_type="dapo",
-        ),
-        _case(
-            "hidden case 6",
-            one_empty,
-            empty_mask,
-            "a completion without tokens gives no NaN; `grpo` still counts it among the B "
-            "completions (TRL's `.mean()` over every row)",
-            loss_type="grpo",
-        ),
-        _case("hidden case 7", one_empty, empty_mask, loss_type="bnpo"),
-        _case("hidden case 8", one_empty, empty_mask, loss_type="dr_grpo", max_completion_length=5),
-        _case("hidden case 9", one_empty, empty_mask, loss_type="dapo", num_items_in_batch=12),
-        _case("hidden case 10", nothing, none, loss_type="grpo"),
-        _case(
-            "hidden case 11",
-            nothing,
-            none,
-            "0 (not NaN), still backpropagating, when no completion has a token",
-            loss_type="bnpo",
-        ),
-    ]
+    """The cases of :data:`HAND_WRITTEN`."""
+    cases = []
+    for i, (batch, kwargs, ok) in enumerate(HAND_WRITTEN):
+        seed, lengths, width = BATCHES[batch]
+        losses = _losses(seed, len(lengths), width)  # (B, C)
+        cases.append(
+            _case(f"hidden case {i + 1}", losses, completion_mask(lengths, width), ok, **kwargs)
+        )
+    return cases
 
 
 def window() -> tuple[list[Case], Case]:
@@ -183,56 +178,69 @@ def _generated(n: int = 16) -> list[Case]:
     return cases
 
 
-def _candidates(case: Case) -> list[Candidate]:
-    """What the known mistakes give on ``case``, in float64."""
-    loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
-    kind = case.kwargs["loss_type"]
-    B, C = mask.shape
-    counts = mask.sum(-1)  # (B,)
-    tokens = float(mask.sum())
-    masked = loss * mask  # (B, C)
-    per_completion = masked.sum(-1) / counts.clamp(min=1)  # (B,)
-    n = case.kwargs.get("num_items_in_batch")
-    L = case.kwargs.get("max_completion_length")
-    denominator = {
-        "grpo": None,
-        "bnpo": max(tokens, 1.0),
-        "dr_grpo": B * (L or C),
-        "dapo": float(n) if n is not None else max(tokens, 1.0),
-    }[kind]
-    token_mean = float(masked.sum()) / max(tokens, 1.0)
-    out: list[Candidate] = [
-        ("padding_losses_count", "the mean of every entry, padding included", float(loss.mean()))
+@dataclass(frozen=True)
+class Sums:
+    """What the candidates of one case are made of, in float64."""
+
+    loss: torch.Tensor  # (B, C) token losses, padding included
+    masked: torch.Tensor  # (B, C) the completions' token losses, 0 on padding
+    counts: torch.Tensor  # (B,) the completions' token counts
+    tokens: float  # the micro-batch's token count
+
+    @classmethod
+    def of(cls, case: Case) -> Sums:
+        loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
+        return cls(loss, loss * mask, mask.sum(-1), float(mask.sum()))
+
+    @property
+    def token_mean(self) -> float:
+        return float(self.masked.sum()) / max(self.tokens, 1.0)
+
+
+def _grpo_candidates(s: Sums) -> list[Candidate]:
+    """What the known mistakes give under ``grpo``."""
+    C = s.loss.shape[1]
+    out = [
+        (
+            "token_mean_for_grpo",
+            f"the mean over the micro-batch's {s.tokens:g} tokens",
+            s.token_mean,
+        ),
+        (
+            "padding_losses_count",
+            "with the padding's losses in each completion's sum",
+            float((s.loss.sum(-1) / s.counts.clamp(min=1)).mean()),
+        ),
+        (
+            "padding_in_denominator",
+            f"each completion's sum / the width {C}",
+            float(s.masked.sum(-1).mean() / C),
+        ),
     ]
-    if kind == "grpo":
-        out += [
+    if bool((s.counts == 0).any()):
+        kept = s.masked.sum(-1)[s.counts > 0] / s.counts[s.counts > 0]  # the non-empty ones
+        out.append(
             (
-                "token_mean_for_grpo",
-                f"the mean over the micro-batch's {tokens:g} tokens",
-                token_mean,
-            ),
-            (
-                "padding_losses_count",
-                "with the padding's losses in each completion's sum",
-                float((loss.sum(-1) / counts.clamp(min=1)).mean()),
-            ),
-            (
-                "padding_in_denominator",
-                f"each completion's sum / the width {C}",
-                float(masked.sum(-1).mean() / C),
-            ),
-        ]
-        if bool((counts == 0).any()):
-            out.append(
-                (
-                    "empty_completion_skipped",
-                    "the mean over the non-empty completions",
-                    float(per_completion[counts > 0].mean()),
-                )
+                "empty_completion_skipped",
+                "the mean over the non-empty completions",
+                float(kept.mean()),
             )
-        return out
-    assert denominator is not None
-    out += [
+        )
+    return out
+
+
+def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
+    """What the known mistakes give under the token-level types ``bnpo``, ``dr_grpo``, ``dapo``."""
+    kind, n = kwargs["loss_type"], kwargs.get("num_items_in_batch")
+    B, C = s.loss.shape
+    denominator = max(s.tokens, 1.0)  # bnpo, and dapo without num_items_in_batch
+    if kind == "dr_grpo":
+        denominator = B * kwargs["max_completion_length"]
+    elif kind == "dapo" and n is not None:
+        denominator = float(n)
+    per_completion = s.masked.sum(-1) / s.counts.clamp(min=1)  # (B,)
+    width = float(s.masked.sum()) / (B * C)
+    out = [
         (
             "completion_mean_for_token_type",
             "the mean of the completions' means",
@@ -241,40 +249,42 @@ def _candidates(case: Case) -> list[Candidate]:
         (
             "padding_losses_count",
             "with the padding's losses in the sum",
-            float(loss.sum()) / denominator,
+            float(s.loss.sum()) / denominator,
         ),
     ]
     if kind == "dr_grpo":
-        out += [
-            (
-                "divides_by_completion_width",
-                f"the sum / (B x the width {C}) = {B * C}",
-                float(masked.sum()) / (B * C),
-            ),
-            ("ignores_max_completion_length", f"the sum / the {tokens:g} tokens", token_mean),
+        return [
+            *out,
+            ("divides_by_completion_width", f"the sum / (B x the width {C}) = {B * C}", width),
+            ("ignores_max_completion_length", f"the sum / the {s.tokens:g} tokens", s.token_mean),
         ]
-    else:
+    out.append(("padding_in_denominator", f"the sum / all {B * C} positions", width))
+    if kind == "dapo" and n is not None:
+        mean = s.token_mean
         out.append(
             (
-                "padding_in_denominator",
-                f"the sum / all {B * C} positions",
-                float(masked.sum()) / (B * C),
+                "ignores_num_items_in_batch",
+                f"the sum / this micro-batch's {s.tokens:g} tokens",
+                mean,
             )
         )
-    if kind == "dapo" and n is not None:
-        out += [
-            (
-                "ignores_num_items_in_batch",
-                f"the sum / this micro-batch's {tokens:g} tokens",
-                token_mean,
-            ),
-            (
-                "num_items_divides_mean",
-                f"that mean ({token_mean:.4f}) / {float(n):g}",
-                token_mean / float(n),
-            ),
-        ]
+        out.append(
+            ("num_items_divides_mean", f"that mean ({mean:.4f}) / {float(n):g}", mean / float(n))
+        )
     return out
+
+
+def _candidates(case: Case) -> list[Candidate]:
+    """What the known mistakes give on ``case``, in float64."""
+    s = Sums.of(case)
+    everything = (
+        "padding_losses_count",
+        "the mean of every entry, padding included",
+        float(s.loss.mean()),
+    )
+    if case.kwargs["loss_type"] == "grpo":
+        return [everything, *_grpo_candidates(s)]
+    return [everything, *_token_candidates(s, dict(case.kwargs))]
 
 
 def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:

@@ -58,6 +58,9 @@ GENERATED = [
 ]
 
 
+N = IGNORE_INDEX  # in the hand-written labels: no target
+
+
 def _labels(rows: list[list[int]]) -> torch.Tensor:
     return torch.tensor(rows)  # (B, T)
 
@@ -67,19 +70,19 @@ def _hand_written() -> list[Case]:
     logits = (torch.randn(3, 7, 6, generator=gen(111)) * 1.5).requires_grad_()  # (B, T, V)
     labels = _labels(
         [
-            [-100, -100, 4, 1, 3, 2, -100],  # a 2-token prompt, 4 completion tokens, padding
-            [-100, -100, -100, 2, 0, -100, -100],  # a target of id 0
-            [-100, 3, 1, 4, 2, 1, 3],  # no padding: the last token is a target
+            [N, N, 4, 1, 3, 2, N],  # a 2-token prompt, 4 completion tokens, padding
+            [N, N, N, 2, 0, N, N],  # a target of id 0
+            [N, 3, 1, 4, 2, 1, 3],  # no padding: the last token is a target
         ]
     )
-    empty = _labels([[-100, -100, -100, -100, 2], [-100] * 5, [3, -100, -100, -100, -100]])
+    empty = _labels([[N, N, N, N, 2], [N] * 5, [3, N, N, N, N]])
     confident = torch.randn(2, 5, 6, generator=gen(113))  # (B, T, V)
     confident[:, :, 5] += 120.0  # id 5 is nearly certain: every other id's probability < 1e-52
     lengths = _labels(
         [
-            [-100, -100, 5, -100, -100, -100, -100, -100],
-            [-100, 1, 2, 0, -100, -100, -100, -100],
-            [-100, -100, 3, 4, 5, 1, 2, 0],
+            [N, N, 5, N, N, N, N, N],
+            [N, 1, 2, 0, N, N, N, N],
+            [N, N, 3, 4, 5, 1, 2, 0],
         ]
     )
     return [
@@ -112,7 +115,7 @@ def _hand_written() -> list[Case]:
         Case(
             "hidden case 4 (a confident model: logits (2, 5, 6) with 120 added to id 5; the "
             "labels' probabilities are below float32's smallest number)",
-            (confident.requires_grad_(), _labels([[-100, 1, 5, 2, 5], [-100, -100, 3, 0, 4]])),
+            (confident.requires_grad_(), _labels([[N, 1, 5, 2, 5], [N, N, 3, 0, 4]])),
             ok="finite log-probabilities of unlikely tokens, where `softmax(...).log()` is -inf",
         ),
         Case(
@@ -209,27 +212,23 @@ def _reduce(picked: torch.Tensor, keep: torch.Tensor, average: bool) -> torch.Te
     return total / keep.sum(-1).clamp(min=1) if average else total
 
 
-def _candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
-    """The ``(B,)`` results of the known mistakes on ``(logits, labels)``, in float64."""
+def _at(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``(B, T)``: each position's entry of ``scores`` ``(B, T, V)`` at its target (-100 read as
+    id 0)."""
+    return scores.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+
+
+def _shift_candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
+    """The results of pairing position t with another label than ``labels[:, t + 1]``."""
     B, T, _ = logits.shape
     logp = logits.detach().double().log_softmax(-1)  # (B, T, V)
 
-    def at(targets: torch.Tensor, scores: torch.Tensor = logp) -> torch.Tensor:
-        return scores.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+    def summed(targets: torch.Tensor) -> torch.Tensor:
+        return _reduce(_at(logp, targets), targets != IGNORE_INDEX, average)  # (B,)
 
-    def summed(targets: torch.Tensor, scores: torch.Tensor = logp) -> torch.Tensor:
-        return _reduce(at(targets, scores), targets != IGNORE_INDEX, average)
-
-    targets = shift(labels, 1)  # (B, T)
-    keep = targets != IGNORE_INDEX  # (B, T)
-    total = _reduce(at(targets), keep, False)  # (B,)
-    positions = torch.ones_like(keep)
-    positions[:, -1] = False  # the T - 1 shifted positions
-    before = labels != IGNORE_INDEX  # the mask taken before the shift
-    before[:, -1] = False
     flat = shift(labels.reshape(1, -1), 1).reshape(B, T)  # the flattened batch shifted
     last_zero = torch.cat([labels[:, 1:], torch.zeros_like(labels[:, :1])], 1)  # (B, T)
-    out: list[Candidate] = [
+    return [
         ("not_shifted", "position t scored against `labels[:, t]`", summed(labels)),
         ("shifted_twice", "position t scored against `labels[:, t + 2]`", summed(shift(labels, 2))),
         (
@@ -239,53 +238,81 @@ def _candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> li
         ),
         ("shifts_across_rows", "the flattened batch shifted", summed(flat)),
         ("scores_last_position", "the last position scored against id 0", summed(last_zero)),
+    ]
+
+
+def _target_candidates(
+    logits: torch.Tensor, labels: torch.Tensor, average: bool
+) -> list[Candidate]:
+    """The results of scoring the right positions with the wrong mask or the wrong numbers."""
+    logp = logits.detach().double().log_softmax(-1)  # (B, T, V)
+    targets = shift(labels, 1)  # (B, T)
+    keep = targets != IGNORE_INDEX  # (B, T)
+    picked = _at(logp, targets)  # (B, T)
+    positions = torch.ones_like(keep)
+    positions[:, -1] = False  # the T - 1 shifted positions
+    before = labels != IGNORE_INDEX  # the mask taken before the shift
+    before[:, -1] = False
+    raw = logits.detach().double()  # (B, T, V)
+    return [
         (
             "minus100_not_ignored",
             "every position summed, -100 read as id 0",
-            _reduce(at(targets), positions, average),
+            _reduce(picked, positions, average),
         ),
         (
             "mask_not_shifted",
             "`labels[:, 1:]` gathered under the mask `labels[:, :-1] != -100`",
-            _reduce(at(targets), before, average),
+            _reduce(picked, before, average),
         ),
         (
             "skips_target_zero",
             "the targets of id 0 left out",
-            _reduce(at(targets), keep & (targets != 0), average),
+            _reduce(picked, keep & (targets != 0), average),
         ),
         (
             "probs_not_logprobs",
             "the probabilities summed, not their logs",
-            _reduce(at(targets, logp.exp()), keep, average),
+            _reduce(_at(logp.exp(), targets), keep, average),
         ),
-        (
-            "gathers_raw_logits",
-            "the raw logits summed",
-            _reduce(at(targets, logits.detach().double()), keep, average),
-        ),
+        ("gathers_raw_logits", "the raw logits summed", _reduce(_at(raw, targets), keep, average)),
         (
             "argmax_not_label",
             "the log-probability of the most likely token",
             _reduce(logp.max(-1).values, keep, average),
         ),
-        ("negated_logprobs", "minus the log-probabilities", -_reduce(at(targets), keep, average)),
+        ("negated_logprobs", "minus the log-probabilities", -_reduce(picked, keep, average)),
     ]
+
+
+def _average_candidates(
+    logits: torch.Tensor, labels: torch.Tensor, average: bool
+) -> list[Candidate]:
+    """The results of the right sum divided by the wrong count (or by none)."""
+    T = labels.shape[1]
+    targets = shift(labels, 1)  # (B, T)
+    keep = targets != IGNORE_INDEX  # (B, T)
+    total = _reduce(_at(logits.detach().double().log_softmax(-1), targets), keep, False)  # (B,)
     width = [("T - 1", T - 1), ("T", T)]
-    if average:
-        out += [("counts_padding_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
-        out += [
-            ("ignores_average", "the sum, not the mean", total),
-            (
-                "counts_before_shift",
-                "the sum / the labels not -100 before the shift",
-                total / labels.ne(IGNORE_INDEX).sum(-1).clamp(min=1),
-            ),
+    if not average:
+        out = [("mean_over_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
+        return [
+            *out,
+            ("ignores_average", "the mean, not the sum", total / keep.sum(-1).clamp(min=1)),
         ]
-    else:
-        out += [("mean_over_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
-        out.append(("ignores_average", "the mean, not the sum", total / keep.sum(-1).clamp(min=1)))
-    return out
+    before = labels.ne(IGNORE_INDEX).sum(-1).clamp(min=1)  # (B,): counted before the shift
+    out = [("counts_padding_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
+    return [
+        *out,
+        ("ignores_average", "the sum, not the mean", total),
+        ("counts_before_shift", "the sum / the labels not -100 before the shift", total / before),
+    ]
+
+
+def _candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
+    """The ``(B,)`` results of the known mistakes on ``(logits, labels)``, in float64."""
+    found = _shift_candidates(logits, labels, average) + _target_candidates(logits, labels, average)
+    return found + _average_candidates(logits, labels, average)
 
 
 def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:

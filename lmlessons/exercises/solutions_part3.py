@@ -11,18 +11,23 @@ the same numbers on the checker's cases (``tests/test_exercises.py``).
 ``grpo_loss`` (lesson 12) is the aggregation of TRL's ``GRPOTrainer._compute_loss`` for its four
 ``loss_type`` values, one micro-batch: the core's :func:`lmlessons.grpo.aggregate_loss` with the
 exercise's signature (``loss_type`` positional).
+
+(Transformers writes -100 for "no target"; the package's one spelling of that number is
+``IGNORE_INDEX``.)
 """
 
 from __future__ import annotations
 
 import torch
 
+from lmlessons._checks import IGNORE_INDEX
+
 
 def sequence_logprobs(
     logits: torch.Tensor, labels: torch.Tensor, average: bool = False
 ) -> torch.Tensor:
     targets = labels[:, 1:]  # (B, T-1): position t predicts token t + 1
-    is_target = targets != -100  # (B, T-1): the prompt and the padding are not
+    is_target = targets != IGNORE_INDEX  # (B, T-1): -100 on the prompt and the padding
     logps = logits[:, :-1].float().log_softmax(dim=-1)  # (B, T-1, V)
     # -100 is not an id: gather at 0 there, then multiply by 0 (a new tensor: labels stay as given)
     picked = logps.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T-1)
