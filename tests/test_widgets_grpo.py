@@ -1,0 +1,89 @@
+"""Lesson 12's widgets and plots: the token weights, the accumulation table, the recorded runs."""
+
+from __future__ import annotations
+
+import matplotlib
+from _widgets import marker_fields, shown_html, shown_marker, shown_png
+
+matplotlib.use("Agg")
+
+import pytest
+
+from lmlessons.course.rl import recorded_runs
+from lmlessons.grpo import LOSS_TYPES
+from lmlessons.widgets.grpo import (
+    accumulation_table,
+    grpo_runs_widget,
+    loss_start_figure,
+    runs_figure,
+    token_weight_figure,
+)
+
+
+def _bar_heights(fig):
+    left, right = fig.axes
+    return [p.get_height() for p in left.patches], [p.get_height() for p in right.patches]
+
+
+def test_token_weight_bars_are_the_weights_of_each_loss_type():
+    per_token, total = _bar_heights(token_weight_figure([2, 8], max_completion_length=16))
+    # bars: the 2-token completion under grpo, bnpo, dr_grpo, dapo, then the 8-token one
+    assert per_token == pytest.approx(
+        [1 / 4, 1 / 10, 1 / 32, 1 / 10, 1 / 16, 1 / 10, 1 / 32, 1 / 10]
+    )
+    assert total == pytest.approx([1 / 2, 2 / 10, 2 / 32, 2 / 10, 1 / 2, 8 / 10, 8 / 32, 8 / 10])
+    per_token, _ = _bar_heights(token_weight_figure([2, 8], max_completion_length=16,
+                                                    num_items_in_batch=20))  # fmt: skip
+    assert per_token[3] == pytest.approx(1 / 20) and per_token[1] == pytest.approx(1 / 10)
+
+
+def _table(text):
+    rows = {}
+    for line in text.splitlines()[1:]:
+        rows[line[:18].strip()] = [float(v) for v in line[18:].split()]
+    return rows
+
+
+def test_accumulation_table_scales_dapo_to_the_window():
+    lengths = [2, 4, 8, 16, 3, 5, 7, 9]
+    one = _table(accumulation_table(lengths, gradient_accumulation_steps=2,
+                                    steps_per_generation=2, max_completion_length=16))  # fmt: skip
+    assert one["dapo"] == [1.0] and one["dapo (older TRL)"] == [1.0] and one["bnpo"] == [1.0]
+    two = _table(accumulation_table(lengths, gradient_accumulation_steps=2,
+                                    steps_per_generation=4, max_completion_length=16))  # fmt: skip
+    first, second = sum(lengths[:4]), sum(lengths[4:])
+    half = (first + second) / 2
+    assert two["dapo"] == pytest.approx([round(first / half, 4), round(second / half, 4)])
+    assert sum(two["dapo (older TRL)"]) == pytest.approx(1.0, abs=1e-3)
+    assert two["grpo"] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="multiple"):
+        accumulation_table(lengths, gradient_accumulation_steps=3, steps_per_generation=4,
+                           max_completion_length=16)  # fmt: skip
+
+
+def test_runs_widget_follows_its_controls():
+    data = recorded_runs()
+    box = grpo_runs_widget(data)
+    assert marker_fields(shown_marker(box)) == {
+        "experiment": "shorter", "loss_types": ",".join(LOSS_TYPES)
+    }  # fmt: skip
+    assert "mean length, last 5 steps" in shown_html(box) and shown_png(box)
+    box.controls["bnpo"].value = False
+    box.controls["experiment"].value = "longer"
+    assert marker_fields(shown_marker(box)) == {
+        "experiment": "longer", "loss_types": "grpo,dr_grpo,dapo"
+    }  # fmt: skip
+    assert ">bnpo<" not in shown_html(box) and ">grpo<" in shown_html(box)
+    assert "experiment=longer" in box.static_text() or "reward=longer" in box.static_text()
+    with pytest.raises(ValueError, match="experiment"):
+        grpo_runs_widget(data, experiment="loss_start")
+
+
+def test_run_and_loss_start_figures_draw_one_line_per_run_type():
+    data = recorded_runs()
+    fig = runs_figure(data, "shorter", ["grpo", "dapo"])
+    assert [len(ax.lines) for ax in fig.axes] == [2, 2]
+    fig = loss_start_figure(data)
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert "grpo, beta=0.04" in labels and "dapo, beta=0" in labels
+    assert sum(label.startswith("beta x KL") for label in labels) == 2
