@@ -337,6 +337,7 @@ PHRASES = {
     "empty_completion_skipped": "counts in `B`",
     "ignores_max_completion_length": "B * max_completion_length",
     "requires_num_items": "num_items_in_batch",
+    "dr_grpo_missing_batch_size": "B * max_completion_length",
 }
 
 
@@ -979,8 +980,39 @@ def test_the_dapo_window_adds_up_to_the_full_batch():
     ``num_items_in_batch``) add up to the ``bnpo`` loss of the full batch, and their ``bnpo``
     losses (each divided by its own token count) do not."""
     micro, full = window()
-    dapo = sum(float(core_grpo_loss(*c.args, **c.kwargs)) for c in micro)
-    own = sum(float(core_grpo_loss(*c.args, loss_type="bnpo")) for c in micro)
-    whole = float(core_grpo_loss(*full.args, **full.kwargs))
+    dapo = sum(float(core_grpo_loss(*c.args, **c.kwargs).detach()) for c in micro)
+    own = sum(float(core_grpo_loss(*c.args, loss_type="bnpo").detach()) for c in micro)
+    whole = float(core_grpo_loss(*full.args, **full.kwargs).detach())
     assert dapo == pytest.approx(whole, rel=1e-5)
     assert abs(own - whole) > 0.1 * abs(whole)
+
+
+def test_part3_generated_cases_reach_the_corners():
+    """The checkers' cases hold what their docstrings promise: sequence_logprobs, a length-1
+    batch, rows without a target (never under ``average=True``), targets of id 0, a last token
+    that is a target, and a confident model where ``softmax(...).log()`` is -inf; grpo_loss, each
+    loss type on a batch with an empty completion, an all-empty batch, one-token widths,
+    ``max_completion_length`` above the width, and int32, int64 and bool masks."""
+    rows = []
+    for case in sequence_logprobs_cases():
+        logits, labels = case.args
+        has_target = (labels[:, 1:] != -100).any(-1)  # (B,)
+        assert bool(has_target.all()) or not case.kwargs.get("average")
+        rows.append((logits.shape[1], bool(has_target.all()), labels, logits))
+    assert any(length == 1 for length, *_ in rows)
+    assert sum(not full for _, full, *_ in rows) >= 5
+    assert sum(int((labels[:, 1:] == 0).sum()) for *_, labels, _ in rows) >= 10
+    assert sum(int((labels[:, -1] != -100).sum()) for *_, labels, _ in rows) >= 10
+    assert any(bool((logits.detach().float().softmax(-1) == 0).any()) for *_, logits in rows)
+    empty_types, dtypes = set(), set()
+    for case in grpo_loss_cases():
+        mask = case.args[1]
+        dtypes.add(mask.dtype)
+        if bool((mask.sum(-1) == 0).any()):
+            empty_types.add(case.kwargs["loss_type"])
+    assert empty_types == {"grpo", "bnpo", "dr_grpo", "dapo"}
+    assert dtypes == {torch.int32, torch.int64, torch.bool}
+    cases = grpo_loss_cases()
+    assert any(not bool(c.args[1].sum()) for c in cases)
+    assert any(c.args[1].shape[1] == 1 for c in cases)
+    assert any(c.kwargs.get("max_completion_length", 0) > c.args[1].shape[1] for c in cases)

@@ -257,6 +257,11 @@ def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
             *out,
             ("divides_by_completion_width", f"the sum / (B x the width {C}) = {B * C}", width),
             ("ignores_max_completion_length", f"the sum / the {s.tokens:g} tokens", s.token_mean),
+            (
+                "dr_grpo_missing_batch_size",
+                f"the sum / {denominator // B:g} alone",
+                float(s.masked.sum()) / (denominator / B),
+            ),
         ]
     out.append(("padding_in_denominator", f"the sum / all {B * C} positions", width))
     if kind == "dapo" and n is not None:

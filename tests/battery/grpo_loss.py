@@ -107,6 +107,42 @@ def dr_grpo_like_bnpo(
     return _token_level(masked, mask, kind, max_completion_length, num_items_in_batch)
 
 
+@wrong("dr_grpo_missing_batch_size")
+def dr_grpo_per_length_only(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """dr_grpo divides the sum by max_completion_length, forgetting the number of completions."""
+    mask = completion_mask.float()
+    masked = per_token_loss * mask
+    if loss_type == "grpo":
+        return _grpo(masked, mask)
+    if loss_type == "dr_grpo":
+        return masked.sum() / max_completion_length
+    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@wrong("padding_losses_count")
+def plain_mean(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Every type as per_token_loss.mean(): padding in the sum and in the count."""
+    return per_token_loss.mean()
+
+
+@wrong("nan_on_empty_completion")
+def bnpo_without_clamp(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """bnpo divides by mask.sum() without clamp: 0 / 0 when no completion has a token."""
+    mask = completion_mask.float()
+    masked = per_token_loss * mask
+    if loss_type == "grpo":
+        return _grpo(masked, mask)
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum()
+    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
 @wrong("padding_losses_count")
 def forgets_the_mask_in_the_sum(
     per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
