@@ -168,9 +168,11 @@ def grpo_trainer(
     where TRL loads its reference model. ``config``: more ``GRPOConfig`` arguments
     (``gradient_accumulation_steps``,
     ``steps_per_generation``, ``scale_rewards``, ...). Nothing else is written to ``output_dir``
-    (``save_strategy="no"``, ``report_to="none"``); TRL is imported here."""
+    (``save_strategy="no"``, ``report_to="none"``) and nothing is printed while it trains
+    (``PrinterCallback`` removed); TRL is imported here."""
     import datasets
     import trl
+    from transformers import PrinterCallback
 
     from lmlessons.course.chat import chat_tokenizer
     from lmlessons.course.checkpoints import load_checkpoint
@@ -203,13 +205,15 @@ def grpo_trainer(
         reference = Path(output_dir) / "reference"
         model.save_pretrained(reference)
         model.config._name_or_path = str(reference)
-    return trl.GRPOTrainer(
+    trainer = trl.GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=datasets.Dataset.from_list(rl_prompts(num_prompts)),
         processing_class=chat_tokenizer(),
     )
+    trainer.remove_callback(PrinterCallback)  # TRL's log would be printed at every step
+    return trainer
 
 
 #: What :func:`grpo_run` keeps of TRL's log, each step: its name here and TRL's key.
@@ -231,10 +235,7 @@ def grpo_run(output_dir: str, **kwargs: Any) -> dict[str, list[float]]:
     import torch
 
     torch.manual_seed(int(kwargs.get("seed", 0)))  # sampling; TRL's Trainer seeds it too
-    from transformers import PrinterCallback
-
     trainer = grpo_trainer(output_dir, **kwargs)
-    trainer.remove_callback(PrinterCallback)  # TRL's log would be printed at every step
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry and "reward" in entry]
     return {
