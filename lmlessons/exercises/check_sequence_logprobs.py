@@ -293,7 +293,7 @@ def _average_candidates(
     targets = shift(labels, 1)  # (B, T)
     keep = targets != IGNORE_INDEX  # (B, T)
     total = _reduce(_at(logits.detach().double().log_softmax(-1), targets), keep, False)  # (B,)
-    width = [("T - 1", T - 1), ("T", T)]
+    width = [("(T - 1)", T - 1), ("T", T)]
     if not average:
         out = [("mean_over_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
         return [
@@ -353,15 +353,30 @@ def _moves(run: Runner, case: Case, got: torch.Tensor) -> Mistake | None:
     )
 
 
+def _not_finite(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake:
+    """``log_of_softmax`` if a probability underflows to 0 in float32 on this case;
+    ``nan_when_no_targets`` if exactly the rows without a target are not finite."""
+    logits, labels = case.args
+    detail = (
+        f"On {case.label}, your log-probabilities are {_show(got)}; expected {_show(expected)}."
+    )
+    if bool((logits.detach().float().softmax(-1) == 0).any()):
+        return Mistake("log_of_softmax", detail)
+    empty = ~(labels[:, 1:] != IGNORE_INDEX).any(-1)  # (B,): rows without a target
+    if torch.equal(~torch.isfinite(got.detach()), empty):
+        rows = empty.nonzero().squeeze(-1).tolist()
+        return Mistake(
+            "nan_when_no_targets",
+            f"{detail} Rows {rows} have no target after the shift: the log-probability of no "
+            "token is the sum over none, 0 (DPO's sum).",
+        )
+    return Mistake("wrong_value", detail)
+
+
 def _diagnose(run: Runner, case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake:
     """The mistake a wrong ``got`` shows."""
     if not bool(torch.isfinite(got.detach()).all()):
-        underflow = bool((case.args[0].detach().float().softmax(-1) == 0).any())
-        code = "log_of_softmax" if underflow else "wrong_value"
-        detail = (
-            f"On {case.label}, your log-probabilities are {_show(got)}; expected {_show(expected)}."
-        )
-        return Mistake(code, detail)
+        return _not_finite(case, got, expected)
     found = _named(case, got, expected) or _moves(run, case, got)
     if found is not None:
         return found
