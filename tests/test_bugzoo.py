@@ -17,6 +17,7 @@ from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.cases import (
     CASES,
     DIAGNOSES,
+    GROUPS,
     SETTINGS,
     Claim,
     case_summaries,
@@ -24,8 +25,9 @@ from lmlessons.bugzoo.cases import (
     differing_settings,
     evidence,
     get_case,
+    group_cases,
 )
-from lmlessons.bugzoo.data import chat_data, course_data
+from lmlessons.bugzoo.data import chat_data, course_data, preference_data
 from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
 from lmlessons.bugzoo.instruments import symptoms as signs
 from lmlessons.bugzoo.records import load_records, save_records, summary
@@ -235,6 +237,8 @@ def test_settings_are_the_same_for_every_case_of_a_family():
         "prompt",
         "label",
         "end-of-turn",
+        "swap",
+        "the policy",
     )
     assert not [(f, w) for f, text in SETTINGS.items() for w in words if w in text]
 
@@ -403,6 +407,50 @@ def test_the_trainer_bug_scales_one_step_by_the_accumulation_steps(tok):
     assert ratios["trainer_fixed"][1] < 1e-5
 
 
+def _pairs(n):
+    return preference_data()[1][:n]
+
+
+def test_swapped_preference_rows_put_the_rejected_answers_first():
+    tok = chat_data()[2]
+    fixed = bugs.preference_rows_fixed(_pairs(3), tok)
+    swapped = bugs.preference_rows_swapped(_pairs(3), tok)
+    first = fixed["labels"][0][fixed["labels"][0] != -100].tolist()
+    assert first == _pairs(1)[0]["chosen_ids"]
+    assert torch.equal(swapped["labels"][:3], fixed["labels"][3:])
+    assert torch.equal(swapped["labels"][3:], fixed["labels"][:3])
+
+
+def test_prompt_in_chosen_labels_the_prompts_of_the_chosen_rows_only():
+    tok = chat_data()[2]
+    fixed = bugs.preference_rows_fixed(_pairs(3), tok)
+    bug = bugs.preference_rows_prompt_in_chosen(_pairs(3), tok)
+    prompt = (fixed["completion_mask"] == 0) & (fixed["attention_mask"] == 1)  # (6, T)
+    assert (bug["labels"][:3][prompt[:3]] != -100).all()
+    assert torch.equal(bug["labels"][3:], fixed["labels"][3:])
+    completion = fixed["completion_mask"] == 1
+    assert torch.equal(bug["labels"][completion], fixed["labels"][completion])
+
+
+def test_a_reference_that_is_the_policy_moves_with_it():
+    from lmlessons.course.models import tiny_gpt2
+
+    tok = chat_data()[2]
+    batch = bugs.preference_rows_fixed(_pairs(4), tok)
+    policy, reference = tiny_gpt2(tok, seed=0), tiny_gpt2(tok, seed=0)
+    before = bugs.reference_logps_fixed(reference, policy, batch)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    assert torch.equal(bugs.reference_logps_fixed(reference, policy, batch), before)
+    moved = bugs.reference_logps_policy(reference, policy, batch)
+    assert not torch.allclose(moved, before, atol=1e-3)
+    logits = bugs.model_logits(policy, bugs.preference_inputs(batch))
+    from lmlessons.preference import sequence_logprobs
+
+    assert torch.allclose(moved, sequence_logprobs(logits, batch["labels"]))  # log-ratios all 0
+
+
 # --------------------------------------------------------------------------------------------
 # The checker
 # --------------------------------------------------------------------------------------------
@@ -429,11 +477,43 @@ def test_one_wrong_fails_naming_the_case_and_the_evidence(records):
 def test_partial_answers_say_which_are_right():
     result = check("bug_zoo", {"A": RIGHT["A"], "B": None, "F": RIGHT["F"]})
     assert result.status == "failed" and result.mistake == "incomplete"
-    missing = ", ".join(c for c in LETTERS if c not in "AF")
+    missing = ", ".join(c.id for c in group_cases("part1") if c.id not in "AF")
     assert "Right so far: A, F." in result.message
-    assert f"Not answered yet: {missing}." in result.message
+    assert f"Not answered yet: {missing}." in result.message  # the groups started only
+    later = [c.id for c in CASES if c.group != "part1"]
+    assert all(f"{c}" in result.message.split("Not started")[1] for c in later)
     assert check("bug_zoo", {}).status == "not_attempted"
     assert check("bug_zoo", {c: None for c in RIGHT}).status == "not_attempted"
+
+
+def test_each_group_passes_on_its_own_once_started():
+    for group in GROUPS:
+        answers = {c.id: c.diagnosis for c in group_cases(group)}
+        assert check("bug_zoo", answers).passed, group
+        first, *rest = group_cases(group)
+        result = check("bug_zoo", {c.id: c.diagnosis for c in rest})
+        assert result.mistake == "incomplete" and f"Not answered yet: {first.id}." in result.message
+
+
+def test_groups_follow_the_lessons_that_teach_their_bugs():
+    assert list(GROUPS) == ["part1", "part2", "part3"]
+    assert all(c.group in GROUPS for c in CASES)
+    lessons = {g: {c.lesson for c in group_cases(g)} for g in GROUPS}
+    assert lessons["part1"] <= {"", "01", "02", "03", "04", "05", "06", "07"}
+    assert lessons["part2"] <= {"09", "10"} and lessons["part3"] <= {"11", "12"}
+    assert len(group_cases("part3")) >= 3
+    with pytest.raises(ValueError, match="part1"):
+        group_cases("part4")
+
+
+def test_a_group_offers_the_diagnoses_of_its_cases_and_of_the_groups_before():
+    from lmlessons.bugzoo.cases import offered_diagnoses
+
+    first = {d.id for d in offered_diagnoses("part1")}
+    assert first == {c.diagnosis for c in group_cases("part1")}
+    assert "reference_is_policy" not in first and "prompt_not_masked" not in first
+    assert {d.id for d in offered_diagnoses("part3")} == set(DIAGNOSES)
+    assert offered_diagnoses() == tuple(DIAGNOSES.values())
 
 
 def test_a_function_returning_the_answers_is_checked_and_a_stub_is_not_attempted():
@@ -502,6 +582,22 @@ def test_widget_judges_and_keeps_each_case_answer(records):
     assert (
         box.answers == {"A": RIGHT["A"]} and check("bug_zoo", box.answers).mistake == "incomplete"
     )
+
+
+def test_widget_of_a_group_offers_its_cases_only(records):
+    box = bug_zoo_widget(records, group="part3")
+    options = [value for _, value in box.controls["case"].options]
+    assert options == [c.id for c in group_cases("part3")]
+    assert marker_fields(shown_marker(box))["case"] == options[0]
+    with pytest.raises(ValueError, match="not in group"):
+        bug_zoo_widget(records, group="part3", case="A")
+
+
+def test_group_tables_show_the_group_and_its_instruments(records):
+    page = all_symptoms_html(records, group="part3")
+    assert page.count("<tr>") == len(group_cases("part3")) + 1
+    assert "NSP" not in page and "reward accuracy" in page
+    assert all_examples_html(records, group="part2").count("<tr>") == 4
 
 
 def test_reveal_shows_the_code_that_ran_or_the_settings_that_differ():

@@ -21,7 +21,12 @@ The roles (what each function is for, and the lesson that teaches it):
 * answer labels ``(input_ids, assistant_masks) -> labels``: the labels of one rendered
   conversation of the chat fine-tuning runs (lesson 10);
 * chat batch ``(conversations, tokenizer) -> [batch, ...]``: one step's labelled conversations
-  as padded rows (one batch) or packed without padding (one batch per pack; lessons 09 and 10).
+  as padded rows (one batch) or packed without padding (one batch per pack; lessons 09 and 10);
+* preference batch ``(pairs, tokenizer) -> batch``: one step's preference pairs (token ids of
+  :func:`lmlessons.course.preferences.encode_pair`) as the chosen rows over the rejected rows,
+  labelled on the completions (lesson 11);
+* reference log-probs ``(reference, policy, batch) -> logps``: the reference model's summed
+  log-probabilities of each row's targets, which DPO's rewards are measured against (lesson 11).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from lmlessons.course.trainer_ga import course_compute_loss_func
 from lmlessons.losses import clm_loss
 from lmlessons.masking import mask_tokens
 from lmlessons.packing import flatten_documents, pad, pad_documents
+from lmlessons.preference import preference_batch, sequence_logprobs
 from lmlessons.shifting import shift_labels
 
 if TYPE_CHECKING:
@@ -71,6 +77,12 @@ __all__ = [
     "chat_batch_pad_is_eos",
     "chat_packs_fixed",
     "chat_packs_no_boundaries",
+    "preference_rows_fixed",
+    "preference_rows_swapped",
+    "preference_rows_prompt_in_chosen",
+    "preference_inputs",
+    "reference_logps_fixed",
+    "reference_logps_policy",
 ]
 
 Batch = dict[str, torch.Tensor]
@@ -292,3 +304,52 @@ def chat_packs_no_boundaries(rows: list[Conversation], tokenizer: Any) -> list[B
     for b in packs:
         del b["position_ids"]  # BUG: positions run on: attention crosses every conversation
     return packs
+
+
+# --- preference batch ----------------------------------------------------------------------
+
+
+def preference_rows_fixed(pairs: list[dict[str, list[int]]], tokenizer: Any) -> Batch:
+    batch = preference_batch(pairs, pad_token_id=tokenizer.pad_token_id)  # (2B, T) each
+    return batch  # FIX: the chosen rows first, labels on the completions only
+
+
+def preference_rows_swapped(pairs: list[dict[str, list[int]]], tokenizer: Any) -> Batch:
+    batch = preference_batch(pairs, pad_token_id=tokenizer.pad_token_id)  # (2B, T) each
+    return {k: v.roll(len(pairs), dims=0) for k, v in batch.items()}  # BUG: rejected rows first
+
+
+def preference_rows_prompt_in_chosen(pairs: list[dict[str, list[int]]], tokenizer: Any) -> Batch:
+    batch = preference_batch(pairs, pad_token_id=tokenizer.pad_token_id)  # (2B, T) each
+    chosen = (torch.arange(2 * len(pairs)) < len(pairs))[:, None]  # (2B, 1): the first B rows
+    ids, real = batch["input_ids"], batch["attention_mask"] == 1  # (2B, T) each
+    labels = torch.where(chosen & real, ids, batch["labels"])  # BUG: chosen prompts are targets
+    return {**batch, "labels": labels}
+
+
+# --- reference log-probs -------------------------------------------------------------------
+
+
+def preference_inputs(batch: Batch) -> Batch:
+    """What a causal LM takes of a preference batch: ``input_ids`` and ``attention_mask``."""
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def reference_logps_fixed(
+    reference: torch.nn.Module, policy: torch.nn.Module, batch: Batch
+) -> Tensor:
+    with torch.no_grad():
+        logits = model_logits(
+            reference, preference_inputs(batch)
+        )  # (2B, T, V); FIX: the frozen reference
+        return sequence_logprobs(logits, batch["labels"])  # (2B,)
+
+
+def reference_logps_policy(
+    reference: torch.nn.Module, policy: torch.nn.Module, batch: Batch
+) -> Tensor:
+    with torch.no_grad():
+        logits = model_logits(
+            policy, preference_inputs(batch)
+        )  # (2B, T, V); BUG: the policy, not frozen
+        return sequence_logprobs(logits, batch["labels"])  # (2B,)

@@ -9,7 +9,11 @@ stated: they are the one function its run swaps for its reference run's
 comparison with the reference run that :func:`claim_holds` checks on the recorded data (the
 tests check every one), so no feedback states something the runs did not show.
 
-The prose (settings, diagnoses, cases: titles, evidence, claims, why) is data, in
+Each case belongs to a *group* (:data:`GROUPS`): the lessons a learner needs before it (the
+cases of Part I after lesson 07, the Part II cases after lessons 09 and 10, the Part III cases
+after lessons 11 and 12).
+
+The prose (settings, groups, diagnoses, cases: titles, evidence, claims, why) is data, in
 ``lmlessons/data/content/bugzoo.toml``. Case letters do not follow the
 order of :data:`DIAGNOSES`: the letter gives nothing away. Two cases share a diagnosis only as
 the same bug in two model families. A new case is a run in
@@ -33,9 +37,12 @@ __all__ = [
     "Diagnosis",
     "Case",
     "SETTINGS",
+    "GROUPS",
     "DIAGNOSES",
     "CASES",
     "get_case",
+    "group_cases",
+    "offered_diagnoses",
     "differing_settings",
     "claim_holds",
     "case_summaries",
@@ -81,6 +88,7 @@ class Case:
     evidence: str  # a template: {c[metric]} of the case, {r[metric]} of the reference
     claims: tuple[Claim, ...]
     lesson: str  # the lesson that teaches the bug ("" for none)
+    group: str  # one of GROUPS: the lessons a learner needs before the case
     why: str
 
     @property
@@ -129,7 +137,7 @@ def _paragraph(text: str) -> str:
 
 def _case(case_id: str, entry: dict[str, Any]) -> Case:
     """One ``[cases.<id>]`` table of the content file as a :class:`Case`."""
-    same = {key: entry[key] for key in ("run", "reference", "diagnosis", "lesson")}
+    same = {key: entry[key] for key in ("run", "reference", "diagnosis", "lesson", "group")}
     prose = {key: _paragraph(entry[key]) for key in ("title", "evidence", "why")}
     claims = tuple(Claim(**claim) for claim in entry["claims"])
     return Case(id=case_id, claims=claims, **same, **prose)
@@ -143,6 +151,9 @@ _CONTENT = content()
 SETTINGS: dict[str, str] = {
     family: _paragraph(text) for family, text in _CONTENT["settings"].items()
 }
+
+#: The groups of cases, in the order a learner meets them: ``{group id: title}``.
+GROUPS: dict[str, str] = {group: _paragraph(text) for group, text in _CONTENT["groups"].items()}
 
 DIAGNOSES: dict[str, Diagnosis] = {
     diagnosis_id: Diagnosis(
@@ -162,6 +173,24 @@ def get_case(case_id: object) -> Case:
         if case.id == case_id:
             return case
     raise ValueError(f"unknown case {case_id!r}; the cases are {', '.join(c.id for c in CASES)}")
+
+
+def group_cases(group: str) -> tuple[Case, ...]:
+    """The cases of ``group`` (one of :data:`GROUPS`), or a ValueError naming the groups."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; the groups are {', '.join(GROUPS)}")
+    return tuple(case for case in CASES if case.group == group)
+
+
+def offered_diagnoses(group: str | None = None) -> tuple[Diagnosis, ...]:
+    """The diagnoses a learner chooses from in ``group``: those of its cases and of the groups
+    before it (None: every diagnosis), in the order of :data:`DIAGNOSES`."""
+    if group is None:
+        return tuple(DIAGNOSES.values())
+    group_cases(group)  # a ValueError for an unknown group
+    groups = list(GROUPS)[: list(GROUPS).index(group) + 1]
+    used = {case.diagnosis for case in CASES if case.group in groups}
+    return tuple(d for d in DIAGNOSES.values() if d.id in used)
 
 
 def claim_holds(claim: Claim, case: Mapping[str, float], reference: Mapping[str, float]) -> bool:

@@ -7,7 +7,9 @@ bugs need to show (padding, special tokens, unequal micro-batches). The chat fin
 read :func:`chat_data`: each question and answer of
 :func:`lmlessons.course.chat.instruction_set` rendered by the course chat template, with the
 template's assistant mask (:func:`lmlessons.course.chat.conversation_labels`) and the length of
-its prompt (:func:`lmlessons.course.chat.prompt_length`), as lesson 10 renders them.
+its prompt (:func:`lmlessons.course.chat.prompt_length`), as lesson 10 renders them. The DPO
+runs read :func:`preference_data`: the pairs of :func:`lmlessons.course.preferences.preference_set`
+(the same questions, a right answer chosen and a wrong one rejected) as token ids.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from lmlessons.course.chat import (
 )
 from lmlessons.course.content import load as load_content
 from lmlessons.course.corpus import Corpus, load_corpus
+from lmlessons.course.preferences import encode_pair, preference_set
 from lmlessons.course.tokenizer import load_tokenizer
 
 __all__ = [
@@ -35,9 +38,11 @@ __all__ = [
     "SEED",
     "EVAL_SEED",
     "EVAL_BATCH_SIZE",
+    "BETA",
     "course_data",
     "Rendered",
     "chat_data",
+    "preference_data",
     "sentence_rows",
     "row_batches",
     "split_by_length",
@@ -46,6 +51,7 @@ __all__ = [
 SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
+BETA = 0.1  # DPO's beta in every DPO run and measurement (DPOConfig's default)
 
 Row = TypeVar("Row")
 
@@ -91,6 +97,19 @@ def chat_data() -> tuple[list[Rendered], list[Rendered], Any]:
         for split in ("train", "validation")
     )
     return train, validation, tokenizer
+
+
+@functools.lru_cache(maxsize=1)
+def preference_data() -> tuple[list[dict[str, list[int]]], list[dict[str, list[int]]]]:
+    """The training and held-out preference pairs as ``prompt_ids``, ``chosen_ids`` and
+    ``rejected_ids`` (:func:`~lmlessons.course.preferences.encode_pair`, with the chat tokenizer
+    of :func:`chat_data`), in :func:`~lmlessons.course.preferences.preference_set`'s order."""
+    corpus, tokenizer = course_data()[0], chat_data()[2]
+    train, validation = (
+        [encode_pair(tokenizer, pair) for pair in preference_set(split, corpus=corpus)]
+        for split in ("train", "validation")
+    )
+    return train, validation
 
 
 def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]:

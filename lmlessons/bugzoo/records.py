@@ -100,8 +100,9 @@ _CHECKS = {
 def summary(record: dict[str, Any]) -> dict[str, float]:
     """The numbers to compare between runs: ``final_train_loss``, ``grad_norm`` (means of the
     last 20 steps; NaN if one is NaN), ``targets_per_step``, ``first_nan_step`` (0: never) and
-    ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), every held-out metric as
-    ``heldout_<name>``, and the one-step check (``loss_error``, ``gradient_error``,
+    ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), ``train_reward_accuracy`` (DPO),
+    every held-out metric as ``heldout_<name>``, and the one-step check (``loss_error``,
+    ``gradient_error``,
     ``gradient_error_fixed``; for a ``Trainer`` run ``gradient_norm_ratio`` and
     ``gradient_norm_ratio_fixed`` instead of ``loss_error``) when measured."""
     h = record["history"]
@@ -113,8 +114,9 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
         "first_nan_step": float(nan_steps[0] + 1 if nan_steps else 0),
         "nan_step_targets": float(h["num_items"][nan_steps[0]] if nan_steps else math.nan),
     }
-    if "nsp_accuracy" in h:
-        out["train_nsp_accuracy"] = _tail_mean(h["nsp_accuracy"])
+    for key in ("nsp_accuracy", "reward_accuracy"):  # pretraining's, DPO's
+        if key in h:
+            out[f"train_{key}"] = _tail_mean(h[key])
     out.update({f"heldout_{k}": float(v) for k, v in record.get("heldout", {}).items()})
     check = record.get("one_step_check", {})
     out.update({name: float(check[key]) for key, name in _CHECKS.items() if key in check})

@@ -17,7 +17,12 @@ difference between two curves comes from that one change.
   (:func:`lmlessons.nsp_batches`), MLM + NSP;
 * ``"chat"``: ``GPT2LMHeadModel`` from the course's ``gpt2`` checkpoint (dropout off),
   fine-tuned on the conversations of :func:`lmlessons.course.chat.instruction_set`, 16 per step,
-  padded or packed.
+  padded or packed;
+* ``"dpo"``: the model of the healthy chat run, fine-tuned (:func:`sft_weights`), trained
+  further with DPO's sigmoid loss (:func:`lmlessons.preference.dpo_loss`, ``beta``
+  :data:`~lmlessons.bugzoo.data.BETA`) on the pairs of
+  :func:`lmlessons.course.preferences.preference_set`, 16 per step, against a frozen copy of the
+  fine-tuned model as its reference model (SFT, then DPO from it).
 
 The loops are :mod:`lmlessons.bugzoo.loops`: :func:`lmlessons.train`'s (AdamW, linear
 warm-up, gradient clipping at 1.0) written out, so that it can record the gradient norm before
@@ -30,6 +35,7 @@ tools.bugzoo --out lmlessons/data/bugzoo`` records every run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -39,9 +45,11 @@ import torch
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
+    BETA,
     SEED,
     chat_data,
     course_data,
+    preference_data,
     row_batches,
     sentence_rows,
     split_by_length,
@@ -53,6 +61,7 @@ from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.course.trainer_ga import TrainerFactory
 from lmlessons.losses import nsp_loss
+from lmlessons.preference import dpo_loss, reward_accuracies, sequence_logprobs
 from lmlessons.shifting import shift_labels
 
 if TYPE_CHECKING:
@@ -60,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "run_model",
+    "sft_weights",
     "RunSpec",
     "RUNS",
     "MODEL_FAMILIES",
@@ -75,7 +85,7 @@ CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this m
 class RunSpec:
     """One training run: its family, budget, and the function of each role it uses."""
 
-    family: str  # "mlm", "clm", "pretraining" or "chat"
+    family: str  # "mlm", "clm", "pretraining", "chat" or "dpo"
     steps: int
     lr: float
     init_seed: int = SEED  # "clm": the random initial weights (the batches always use SEED)
@@ -91,6 +101,8 @@ class RunSpec:
     trainer: TrainerFactory | None = None  # "mlm": None trains with train_loop
     answer_labels: Callable[..., Any] = bugs.answer_labels_fixed
     chat_batch: Callable[..., Any] = bugs.chat_batch_fixed
+    preference_rows: Callable[..., Any] = bugs.preference_rows_fixed
+    reference_logps: Callable[..., Any] = bugs.reference_logps_fixed
 
 
 # Runs that continue from the bert checkpoint use a small learning rate, 1e-4. At 1e-3 (the
@@ -108,6 +120,7 @@ _MLM_TRAINER = replace(_MLM, micro_batches=4, trainer=bugs.trainer_fixed)
 # Chat fine-tuning continues from the gpt2 checkpoint (trained with a peak of 2e-3) at 5e-4.
 _CHAT = RunSpec("chat", steps=150, lr=5e-4)
 _CHAT_PACKED = replace(_CHAT, chat_batch=bugs.chat_packs_fixed)
+_DPO = RunSpec("dpo", steps=100, lr=1e-4)
 
 RUNS: dict[str, RunSpec] = {
     "healthy_mlm": _MLM,
@@ -134,6 +147,10 @@ RUNS: dict[str, RunSpec] = {
     "chat_pad_is_eos": replace(_CHAT, chat_batch=bugs.chat_batch_pad_is_eos),
     "healthy_chat_packed": _CHAT_PACKED,
     "packed_without_boundaries": replace(_CHAT_PACKED, chat_batch=bugs.chat_packs_no_boundaries),
+    "healthy_dpo": _DPO,
+    "dpo_reference_is_policy": replace(_DPO, reference_logps=bugs.reference_logps_policy),
+    "dpo_swapped": replace(_DPO, preference_rows=bugs.preference_rows_swapped),
+    "dpo_prompt_in_chosen": replace(_DPO, preference_rows=bugs.preference_rows_prompt_in_chosen),
 }
 
 #: The model family of a run, as a case describes it (the same words for every case of it).
@@ -143,8 +160,14 @@ MODEL_FAMILIES = (
     "BERT causal LM",
     "BERT pretraining",
     "GPT-2 chat fine-tuning",
+    "GPT-2 DPO",
 )
-_FAMILY_NAMES = {"mlm": "BERT MLM", "pretraining": "BERT pretraining", "chat": MODEL_FAMILIES[4]}
+_FAMILY_NAMES = {
+    "mlm": "BERT MLM",
+    "pretraining": "BERT pretraining",
+    "chat": "GPT-2 chat fine-tuning",
+    "dpo": "GPT-2 DPO",
+}
 
 
 def model_family(run_id: str) -> str:
@@ -168,6 +191,10 @@ def run_model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
         return tiny_gpt2(tokenizer, seed=spec.init_seed)
     if spec.family == "chat":
         return _without_dropout(load_checkpoint("gpt2"))
+    if spec.family == "dpo":
+        model = _without_dropout(load_checkpoint("gpt2"))
+        model.load_state_dict(sft_weights())
+        return model
     pretrained = load_checkpoint("bert")
     if spec.family == "pretraining":
         return pretrained
@@ -177,6 +204,17 @@ def run_model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
     model = BertForMaskedLM(config)
     model.load_state_dict(pretrained.state_dict(), strict=False)  # no pooler, no NSP head
     return model
+
+
+@functools.lru_cache(maxsize=1)
+def sft_weights() -> dict[str, torch.Tensor]:
+    """The weights of the healthy chat run after its training (trained once per process): where
+    every DPO run starts, and its reference model."""
+    spec, tokenizer = RUNS["healthy_chat"], chat_data()[2]
+    model = run_model(spec, tokenizer)
+    step = _chat_step(model, spec, tokenizer, torch.Generator().manual_seed(SEED))
+    train_loop(model, spec.lr, step, spec.steps)
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
 def _without_dropout(model: PreTrainedModel) -> PreTrainedModel:
@@ -267,7 +305,33 @@ def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.G
     return step
 
 
-_STEPS = {"mlm": _mlm_step, "clm": _clm_step, "pretraining": _pretraining_step, "chat": _chat_step}
+def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Generator) -> StepFn:
+    reference = run_model(spec, tokenizer).eval()  # the checkpoint again, never trained
+    stream = row_batches(preference_data()[0], spec.batch_size, g)
+
+    def step() -> dict[str, float]:
+        batch = spec.preference_rows(next(stream), tokenizer)  # (2B, T) each
+        logits = bugs.model_logits(model, bugs.preference_inputs(batch))  # (2B, T, V)
+        logps = sequence_logprobs(logits, batch["labels"])  # (2B,)
+        ref_logps = spec.reference_logps(reference, model, batch)  # (2B,)
+        losses, chosen, rejected = dpo_loss(*logps.chunk(2), *ref_logps.chunk(2), beta=BETA)
+        losses.mean().backward()
+        return {
+            "loss": losses.mean().item(),
+            "reward_accuracy": reward_accuracies(chosen, rejected).mean().item(),
+            "num_items": int((shift_labels(batch["labels"]) != IGNORE_INDEX).sum()),
+        }
+
+    return step
+
+
+_STEPS = {
+    "mlm": _mlm_step,
+    "clm": _clm_step,
+    "pretraining": _pretraining_step,
+    "chat": _chat_step,
+    "dpo": _dpo_step,
+}
 
 
 def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict[str, Any]:
@@ -281,7 +345,7 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
     spec = RUNS[run_id]
     steps = spec.steps if steps is None else check_int("steps", steps, minimum=1)
     corpus, tokenizer = course_data()
-    if spec.family == "chat":
+    if spec.family in ("chat", "dpo"):
         tokenizer = chat_data()[2]  # the course tokenizer with the chat template
     model = run_model(spec, tokenizer)
     g = torch.Generator().manual_seed(SEED)
@@ -292,7 +356,8 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
         step = _STEPS[spec.family](model, spec, tokenizer, g)
         record["history"] = train_loop(model, spec.lr, step, steps)
     if symptoms:
-        record.update(measure(model, spec.family, corpus, tokenizer))
+        reference = run_model(RUNS["healthy_dpo"], tokenizer) if spec.family == "dpo" else None
+        record.update(measure(model, spec.family, corpus, tokenizer, reference=reference))
         if spec.trainer is not None:
             record["one_step_check"] = trainer_one_step_check(model, spec, corpus.train, tokenizer)
         elif spec.family == "clm":

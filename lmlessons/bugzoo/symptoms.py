@@ -16,7 +16,12 @@ code reported.
   accuracy on the answers' words (``answer_word_loss``, ``answer_token_accuracy``: every answer
   token but the end-of-turn [SEP], unlike lesson 10's ``answer_loss``) and the loss on the
   prompts; how often a greedy answer (:func:`~lmlessons.course.chat.greedy_answers`) ends with
-  [SEP] within :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers.
+  [SEP] within :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers;
+* DPO: the chat fine-tuning symptoms, and on the held-out preference pairs (the healthy batch,
+  the checkpoint as reference): how often the model itself gives the chosen answer the higher
+  log-probability (``preference_accuracy``), how often its chosen reward beats the rejected one
+  (``reward_accuracy``, TRL's ``rewards/accuracies``), and the mean log-probability of the
+  chosen answers (``chosen_logprob``, TRL's ``logps/chosen``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,15 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.bugzoo import bugs
-from lmlessons.bugzoo.data import EVAL_BATCH_SIZE, EVAL_SEED, Rendered, chat_data, sentence_rows
+from lmlessons.bugzoo.data import (
+    BETA,
+    EVAL_BATCH_SIZE,
+    EVAL_SEED,
+    Rendered,
+    chat_data,
+    preference_data,
+    sentence_rows,
+)
 from lmlessons.causality import prefix_loss
 from lmlessons.collator import special_token_ids
 from lmlessons.course.batches import nsp_batches
@@ -35,6 +48,7 @@ from lmlessons.course.chat import greedy_answers
 from lmlessons.course.training import evaluate
 from lmlessons.losses import token_nll
 from lmlessons.packing import pad, pad_documents
+from lmlessons.preference import dpo_loss, reward_accuracies, sequence_logprobs
 
 __all__ = [
     "FILL_MASK_PROBES",
@@ -58,8 +72,16 @@ SAMPLE_QUESTIONS = (0, 1, -1)  # held-out conversations whose greedy answers are
 MAX_ANSWER_TOKENS = 8  # an answer of the instruction set is 1 to 3 tokens and its [SEP]
 
 
-def measure(model: torch.nn.Module, family: str, corpus: Any, tokenizer: Any) -> dict[str, Any]:
-    """The symptoms of the trained ``model`` of ``family`` (see the module docstring)."""
+def measure(
+    model: torch.nn.Module,
+    family: str,
+    corpus: Any,
+    tokenizer: Any,
+    *,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, Any]:
+    """The symptoms of the trained ``model`` of ``family`` (see the module docstring);
+    ``reference``: the reference model of a DPO run."""
     with torch.no_grad():
         if family == "mlm":
             return _mlm_symptoms(model, corpus, tokenizer)
@@ -67,6 +89,10 @@ def measure(model: torch.nn.Module, family: str, corpus: Any, tokenizer: Any) ->
             return _clm_symptoms(model, corpus, tokenizer)
         if family == "chat":
             return _chat_symptoms(model, chat_data()[1], tokenizer)
+        if family == "dpo":
+            if reference is None:
+                raise ValueError("reference must be the reference model of the DPO run")
+            return _dpo_symptoms(model, reference.eval(), tokenizer)
         return _pretraining_symptoms(model, corpus, tokenizer)
 
 
@@ -191,6 +217,29 @@ def _chat_symptoms(model: torch.nn.Module, rows: list[Rendered], tokenizer: Any)
         question = tokenizer.decode(prompts_ids[i], skip_special_tokens=True)
         samples.append(f"{question} {tokenizer.decode(answers[i])}")
     return {"heldout": heldout, "samples": samples}
+
+
+def _dpo_symptoms(
+    model: torch.nn.Module, reference: torch.nn.Module, tokenizer: Any
+) -> dict[str, Any]:
+    record = _chat_symptoms(model, chat_data()[1], tokenizer)
+    pairs = preference_data()[1]
+    chosen, rejected, rewards = [], [], []
+    for start in range(0, len(pairs), EVAL_BATCH_SIZE):
+        batch = bugs.preference_rows_fixed(pairs[start : start + EVAL_BATCH_SIZE], tokenizer)
+        logits = bugs.model_logits(model, bugs.preference_inputs(batch))  # (2b, T, V)
+        logps = sequence_logprobs(logits, batch["labels"]).chunk(2)  # (b,) each
+        ref_logps = bugs.reference_logps_fixed(reference, model, batch).chunk(2)  # (b,) each
+        _, chosen_rewards, rejected_rewards = dpo_loss(*logps, *ref_logps, beta=BETA)
+        chosen.append(logps[0])
+        rejected.append(logps[1])
+        rewards.append(reward_accuracies(chosen_rewards, rejected_rewards))
+    record["heldout"].update(
+        preference_accuracy=float((torch.cat(chosen) > torch.cat(rejected)).float().mean()),
+        reward_accuracy=float(torch.cat(rewards).mean()),
+        chosen_logprob=float(torch.cat(chosen).mean()),
+    )
+    return record
 
 
 def _nsp_heldout(

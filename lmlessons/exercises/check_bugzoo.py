@@ -6,10 +6,13 @@ ids (:data:`~lmlessons.bugzoo.cases.DIAGNOSES`), or a function without arguments
 returns one (the lesson's exercise, called through the runner: a stub is "not attempted"); None
 leaves a case unanswered, unknown letters or ids raise. A wrong diagnosis gets what that bug would
 look like beside what the case really shows (its evidence, with the numbers of the recorded
-runs); a partial answer says which cases are right so far. The widget of lesson 08 gives the same
-feedback (:func:`feedback`). The exercise is registered with ``answers=True`` (the learner passes
-answers, not a function to test), its own result class (no hints: the evidence is the hint) and
-its own verdict when every case is right.
+runs); a partial answer says which cases are right so far. The cases come in groups
+(:data:`~lmlessons.bugzoo.cases.GROUPS`: Part I, then after lessons 09 and 10, then after
+lessons 11 and 12): a group is judged once one of its cases is answered, so a learner who has
+done Part I passes with its cases and comes back for the others. The widget of lesson 08 gives
+the same feedback (:func:`feedback`). The exercise is registered with ``answers=True`` (the
+learner passes answers, not a function to test), its own result class (no hints: the evidence is
+the hint) and its own verdict when every case of the groups started is right.
 """
 
 from __future__ import annotations
@@ -18,14 +21,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lmlessons.bugzoo.cases import CASES, DIAGNOSES, Diagnosis, evidence, get_case
+from lmlessons.bugzoo.cases import (
+    CASES,
+    DIAGNOSES,
+    GROUPS,
+    Diagnosis,
+    evidence,
+    get_case,
+    group_cases,
+)
 from lmlessons.exercises._framework import Case, Mistake, NotAttempted, Runner
 from lmlessons.exercises._result import CheckResult
 
 __all__ = ["SIGNATURE", "PASSED", "BugZooResult", "bug_zoo", "check_bug_zoo", "feedback"]
 
 SIGNATURE = "my_diagnoses() -> {case letter: diagnosis id}   # or the dict itself"
-PASSED = (f"all {len(CASES)} cases diagnosed", "")  # the verdict's title and message
+PASSED = ("every case of the groups you started diagnosed", "")  # the verdict's title, message
 
 
 @dataclass(frozen=True, repr=False)
@@ -93,9 +104,12 @@ def check_bug_zoo(run: Runner) -> None:
     answers = run.call(Case("your answers")) if callable(run.fn) else run.fn
     given = _given(answers)
     verdicts = {case_id: feedback(case_id, d) for case_id, d in given.items()}
+    started = [
+        c for g in GROUPS if any(c.id in given for c in group_cases(g)) for c in group_cases(g)
+    ]
     right = [c.id for c in CASES if c.id in given and verdicts[c.id][0]]
     wrong = [c.id for c in CASES if c.id in given and not verdicts[c.id][0]]
-    missing = [c.id for c in CASES if c.id not in given]
+    missing = [c.id for c in started if c.id not in given]
     for case in CASES:
         if case.id in right:
             run.ok(f"case {case.id}: {case.title}")
@@ -103,9 +117,16 @@ def check_bug_zoo(run: Runner) -> None:
     parts.append(f"Right so far: {', '.join(right) or 'none'}.")
     if missing:
         parts.append(f"Not answered yet: {', '.join(missing)}.")
+    later = [
+        f"{GROUPS[g]}: {', '.join(c.id for c in group_cases(g))}"
+        for g in GROUPS
+        if not any(c in started for c in group_cases(g))
+    ]
+    if later:
+        parts.append(f"Not started (for later): {'; '.join(later)}.")
     if wrong:
         head = f"{len(wrong)} of {len(given)} diagnoses wrong: case {', '.join(wrong)}."
         raise Mistake("wrong_diagnosis", "\n\n".join([head, *parts]))
     if missing:
-        head = f"{len(right)} of {len(CASES)} cases diagnosed, all right so far."
+        head = f"{len(right)} of {len(started)} cases diagnosed, all right so far."
         raise Mistake("incomplete", "\n\n".join([head, *parts]))

@@ -1,14 +1,17 @@
 """Lesson 08 (bug zoo): the diagnosis widget, the case plots, and the reveal of each bug.
 
-:func:`bug_zoo_widget` shows one case at a time (the ``case`` dropdown): its setting, its loss
+:func:`bug_zoo_widget` shows one case of one group (:data:`~lmlessons.bugzoo.cases.GROUPS`:
+the cases of Part I, those after lessons 09 and 10, those after lessons 11 and 12) at a time
+(the ``case`` dropdown): its setting, its loss
 curve beside the healthy run's, a table of symptoms (this run against the healthy run) and its
 samples or fill-in guesses, all from the recorded runs. The ``diagnosis`` dropdown takes the
 learner's answer for that case and shows feedback that points at the evidence
 (:func:`lmlessons.exercises.check_bugzoo.feedback`); each case keeps its answer. The hidden
 state reads e.g. ``case=A diagnosis=no_bug verdict=wrong answered=1 right=0``.
 
-:func:`plot_all_cases` draws every case against its healthy run, :func:`all_symptoms_html` and
-:func:`all_examples_html` tabulate every case (what the lesson shows without a kernel);
+:func:`plot_all_cases` draws every case of a group against its healthy run,
+:func:`all_symptoms_html` and :func:`all_examples_html` tabulate them (what the lesson shows
+without a kernel);
 :func:`reveal` shows a case's bug beside its fix (the source of the two functions that really
 ran), or the setting that differs for a case without a bug in its code.
 """
@@ -31,10 +34,13 @@ from pygments.lexers import PythonLexer
 from lmlessons.bugzoo.cases import (
     CASES,
     DIAGNOSES,
+    GROUPS,
     Case,
     case_summaries,
     differing_settings,
     get_case,
+    group_cases,
+    offered_diagnoses,
 )
 from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, Instrument, symptom
 from lmlessons.bugzoo.records import load_records
@@ -125,14 +131,18 @@ def plot_case(
     return ax
 
 
+_SECOND_KEYS = {"pretraining": "nsp_accuracy", "dpo": "reward_accuracy"}
+
+
 def _second_key(case: Case, records: Records) -> str:
-    return "nsp_accuracy" if records[case.run]["family"] == "pretraining" else "grad_norm"
+    return _SECOND_KEYS.get(records[case.run]["family"], "grad_norm")
 
 
 _YLABELS = {
     "loss": "train loss",
     "grad_norm": "gradient norm",
     "nsp_accuracy": "train NSP accuracy",
+    "reward_accuracy": "train reward accuracy",
 }
 
 
@@ -152,12 +162,18 @@ def _case_figure(case: Case, records: Records) -> Figure:
 PANELS_PER_ROW = 5
 
 
-def plot_all_cases(records: Records | None = None) -> Figure:
-    """Every case's train loss against its healthy run's, one panel per case, 5 to a row."""
-    records = _records(records)
-    rows = math.ceil(len(CASES) / PANELS_PER_ROW)
-    fig = new_figure(9.6, 2.2 * rows)
-    for i, case in enumerate(CASES):
+def _cases(group: str | None) -> tuple[Case, ...]:
+    """The cases of ``group`` (None: every case)."""
+    return CASES if group is None else group_cases(group)
+
+
+def plot_all_cases(records: Records | None = None, *, group: str | None = None) -> Figure:
+    """Every case's train loss against its healthy run's (of ``group``; None: every case), one
+    panel per case, 5 to a row."""
+    records, cases = _records(records), _cases(group)
+    rows = math.ceil(len(cases) / PANELS_PER_ROW)
+    fig = new_figure(9.6, 2.2 * rows + 0.4)
+    for i, case in enumerate(cases):
         ax = fig.add_subplot(rows, PANELS_PER_ROW, i + 1)
         plot_case(ax, case, records)
         ax.set_title(f"case {case.id}", fontsize=9)
@@ -211,16 +227,18 @@ def symptom_table_html(case: Case | str, records: Records | None = None) -> str:
     return TABLE_OPEN + "".join(rows) + "</table>"
 
 
-def all_symptoms_html(records: Records | None = None) -> str:
-    """One table for every case: a row per case, a column per instrument; each cell the sign,
-    the case's value and, below it in grey, the healthy run's (what reads without a kernel)."""
-    records = _records(records)
-    head = ["case", *(html.escape(i.label) for i in INSTRUMENTS)]
+def all_symptoms_html(records: Records | None = None, *, group: str | None = None) -> str:
+    """One table for every case (of ``group``; None: every case): a row per case, a column per
+    instrument measured for one of them; each cell the sign, the case's value and, below it in
+    grey, the healthy run's (what reads without a kernel)."""
+    records, cases = _records(records), _cases(group)
+    measured = [i for i in INSTRUMENTS if any(i.metric(c.family) for c in cases)]
+    head = ["case", *(html.escape(i.label) for i in measured)]
     rows = [_row(head, head=True)]
-    for case in CASES:
+    for case in cases:
         mine, healthy = case_summaries(case, records)
         cells = [f"<b>{case.id}</b> {html.escape(case.family)}"]
-        for instrument in INSTRUMENTS:
+        for instrument in measured:
             sign, a, b = _cell(instrument, case.family, mine, healthy)
             shown = a if sign == "NaN" else f"<b>{sign}</b> {a}"  # no "NaN NaN"
             grey = f'<br><span style="{MUTED}">{b}</span>'
@@ -255,23 +273,24 @@ def examples_html(case: Case | str, records: Records | None = None) -> str:
     return ""
 
 
-def all_examples_html(records: Records | None = None) -> str:
-    """Every case's fill-in guesses or greedy samples beside its healthy run's, a row per case
-    ("—" where the family has none)."""
+def all_examples_html(records: Records | None = None, *, group: str | None = None) -> str:
+    """Every case's (of ``group``; None: every case) fill-in guesses or greedy samples beside its
+    healthy run's, a row per case ("—" where the family has none)."""
     records = _records(records)
     head = ["case", "guesses or samples of the case", "of its healthy run"]
     rows = [_row(head, head=True, align="left")]
-    for case in CASES:
+    for case in _cases(group):
         pair = [_examples(records[case.run]), _examples(records[case.reference])]
         cells = ["<br>".join(html.escape(x) for x in ex) or NOT_MEASURED for ex in pair]
         rows.append(_row([f"<b>{case.id}</b> {html.escape(case.family)}", *cells], align="left"))
     return TABLE_OPEN.replace("margin", "max-width:980px;margin") + "".join(rows) + "</table>"
 
 
-def diagnoses_html() -> str:
-    """The diagnoses to choose from: id (for ``check``) and what it means."""
+def diagnoses_html(group: str | None = None) -> str:
+    """The diagnoses to choose from in ``group`` (None: all): id (for ``check``) and what it
+    means."""
     rows = [_row(["diagnosis id", "what is wrong"], head=True, align="left")]
-    for d in DIAGNOSES.values():
+    for d in offered_diagnoses(group):
         rows.append(_row([f"<code>{d.id}</code>", html.escape(d.label)], align="left"))
     return TABLE_OPEN + "".join(rows) + "</table>"
 
@@ -367,17 +386,20 @@ class BugZooWidget(LessonWidget):
         return {c: DIAGNOSES[d].id == get_case(c).diagnosis for c, d in self.answers.items()}
 
 
-def _controls(case: str) -> dict[str, widgets.ValueWidget]:
+def _controls(case: str, group: str) -> dict[str, widgets.ValueWidget]:
     layout = {"style": {"description_width": "initial"}}
     return {
         "case": widgets.Dropdown(
-            options=[(f"case {c.id}", c.id) for c in CASES],
+            options=[(f"case {c.id}", c.id) for c in group_cases(group)],
             value=case,
             description="case",
             **layout,
         ),
         "diagnosis": widgets.Dropdown(
-            options=[("(choose a diagnosis)", ""), *((d.label, d.id) for d in DIAGNOSES.values())],
+            options=[
+                ("(choose a diagnosis)", ""),
+                *((d.label, d.id) for d in offered_diagnoses(group)),
+            ],
             value="",
             description="diagnosis",
             layout=widgets.Layout(width="720px"),
@@ -399,13 +421,18 @@ def _case_outputs(case: Case, records: Records, png: bytes) -> list[OutputRecord
     ]
 
 
-def bug_zoo_widget(records: Records | None = None, *, case: str = "A") -> BugZooWidget:
-    """Diagnose the cases one at a time (see the module docstring). ``records``: the recorded
-    runs (default: the shipped ones); ``case``: the case shown first. The answers so far are in
+def bug_zoo_widget(
+    records: Records | None = None, *, group: str = "part1", case: str | None = None
+) -> BugZooWidget:
+    """Diagnose the cases of ``group`` (one of :data:`~lmlessons.bugzoo.cases.GROUPS`) one at a
+    time (see the module docstring). ``records``: the recorded runs (default: the shipped ones);
+    ``case``: the case shown first (default: the group's first). The answers so far are in
     ``.answers`` (``{case letter: diagnosis id}``, what ``check("bug_zoo", ...)`` takes)."""
-    records = _records(records)
-    case = get_case(case).id
-    controls = _controls(case)
+    records, cases = _records(records), group_cases(group)
+    case = cases[0].id if case is None else get_case(case).id
+    if case not in {c.id for c in cases}:
+        raise ValueError(f"case {case!r} is not in group {group!r} ({GROUPS[group]})")
+    controls = _controls(case, group)
     case_box, diagnosis_box = controls["case"], controls["diagnosis"]
     answers: dict[str, str] = {}
     pictures: dict[str, bytes] = {}  # each case's figure, drawn once
@@ -429,7 +456,7 @@ def bug_zoo_widget(records: Records | None = None, *, case: str = "A") -> BugZoo
         chosen = diagnosis_box.value
         right, text = feedback(shown.id, chosen, records) if chosen else (None, "")
         n_right = sum(d == get_case(c).diagnosis for c, d in answers.items())
-        progress = f"{len(answers)} of {len(CASES)} cases answered, {n_right} right."
+        progress = f"{len(answers)} of {len(cases)} cases answered, {n_right} right."
         verdict = "none" if right is None else ("right" if right else "wrong")
         marker = bug_zoo_marker(shown.id, chosen, verdict, len(answers), n_right)
         note = f'<div style="{MUTED}font-size:12px">{progress}</div>'
