@@ -195,3 +195,36 @@ def test_claim_quiz_09_use_cache() -> None:
     with torch.no_grad():
         out = model(input_ids=torch.tensor([[5, 6, 7]]))
     assert out.past_key_values is None  # gradient checkpointing in training: no cache
+
+
+def test_claim_09_sdpa_calls_torch_sdpa(monkeypatch) -> None:
+    """attn_implementation="sdpa" calls torch's scaled_dot_product_attention once per layer and
+    gives eager's logits; "eager" never calls it."""
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    eager, sdpa = _gpt2("eager").eval(), _gpt2("sdpa").eval()
+    with torch.no_grad():
+        eager_logits = eager(input_ids=ids).logits
+        assert not calls
+        sdpa_logits = sdpa(input_ids=ids).logits
+    assert len(calls) == sdpa.config.n_layer
+    assert torch.allclose(eager_logits, sdpa_logits, atol=1e-5)
+
+
+def test_claim_09_wordpiece_loses_spacing() -> None:
+    """The course's WordPiece tokenizer (BERT's BertTokenizerFast kind) gives the same tokens to
+    "boy's" and "boy ' s", and decodes both to the spaced form: it is not lossless."""
+    from lmlessons.course.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    tight, spaced = "the boy's dog.", "the boy ' s dog."
+    assert tok(tight)["input_ids"] == tok(spaced)["input_ids"]
+    assert tok.decode(tok(tight, add_special_tokens=False)["input_ids"]) == spaced
+    assert tok.decode(tok("The Dog", add_special_tokens=False)["input_ids"]) == "the dog"
