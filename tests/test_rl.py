@@ -88,6 +88,7 @@ def test_run_summary_is_the_mean_and_spread_over_seeds(tmp_path):
     assert summary["grpo"]["first"] == 11 and summary["grpo"]["per_seed"] == [3.0, 5.0]
     assert summary["grpo"]["final"] == 4.0 and summary["grpo"]["std"] == pytest.approx(2**0.5)
     assert summary["dapo"]["final"] == 8.5
+    assert run_summary(data, "shorter", steps=(1, 2))["grpo"]["per_seed"] == [7.0, 9.0]
     with pytest.raises(ValueError, match="experiment"):
         run_summary(data, "longer")
     with pytest.raises(FileNotFoundError):

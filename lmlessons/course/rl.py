@@ -286,14 +286,20 @@ def recorded_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
 
 
 def run_summary(
-    data: dict[str, Any], experiment: str, *, metric: str = "mean_length", last: int = 5
+    data: dict[str, Any],
+    experiment: str,
+    *,
+    metric: str = "mean_length",
+    last: int = 5,
+    steps: tuple[int, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each run of ``experiment`` in :func:`recorded_runs`'s ``data``, grouped by
     ``(loss_type, beta)`` and summarised over its seeds: ``{"grpo": {"first": ..., "final":
     ..., "std": ..., "per_seed": [...], "beta": ...}, ...}`` (keyed ``"dapo, beta=0.04"`` when one
     loss type runs with several betas). ``first`` is the mean over seeds of step 1's ``metric``;
     ``final`` the mean over seeds of each seed's mean over its ``last`` steps, ``std`` their
-    standard deviation (Bessel's; 0 for one seed), ``per_seed`` those per-seed values."""
+    standard deviation (Bessel's; 0 for one seed), ``per_seed`` those per-seed values.
+    ``steps=(a, b)``: over steps ``a`` to ``b`` (1-based, both included) instead of the last."""
     if experiment not in data.get("experiments", {}):
         raise ValueError(f"experiment must be one of {sorted(data.get('experiments', {}))}")
     last = check_int("last", last, minimum=1)
@@ -308,7 +314,8 @@ def run_summary(
         groups.setdefault(key, []).append(run)
     out = {}
     for key, group in groups.items():
-        finals = [sum(r[metric][-last:]) / len(r[metric][-last:]) for r in group]
+        window = slice(-last, None) if steps is None else slice(steps[0] - 1, steps[1])
+        finals = [sum(r[metric][window]) / len(r[metric][window]) for r in group]
         mean = sum(finals) / len(finals)
         var = sum((f - mean) ** 2 for f in finals) / max(len(finals) - 1, 1)
         out[key] = {
