@@ -509,3 +509,19 @@ def test_fine_tune_defaults_100_steps_of_16_measured_every_20(chat_tok, heldout)
     assert history.num_steps == 100 and sorted(curve) == [0, 20, 40, 60, 80, 100]
     targets = sum(sum(t != -100 for t in encode_example(chat_tok, e)["labels"]) for e in examples)
     assert history.num_items == [targets] * 100  # every step: all 16 examples' answer tokens
+
+
+def test_load_seed_runs_reads_the_shipped_recording(tmp_path):
+    """The recording of ``python -m tools.answer_only_seeds``: every setting of lesson 10, one
+    value per seed of each metric, rates in [0, 1]; a folder without it is an error."""
+    from lmlessons.course.chat import SEED_RUN_SETTINGS, load_seed_runs
+
+    data = load_seed_runs()
+    assert len(data["seeds"]) >= 3 and data["num_heldout"] == len(instruction_set("validation"))
+    assert set(data["settings"]) == set(SEED_RUN_SETTINGS)
+    for run in data["settings"].values():
+        assert {len(v) for v in run.values()} == {len(data["seeds"])}
+        for key in ("greedy_answer_accuracy", "stop_rate"):
+            assert all(0.0 <= v <= 1.0 for v in run[key])
+    with pytest.raises(FileNotFoundError, match="no recorded seed runs"):
+        load_seed_runs(tmp_path)
