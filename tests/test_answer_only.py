@@ -99,6 +99,7 @@ def test_assistant_only_labels_rejects_bad_input():
         (lambda: assistant_only_labels([1, 2], [1, 2]), ValueError, "assistant_masks must hold"),
         (lambda: completion_only_labels("2", [3]), TypeError, "prompt_ids must be a "),
         (lambda: completion_only_labels([2], [[3]]), ValueError, "completion_ids must be one "),
+        (lambda: completion_only_labels([2], "3"), TypeError, "completion_ids must be a "),
         (lambda: completion_only_labels([2], []), ValueError, "completion_ids is empty"),
     ],
 )

@@ -428,31 +428,33 @@ def test_greedy_answers_are_greedy_with_eos_id_zero():
 
 
 def test_fine_tune_passes_its_options_to_the_batches_and_the_optimizer(chat_tok, heldout):
-    """Two passes over 4 examples (batches of 2), a second part of one step, every option away
-    from its default: the same losses as one call of train on the batches written out."""
-    examples, probe = heldout[:4], heldout[-2:]
+    """Two passes over 6 examples (batches of 2), a second part of one step, every option away
+    from its default, dropout drawing from the global generator between the two passes: the
+    same losses as one call of train on the batches written out."""
+    examples, probe = heldout[:6], heldout[-2:]
     options = {"train_on": "everything", "pad_is_eos": True}
-    model = tiny_gpt2(chat_tok, seed=0, n_embd=16, n_layer=1, n_head=2)
+    tiny = {"n_embd": 16, "n_layer": 1, "n_head": 2, "dropout": 0.1}
+    model = tiny_gpt2(chat_tok, seed=0, **tiny)
     history, curve = fine_tune(
         model,
         examples,
         chat_tok,
         heldout=probe,
-        max_steps=3,
-        eval_every=2,
+        max_steps=6,
+        eval_every=5,
         batch_size=2,
         lr=1e-2,
         seed=4,
         **options,
     )
-    assert history.step == [1, 2, 3] and set(curve) == {0, 2, 3}
-    one = tiny_gpt2(chat_tok, seed=0, n_embd=16, n_layer=1, n_head=2)
+    assert history.step == [1, 2, 3, 4, 5, 6] and set(curve) == {0, 5, 6}
+    one = tiny_gpt2(chat_tok, seed=0, **tiny)
     torch.manual_seed(4)
     batches = sft_batches(
         examples, chat_tok, batch_size=2, generator=torch.Generator().manual_seed(4), **options
     )
     optimizer = torch.optim.AdamW(one.parameters(), lr=1e-2, weight_decay=0.01)
-    single = train(one, batches, max_steps=3, optimizer=optimizer, warmup_steps=5, live=False)
+    single = train(one, batches, max_steps=6, optimizer=optimizer, warmup_steps=5, live=False)
     assert history.loss == pytest.approx(single.loss, rel=1e-6)
     assert history.num_items == single.num_items  # every token but [SEP]: train_on, pad_is_eos
     assert (history.objective, history.vocab_size) == (single.objective, single.vocab_size)
@@ -476,14 +478,19 @@ def test_joined_carries_steps_tokens_and_times_on():
     from lmlessons.course.chat import _joined
     from lmlessons.course.training import History
 
-    first = History(objective="clm", vocab_size=7, step=[1, 2], loss=[3.0, 2.0])
-    first.tokens_seen, first.wall_time, first.stopped_by = [10, 25], [1.0, 2.5], "max_steps"
+    first = History(objective="clm", vocab_size=7)
+    first.step, first.loss = [1, 2, 3], [3.0, 2.0, 1.8]
+    first.tokens_seen, first.wall_time, first.stopped_by = (
+        [10, 25, 30],
+        [1.0, 2.5, 4.0],
+        "max_steps",
+    )
     second = History(objective="clm", vocab_size=7, step=[1], loss=[1.5], tokens_seen=[8])
     second.wall_time, second.stopped_by = [0.5], "max_seconds"
     joined = _joined(first, second)
     assert (joined.objective, joined.vocab_size, joined.stopped_by) == ("clm", 7, "max_seconds")
-    assert (joined.step, joined.loss) == ([1, 2, 3], [3.0, 2.0, 1.5])
-    assert (joined.tokens_seen, joined.wall_time) == ([10, 25, 33], [1.0, 2.5, 3.0])
+    assert (joined.step, joined.loss) == ([1, 2, 3, 4], [3.0, 2.0, 1.8, 1.5])
+    assert (joined.tokens_seen, joined.wall_time) == ([10, 25, 30, 38], [1.0, 2.5, 4.0, 4.5])
     empty = History(objective="clm", vocab_size=7)  # a first part without steps: no offsets
     again = _joined(empty, second)
     assert (again.step, again.tokens_seen, again.wall_time) == ([1], [8], [0.5])
