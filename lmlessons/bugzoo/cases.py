@@ -9,9 +9,9 @@ stated: they are the one function its run swaps for its reference run's
 comparison with the reference run that :func:`claim_holds` checks on the recorded data (the
 tests check every one), so no feedback states something the runs did not show.
 
-Each case belongs to a *group* (:data:`GROUPS`): the lessons a learner needs before it (the
-cases of Part I after lesson 07, the Part II cases after lessons 09 and 10, the Part III cases
-after lessons 11 and 12).
+Each case belongs to a *group* (:data:`GROUPS`), by the lesson that teaches its bug: the cases
+of Part I (lessons 01 to 07, or no lesson), then those after lessons 09 and 10, then those after
+lessons 11 and 12, so that a learner meets each case once the lessons it needs are done.
 
 The prose (settings, groups, diagnoses, cases: titles, evidence, claims, why) is data, in
 ``lmlessons/data/content/bugzoo.toml``. Case letters do not follow the
@@ -51,6 +51,16 @@ __all__ = [
 
 RELATIONS = ("lower", "higher", "close", "nan", "zero", "below")
 
+#: The groups of cases, in the order a learner meets them: ``{group id: title}``; a case whose
+#: bug a lesson of :data:`_GROUP_LESSONS` teaches is in that lesson's group, every other in
+#: ``"part1"``.
+GROUPS: dict[str, str] = {
+    "part1": "Part I (lessons 01 to 07)",
+    "part2": "after lessons 09 and 10",
+    "part3": "after lessons 11 and 12",
+}
+_GROUP_LESSONS = {"part2": ("09", "10"), "part3": ("11", "12")}
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -88,13 +98,17 @@ class Case:
     evidence: str  # a template: {c[metric]} of the case, {r[metric]} of the reference
     claims: tuple[Claim, ...]
     lesson: str  # the lesson that teaches the bug ("" for none)
-    group: str  # one of GROUPS: the lessons a learner needs before the case
     why: str
 
     @property
     def family(self) -> str:
         """The case's model family (one of :data:`SETTINGS`)."""
         return model_family(self.run)
+
+    @property
+    def group(self) -> str:
+        """The case's group (one of :data:`GROUPS`), by the lesson that teaches its bug."""
+        return next((g for g, lessons in _GROUP_LESSONS.items() if self.lesson in lessons), "part1")
 
     @property
     def setting(self) -> str:
@@ -137,7 +151,7 @@ def _paragraph(text: str) -> str:
 
 def _case(case_id: str, entry: dict[str, Any]) -> Case:
     """One ``[cases.<id>]`` table of the content file as a :class:`Case`."""
-    same = {key: entry[key] for key in ("run", "reference", "diagnosis", "lesson", "group")}
+    same = {key: entry[key] for key in ("run", "reference", "diagnosis", "lesson")}
     prose = {key: _paragraph(entry[key]) for key in ("title", "evidence", "why")}
     claims = tuple(Claim(**claim) for claim in entry["claims"])
     return Case(id=case_id, claims=claims, **same, **prose)
@@ -152,8 +166,6 @@ SETTINGS: dict[str, str] = {
     family: _paragraph(text) for family, text in _CONTENT["settings"].items()
 }
 
-#: The groups of cases, in the order a learner meets them: ``{group id: title}``.
-GROUPS: dict[str, str] = {group: _paragraph(text) for group, text in _CONTENT["groups"].items()}
 
 DIAGNOSES: dict[str, Diagnosis] = {
     diagnosis_id: Diagnosis(
