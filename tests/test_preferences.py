@@ -70,3 +70,48 @@ def test_encode_pair_completions_end_in_one_sep(pairs, tokenizer):
 def test_encode_pair_rejects_a_non_pair(tokenizer):
     with pytest.raises(TypeError, match="pair"):
         encode_pair(tokenizer, {"prompt": []})
+
+
+def test_preference_sample_is_seeded_and_checked():
+    from lmlessons.course.preferences import preference_sample
+
+    first = preference_sample("validation", 8, seed=1)
+    assert first == preference_sample("validation", 8, seed=1)
+    assert first != preference_sample("validation", 8, seed=2)
+    assert len({p["prompt"][0]["content"] + p["task"] for p in first}) == 8  # no repeats
+    with pytest.raises(ValueError, match="n must be at most"):
+        preference_sample("validation", 10_000)
+
+
+def test_the_shipped_runs_cover_every_loss_type_beta_and_seed():
+    from lmlessons.course.preferences import RUN_LOSS_TYPES, preference_runs
+
+    record = preference_runs()
+    keys = {(r["loss_type"], r["beta"], r["seed"]) for r in record["runs"]}
+    betas = {r["beta"] for r in record["runs"]}
+    seeds = {r["seed"] for r in record["runs"]}
+    assert len(seeds) >= 3 and len(betas) >= 2
+    assert keys == {(t, b, s) for t in RUN_LOSS_TYPES for b in betas for s in seeds}
+    for r in record["runs"]:
+        assert len(r["steps"]) == len(r["probes"]) and r["steps"][0] == 0
+        assert len(r["loss"]) == r["steps"][-1]
+        start = r["probes"][0]
+        assert start["reward_accuracy"] == 0.0  # the policy is the reference: ties
+
+
+def test_preference_runs_names_a_missing_file(tmp_path):
+    from lmlessons.course.preferences import preference_runs
+
+    with pytest.raises(FileNotFoundError, match=r"tools\.preference_runs"):
+        preference_runs(tmp_path)
+
+
+def test_one_recorded_run_moves_the_policy():
+    from tools.preference_runs import run
+
+    record = run("sigmoid", 0.5, 0, steps=4)
+    assert record["steps"] == [0, 4] and len(record["loss"]) == 4
+    assert record["loss"][0] == pytest.approx(0.6931, abs=1e-4)  # policy = reference at step 1
+    before, after = record["probes"]
+    margin = [p["chosen_logps"] - p["rejected_logps"] for p in (before, after)]
+    assert margin[1] > margin[0]
