@@ -211,12 +211,16 @@ def test_the_wheel_holds_the_course_and_no_tool(wheel: Path) -> None:
             name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")
         }
     assert not [n for n in names if n.startswith("tools/")], "maintainer tools are not installed"
-    for needed in (
-        "lmlessons/data/tokenizer.json",
-        "lmlessons/data/checkpoints/bert.safetensors",
-        "lmlessons/py.typed",
-    ):
-        assert needed in names
+    tracked = subprocess.run(
+        ["git", "ls-files", "lmlessons/data", "lmlessons/py.typed"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert tracked, "git lists the package's data"
+    missing = sorted(set(tracked) - set(names))
+    assert not missing, f"package data left out of the wheel (pyproject.toml): {missing}"
     for name, text in sources.items():
         assert "playwright" not in text, name
         depth = name.count("/") - 1  # folders below lmlessons/
