@@ -114,9 +114,9 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
     titles = (
         "chosen log-prob (summed, nats)",
         "margin: chosen - rejected (nats)",
-        "share of pairs",
+        "policy prefers chosen (solid),\nrewards/accuracies (dotted)",
     )
-    for i, loss_type in enumerate(loss_types):
+    for loss_type in loss_types:
         runs = _runs(record, loss_type, beta)
         steps, color = runs[0]["steps"], f"C{RUN_LOSS_TYPES.index(loss_type)}"
         keys = ("chosen_logps", "margin", "policy_prefers_chosen")
@@ -142,21 +142,13 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
                 label=loss_type,
             )
         accuracy = [statistics.fmean(v) for v in zip(*_series(runs, "reward_accuracy"))]
-        axes[2].plot(
-            steps,
-            accuracy,
-            color=color,
-            ls=":",
-            lw=1.2,
-            label="rewards/accuracies" if i == 0 else None,
-        )
+        axes[2].plot(steps, accuracy, color=color, ls=":", lw=1.2)
     for ax, title in zip(axes, titles):
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=8)
         ax.set_xlabel("optimizer step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     axes[2].set_ylim(0, 1.02)
-    axes[2].legend(fontsize=7, loc="lower right", title="dotted:", title_fontsize=7)
     axes[0].legend(fontsize=7, loc="best")
     return fig
 
