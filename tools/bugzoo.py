@@ -4,7 +4,7 @@ Trains every run of :data:`lmlessons.bugzoo.runs.RUNS` (or the ``RUN``s named), 
 references included, with one thread, and writes their histories and symptoms to
 ``DIR/runs.json`` (rounded; see :mod:`lmlessons.bugzoo.records`), and nothing else:
 ``--out`` is required. Naming runs replaces only those in an existing file (the seconds of the
-others are kept). About 5 minutes on one core. The shipped file was made with::
+others are kept). About 7 minutes on one core. The shipped file was made with::
 
     python -m tools.bugzoo --out lmlessons/data/bugzoo
 

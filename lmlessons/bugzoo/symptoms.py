@@ -19,9 +19,9 @@ code reported.
   [SEP] within :data:`MAX_ANSWER_TOKENS` tokens; and a few greedy answers;
 * DPO: the chat fine-tuning symptoms, and on the held-out preference pairs (the healthy batch,
   the checkpoint as reference): how often the model itself gives the chosen answer the higher
-  log-probability (``preference_accuracy``), how often its chosen reward beats the rejected one
+  log-probability (``policy_prefers_chosen``), how often its chosen reward beats the rejected one
   (``reward_accuracy``, TRL's ``rewards/accuracies``), and the mean log-probability of the
-  chosen answers (``chosen_logprob``, TRL's ``logps/chosen``).
+  chosen answers (``chosen_logps``, TRL's ``logps/chosen``).
 """
 
 from __future__ import annotations
@@ -235,9 +235,9 @@ def _dpo_symptoms(
         rejected.append(logps[1])
         rewards.append(reward_accuracies(chosen_rewards, rejected_rewards))
     record["heldout"].update(
-        preference_accuracy=float((torch.cat(chosen) > torch.cat(rejected)).float().mean()),
+        policy_prefers_chosen=float((torch.cat(chosen) > torch.cat(rejected)).float().mean()),
         reward_accuracy=float(torch.cat(rewards).mean()),
-        chosen_logprob=float(torch.cat(chosen).mean()),
+        chosen_logps=float(torch.cat(chosen).mean()),
     )
     return record
 
