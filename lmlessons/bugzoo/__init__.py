@@ -6,8 +6,7 @@ a too-high learning rate, one with no bug at all). Its own layer, on top of the 
   accumulation, the ``Trainer``, the labels and the batches of chat fine-tuning, the preference
   batch and the reference log-probs of DPO);
 * :mod:`~lmlessons.bugzoo.data`: the sentence batches, conversations and preference pairs the
-  runs read, and
-  the bug zoo's prose and tables (``lmlessons/data/content/bugzoo.toml``);
+  runs read, and the bug zoo's prose and tables (``lmlessons/data/content/bugzoo.toml``);
 * :mod:`~lmlessons.bugzoo.loops`: the training loops, the course's and the ``Trainer``;
 * :mod:`~lmlessons.bugzoo.runs`: the runs (``RUNS``) and ``run``, which trains one;
 * :mod:`~lmlessons.bugzoo.symptoms`: what is measured on a trained model;

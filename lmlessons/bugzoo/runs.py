@@ -306,7 +306,7 @@ def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.G
 
 
 def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Generator) -> StepFn:
-    reference = run_model(spec, tokenizer).eval()  # the checkpoint again, never trained
+    reference = run_model(spec, tokenizer).eval()  # the model it starts from, never trained
     stream = row_batches(preference_data()[0], spec.batch_size, g)
 
     def step() -> dict[str, float]:
@@ -315,9 +315,10 @@ def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
         logps = sequence_logprobs(logits, batch["labels"])  # (2B,)
         ref_logps = spec.reference_logps(reference, model, batch)  # (2B,)
         losses, chosen, rejected = dpo_loss(*logps.chunk(2), *ref_logps.chunk(2), beta=BETA)
-        losses.mean().backward()
+        loss = losses.mean()
+        loss.backward()
         return {
-            "loss": losses.mean().item(),
+            "loss": loss.item(),
             "reward_accuracy": reward_accuracies(chosen, rejected).mean().item(),
             "num_items": int((shift_labels(batch["labels"]) != IGNORE_INDEX).sum()),
         }
@@ -337,9 +338,9 @@ _STEPS = {
 def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict[str, Any]:
     """Train run ``run_id`` (one of :data:`RUNS`) and return its record: ``history`` (per step:
     ``loss`` as the run's own code reports it, ``grad_norm``, ``num_items``; for pretraining
-    also ``mlm_loss``, ``nsp_loss``, ``nsp_accuracy``) and, with ``symptoms``, what the trained
-    model shows (:func:`lmlessons.bugzoo.symptoms.measure`). ``steps`` cuts the run short
-    (a prefix of the full run: the same first steps)."""
+    also ``mlm_loss``, ``nsp_loss``, ``nsp_accuracy``; for DPO ``reward_accuracy``) and, with
+    ``symptoms``, what the trained model shows (:func:`lmlessons.bugzoo.symptoms.measure`).
+    ``steps`` cuts the run short (a prefix of the full run: the same first steps)."""
     if run_id not in RUNS:
         raise ValueError(f"unknown run {run_id!r}; choose one of: {', '.join(RUNS)}")
     spec = RUNS[run_id]
@@ -356,7 +357,7 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
         step = _STEPS[spec.family](model, spec, tokenizer, g)
         record["history"] = train_loop(model, spec.lr, step, steps)
     if symptoms:
-        reference = run_model(RUNS["healthy_dpo"], tokenizer) if spec.family == "dpo" else None
+        reference = run_model(spec, tokenizer) if spec.family == "dpo" else None  # its start
         record.update(measure(model, spec.family, corpus, tokenizer, reference=reference))
         if spec.trainer is not None:
             record["one_step_check"] = trainer_one_step_check(model, spec, corpus.train, tokenizer)
