@@ -144,6 +144,30 @@ RUN_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The ``GRPOConfig`` settings every lesson run shares: on the CPU, a log entry every step,
+#: nothing saved, reported or shown as a progress bar.
+_QUIET_CPU_RUN: dict[str, Any] = {
+    "report_to": "none",
+    "save_strategy": "no",
+    "use_cpu": True,
+    "logging_steps": 1,
+    "disable_tqdm": True,
+}
+
+
+def _policy(output_dir: str, *, with_reference: bool) -> Any:
+    """The course GPT-2; ``with_reference``: also saved to ``output_dir/reference`` and named
+    by that path, from which TRL loads its reference model (``config._name_or_path``)."""
+    from lmlessons.course.checkpoints import load_checkpoint
+
+    model = load_checkpoint("gpt2")
+    if with_reference:
+        reference = Path(output_dir) / "reference"
+        model.save_pretrained(reference)
+        model.config._name_or_path = str(reference)
+    return model
+
+
 def grpo_trainer(
     output_dir: str,
     *,
@@ -166,8 +190,8 @@ def grpo_trainer(
     num_generations`` completions, sampled at temperature 1, no vLLM) and takes one optimizer
     step on them. With ``beta > 0`` the checkpoint is saved to ``output_dir/reference``, from
     where TRL loads its reference model. ``config``: more ``GRPOConfig`` arguments
-    (``gradient_accumulation_steps``,
-    ``steps_per_generation``, ``scale_rewards``, ...). Nothing else is written to ``output_dir``
+    (``gradient_accumulation_steps``, ``steps_per_generation``, ``scale_rewards``, ...).
+    Nothing else is written to ``output_dir``
     (``save_strategy="no"``, ``report_to="none"``) and nothing is printed while it trains
     (``PrinterCallback`` removed); TRL is imported here."""
     import datasets
@@ -175,7 +199,6 @@ def grpo_trainer(
     from transformers import PrinterCallback
 
     from lmlessons.course.chat import chat_tokenizer
-    from lmlessons.course.checkpoints import load_checkpoint
 
     num_prompts = check_int("num_prompts", num_prompts, minimum=1)
     num_generations = check_int("num_generations", num_generations, minimum=2)
@@ -183,11 +206,7 @@ def grpo_trainer(
     config.setdefault("disable_dropout", True)  # the policy's log-probs as the reference's
     args = trl.GRPOConfig(
         output_dir=output_dir,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        logging_steps=1,
-        disable_tqdm=True,
+        **_QUIET_CPU_RUN,
         seed=seed,
         data_seed=seed,
         max_steps=max_steps,
@@ -200,13 +219,8 @@ def grpo_trainer(
         max_completion_length=max_completion_length,
         **config,
     )
-    model = load_checkpoint("gpt2")
-    if beta > 0:  # TRL loads the reference model from the policy's _name_or_path: save it there
-        reference = Path(output_dir) / "reference"
-        model.save_pretrained(reference)
-        model.config._name_or_path = str(reference)
     trainer = trl.GRPOTrainer(
-        model=model,
+        model=_policy(output_dir, with_reference=beta > 0),
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=datasets.Dataset.from_list(rl_prompts(num_prompts)),
