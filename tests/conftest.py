@@ -59,7 +59,7 @@ def chat_tok():
     return chat_tokenizer()
 
 
-# TRL (a test dependency, requirements-test.txt): imported only inside these fixtures, as it takes
+# TRL (a course dependency, requirements.txt): imported only inside these fixtures, as it takes
 # seconds; a test that uses them is skipped, with the reason, where it is not installed.
 
 

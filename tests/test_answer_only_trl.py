@@ -1,7 +1,7 @@
 """Oracle: TRL's SFTTrainer prepares the same answer-only labels as the course, and its collator
 packs them as ``flatten_documents`` does.
 
-TRL is a test dependency (``requirements-test.txt``): the tests are skipped, with the reason, where
+TRL is a course dependency (``requirements.txt``): the tests are skipped, with the reason, where
 it is not installed. The ``SFTTrainer``s come from the session fixture ``sft_trainer``
 (``tests/conftest.py``): tiny GPT-2s, never trained; only their dataset preparation and their
 collators run.

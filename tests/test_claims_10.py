@@ -3,7 +3,7 @@ transformers and TRL.
 
 Each ``test_claim_10_*`` checks its entry of ``docs/claims.md`` (and those that name it) against the
 installed libraries: the course's chat tokenizer, tiny GPT-2 models built from configs, nothing
-downloaded. TRL is a test dependency (``requirements-test.txt``); its claims are skipped, with the
+downloaded. TRL is a course dependency (``requirements.txt``); its claims are skipped, with the
 reason, where it is not installed, and its ``SFTTrainer``s come from the session fixture
 ``sft_trainer`` (``tests/conftest.py``), shared with ``tests/test_answer_only_trl.py``.
 """

@@ -2,7 +2,7 @@
 
 Each ``test_claim_11_*`` checks its entry of ``docs/claims.md`` against the installed TRL, on the
 course GPT-2 checkpoint, the chat tokenizer and the course's preference set, nothing downloaded.
-TRL is a test dependency (``requirements-test.txt``): skipped, with the reason, without it.
+TRL is a course dependency (``requirements.txt``): skipped, with the reason, without it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ model that returns our policy log-probabilities and the reference ones passed as
 (``ref_chosen_logps`` in the batch, as with ``precompute_ref_log_probs=True``). SimPO is
 ``CPOTrainer.cpo_loss`` (``trl.experimental.cpo``), called on our tensors.
 
-TRL is a test dependency (``requirements-test.txt``): skipped, with the reason, without it.
+TRL is a course dependency (``requirements.txt``): skipped, with the reason, without it.
 """
 
 from __future__ import annotations
