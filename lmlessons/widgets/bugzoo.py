@@ -76,7 +76,7 @@ __all__ = [
 Records = Mapping[str, dict[str, Any]]
 Summary = Mapping[str, float]
 
-_RATES = ("accuracy", "rate", "error")
+_RATES = ("accuracy", "rate", "error", "prefers")  # shown in %
 _COUNTS = ("targets", "step", "tokens")
 CASE_COLOR, HEALTHY_COLOR = "#d7191c", "#4d4d4d"
 
