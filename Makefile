@@ -24,7 +24,7 @@ SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times clean
+.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -132,6 +132,16 @@ lesson-times: setup
 	  time $(VENV)/bin/jupyter nbconvert --to notebook --execute --output-dir "$$out" "$$nb" >/dev/null 2>&1 \
 	    || echo "FAILED $$nb"; \
 	done; echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The long runs the lessons replay (the bug zoo, lessons 10, 11 and 12), recorded again into a
+# folder outside the repository: compare with lmlessons/data/<topic>/, then copy what changed.
+# On 2 cores each takes from several minutes (bug zoo) to about 20 (GRPO).
+RECORD_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lmlessons/recordings
+record: setup
+	$(ONE_THREAD) $(PY) -m tools.bugzoo --out $(RECORD_DIR)/bugzoo
+	$(ONE_THREAD) $(PY) -m tools.answer_only_seeds --out $(RECORD_DIR)/answer_only
+	$(ONE_THREAD) $(PY) -m tools.preference_runs --out $(RECORD_DIR)/preference
+	$(ONE_THREAD) $(PY) -m tools.grpo_runs --out $(RECORD_DIR)/grpo
 
 clean:
 	rm -rf $(VENV) *.egg-info
