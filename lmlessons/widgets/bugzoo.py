@@ -171,10 +171,11 @@ def plot_all_cases(records: Records | None = None, *, group: str | None = None) 
     """Every case's train loss against its healthy run's (of ``group``; None: every case), one
     panel per case, 5 to a row."""
     records, cases = _records(records), _cases(group)
-    rows = math.ceil(len(cases) / PANELS_PER_ROW)
-    fig = new_figure(9.6, 2.2 * rows + 0.4)
+    columns = min(PANELS_PER_ROW, len(cases))
+    rows = math.ceil(len(cases) / columns)
+    fig = new_figure(1.92 * columns, 2.2 * rows + 0.4)
     for i, case in enumerate(cases):
-        ax = fig.add_subplot(rows, PANELS_PER_ROW, i + 1)
+        ax = fig.add_subplot(rows, columns, i + 1)
         plot_case(ax, case, records)
         ax.set_title(f"case {case.id}", fontsize=9)
         ax.tick_params(labelsize=7)
