@@ -42,6 +42,8 @@ GRADED = {
     "08_bug_zoo": ["bug_zoo"],
     "09_packing_and_perplexity": ["flatten_documents"],
     "10_answer_only": ["assistant_labels"],
+    "11_preference_losses": ["sequence_logprobs"],
+    "12_rl_losses": ["grpo_loss"],
 }
 
 

@@ -67,6 +67,8 @@ POINTS: dict[str, int] = {
     "bug_zoo": 2,
     "flatten_documents": 2,
     "assistant_labels": 2,
+    "sequence_logprobs": 2,
+    "grpo_loss": 2,
 }
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"

@@ -61,6 +61,10 @@ EXERCISE_MINUTES = {
     "rank_loss": (8, 15),
     "chunked_cross_entropy": (12, 25),
     "diagnoses": (15, 30),  # the bug zoo: eight cases to diagnose
+    "flatten_documents": (10, 20),
+    "assistant_labels": (10, 20),
+    "sequence_logprobs": (8, 15),
+    "grpo_loss": (10, 20),
 }
 DEFAULT_EXERCISE_MINUTES = (10, 20)
 
