@@ -90,5 +90,9 @@ LESSONS: list[Lesson] = [
            "layout=flattened position=10 document=1 sees=4 target=427 sees_other_documents=False"),
     Lesson("10_answer_only.ipynb",    Toggle("train on", "completion only"),
            "train_on=completion_only pad_is_eos=False targets=2 prompt_targets=0 eos_targets=1"),
+    Lesson("11_preference_losses.ipynb", Toggle("beta", "0.5"),  # beta 0.1 -> 0.5
+           "beta=0.5 loss_types=sigmoid,ipo,hinge"),
+    Lesson("12_rl_losses.ipynb",      Toggle("reward", "longer"),  # shorter -> longer
+           "experiment=longer loss_types=grpo,bnpo,dr_grpo,dapo"),
 ]
 # fmt: on
