@@ -172,7 +172,15 @@ def _quiz_questions(path: Path) -> int:
 
 
 def _run_seconds() -> dict[str, float]:
-    return json.loads(TIMES_FILE.read_text(encoding="utf-8"))["seconds"]
+    """Each lesson's measured run time; every lesson must have one."""
+    seconds = json.loads(TIMES_FILE.read_text(encoding="utf-8"))["seconds"]
+    missing = [p.stem for p in sorted(NOTEBOOKS.glob("*.ipynb")) if p.stem not in seconds]
+    if missing:
+        raise ValueError(
+            f"no measured run time for {', '.join(missing)} in docs/lesson_times.json: run "
+            "`make execute` (or `python -m tools.execute NN` for one lesson)"
+        )
+    return seconds
 
 
 def estimates() -> dict[str, Estimate]:
