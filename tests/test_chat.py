@@ -530,5 +530,6 @@ def test_load_seed_runs_reads_the_shipped_recording(tmp_path):
         assert {len(v) for v in run.values()} == {len(data["seeds"])}
         for key in ("greedy_answer_accuracy", "stop_rate"):
             assert all(0.0 <= v <= 1.0 for v in run[key])
-    with pytest.raises(FileNotFoundError, match="no recorded seed runs"):
+    with pytest.raises(FileNotFoundError) as raised:
         load_seed_runs(tmp_path)
+    assert str(raised.value) == f"no recorded seed runs at {str(tmp_path / 'seed_runs.json')!r}"
