@@ -87,3 +87,34 @@ def test_run_and_loss_start_figures_draw_one_line_per_run_type():
     labels = [line.get_label() for line in fig.axes[0].lines]
     assert "grpo, beta=0.04" in labels and "dapo, beta=0" in labels
     assert sum(label.startswith("beta x KL") for label in labels) == 2
+
+
+@pytest.mark.parametrize(
+    ("step1", "answer"),
+    [
+        ({"grpo": 2e-8, "bnpo": -0.2, "dr_grpo": -0.1, "dapo": -0.2}, "grpo only"),
+        ({"grpo": 0.0, "bnpo": 0.0, "dr_grpo": 0.0, "dapo": 0.0}, "all four"),
+        ({"grpo": 0.3, "bnpo": -0.2, "dr_grpo": -0.1, "dapo": -0.2}, "none of them"),
+        ({"grpo": 0.0, "bnpo": -0.2, "dr_grpo": 0.0, "dapo": -0.2}, "grpo and dr_grpo"),
+    ],
+)
+def test_zero_reveal_reads_the_answer_off_the_step_1_losses(step1, answer) -> None:
+    from lmlessons.widgets.grpo import ZERO_CHOICES, zero_reveal
+
+    measured, why = zero_reveal(step1)
+    assert measured == answer and measured in ZERO_CHOICES
+    assert "advantages of a group add up to 0" in why
+
+
+def test_zero_reveal_needs_every_loss_type() -> None:
+    from lmlessons.widgets.grpo import zero_reveal
+
+    with pytest.raises(ValueError, match="step1 must hold the loss of every loss_type"):
+        zero_reveal({"grpo": 0.0})
+
+
+def test_zero_reveal_names_no_choice_for_an_unforeseen_set() -> None:
+    from lmlessons.widgets.grpo import zero_reveal
+
+    with pytest.raises(ValueError, match="no choice describes"):
+        zero_reveal({"grpo": 0.1, "bnpo": 0.0, "dr_grpo": -0.1, "dapo": -0.2})

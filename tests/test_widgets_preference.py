@@ -95,3 +95,23 @@ def test_the_widget_rejects_bad_arguments():
         preference_runs_widget(_record(), beta=0.2)
     with pytest.raises(ValueError, match="loss_types"):
         preference_runs_widget(_record(), loss_types=("dpo",))
+
+
+@pytest.mark.parametrize(
+    ("share", "answer"),
+    [(1.0, "all 16"), (15 / 16, "13 to 15"), (13 / 16, "13 to 15"), (12 / 16, "12 or fewer")],
+)
+def test_prefer_reveal_reads_the_answer_off_the_measured_share(share, answer) -> None:
+    from lmlessons.widgets.preference import PREFER_CHOICES, prefer_reveal
+
+    measured, why = prefer_reveal(share)
+    assert measured == answer and measured in PREFER_CHOICES
+    assert "not where it stands" in why
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, True, "0.5"])
+def test_prefer_reveal_rejects_what_is_not_a_share(share) -> None:
+    from lmlessons.widgets.preference import prefer_reveal
+
+    with pytest.raises((TypeError, ValueError), match="prefers_chosen"):
+        prefer_reveal(share)

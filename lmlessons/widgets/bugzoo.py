@@ -387,13 +387,19 @@ class BugZooWidget(LessonWidget):
         return {c: DIAGNOSES[d].id == get_case(c).diagnosis for c, d in self.answers.items()}
 
 
+#: Each group's labels on its controls: one lesson shows the three widgets, and a label names
+#: one control on the page (for a screen reader and for the browser test).
+_LABEL_SUFFIX = {"part1": "", "part2": " (09-10)", "part3": " (11-12)"}
+
+
 def _controls(case: str, group: str) -> dict[str, widgets.ValueWidget]:
     layout = {"style": {"description_width": "initial"}}
+    suffix = _LABEL_SUFFIX[group]
     return {
         "case": widgets.Dropdown(
             options=[(f"case {c.id}", c.id) for c in group_cases(group)],
             value=case,
-            description="case",
+            description=f"case{suffix}",
             **layout,
         ),
         "diagnosis": widgets.Dropdown(
@@ -402,7 +408,7 @@ def _controls(case: str, group: str) -> dict[str, widgets.ValueWidget]:
                 *((d.label, d.id) for d in offered_diagnoses(group)),
             ],
             value="",
-            description="diagnosis",
+            description=f"diagnosis{suffix}",
             layout=widgets.Layout(width="720px"),
             **layout,
         ),

@@ -39,12 +39,18 @@ from lmlessons.widgets.display import (
 )
 
 __all__ = [
+    "ZERO_CHOICES",
+    "zero_reveal",
     "token_weight_figure",
     "accumulation_table",
     "runs_figure",
     "grpo_runs_widget",
     "loss_start_figure",
 ]
+
+#: Lesson 12's prediction: at step 1 (every ratio 1, beta = 0, a length reward), which loss
+#: types log 0?
+ZERO_CHOICES = ("none of them", "grpo only", "grpo and dr_grpo", "all four")
 
 _COLORS = {"grpo": "C0", "bnpo": "C1", "dr_grpo": "C2", "dapo": "C3"}
 _STYLES = {"grpo": "-", "bnpo": "--", "dr_grpo": ":", "dapo": "-."}  # a second cue
@@ -247,3 +253,24 @@ def loss_start_figure(data: Mapping[str, Any]) -> Any:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def zero_reveal(step1: Mapping[str, float], *, tolerance: float = 1e-6) -> tuple[str, str]:
+    """The measured answer to :data:`ZERO_CHOICES` and its explanation, from the step-1 loss TRL
+    logged for each ``loss_type`` (kept here so that the lesson's visible code does not give it)."""
+    missing = [t for t in LOSS_TYPES if t not in step1]
+    if missing:
+        raise ValueError(f"step1 must hold the loss of every loss_type, missing {missing}")
+    zero = tuple(t for t in LOSS_TYPES if abs(float(step1[t])) < tolerance)
+    named = dict(zip(((), ("grpo",), ("grpo", "dr_grpo"), LOSS_TYPES), ZERO_CHOICES, strict=True))
+    if zero not in named:
+        raise ValueError(f"no choice describes the loss types that logged 0: {zero}")
+    answer = named[zero]
+    why = (
+        "With every ratio 1 and beta = 0, each token's loss is minus its completion's advantage. "
+        "grpo weighs every completion 1/B, so its loss is minus the mean advantage, and the "
+        "advantages of a group add up to 0: the loss is 0 whatever the rewards. The token-level "
+        "types weigh a completion by its length, so they log minus a length-weighted mean of the "
+        "advantages, which is 0 only when the advantages do not correlate with length."
+    )
+    return answer, why

@@ -30,7 +30,18 @@ from lmlessons.widgets.display import (
     stream,
 )
 
-__all__ = ["run_summary", "summary_table", "plot_preference_runs", "preference_runs_widget"]
+__all__ = [
+    "PREFER_CHOICES",
+    "prefer_reveal",
+    "run_summary",
+    "summary_table",
+    "plot_preference_runs",
+    "preference_runs_widget",
+]
+
+#: Lesson 11's prediction: after the live DPO run, on how many of its 16 pairs does the policy
+#: itself give the chosen answer the higher log-probability?
+PREFER_CHOICES = ("all 16", "13 to 15", "12 or fewer")
 
 LINE_STYLES = {"sigmoid": "-", "ipo": "--", "hinge": "-.", "sigmoid_norm": ":", "simpo": "-"}
 MARKERS = {"sigmoid": "o", "ipo": "s", "hinge": "^", "sigmoid_norm": "D", "simpo": "x"}
@@ -197,3 +208,22 @@ def preference_runs_widget(
 
     rows = [widgets.HBox([controls[n] for n in RUN_LOSS_TYPES]), controls["beta"]]
     return LessonWidget(controls, draw, rows=rows)
+
+
+def prefer_reveal(prefers_chosen: float, num_pairs: int = 16) -> tuple[str, str]:
+    """The measured answer to :data:`PREFER_CHOICES` and its explanation, from the share of the
+    ``num_pairs`` pairs on which the policy gives the chosen answer the higher log-probability
+    after lesson 11's live run (kept here so that the lesson's visible code does not give it)."""
+    if isinstance(prefers_chosen, bool) or not isinstance(prefers_chosen, (int, float)):
+        raise TypeError(f"prefers_chosen must be a share, got {type(prefers_chosen).__name__}")
+    if not 0 <= prefers_chosen <= 1:
+        raise ValueError(f"prefers_chosen must be a share in [0, 1], got {prefers_chosen}")
+    n = round(num_pairs * prefers_chosen)
+    answer = PREFER_CHOICES[0] if n == num_pairs else PREFER_CHOICES[1 if n >= 13 else 2]
+    why = (
+        "A reward is a log-ratio against the reference. Where the reference preferred the "
+        "rejected answer by several nats, ten small steps raise the chosen log-ratio above the "
+        "rejected one (a 'correct' reward margin) long before they close the gap itself. The "
+        "reward accuracy measures how the policy moved, not where it stands."
+    )
+    return answer, why
