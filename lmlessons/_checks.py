@@ -7,6 +7,7 @@ also the one home of :data:`IGNORE_INDEX`.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, TypeGuard
@@ -48,6 +49,17 @@ def check_replace_probs(
             f"got {p_mask} + {p_random} = {p_mask + p_random}"
         )
     return p_mask, p_random
+
+
+def check_real(name: str, value: object, *, positive: bool = False) -> float:
+    """A finite real number (not a bool) as a float: ``> 0`` with ``positive``, else ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {number}")
+    return number
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:

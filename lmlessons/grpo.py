@@ -22,12 +22,15 @@ in consecutive rows (TRL's ``RepeatSampler`` order). File and line numbers below
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 
-from lmlessons._checks import check_float_tensor, check_int, check_num_items, check_same_shape
+from lmlessons._checks import (
+    check_float_tensor,
+    check_int,
+    check_num_items,
+    check_real,
+    check_same_shape,
+)
 from lmlessons.kl import k3
 
 __all__ = [
@@ -42,16 +45,6 @@ __all__ = [
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # TRL 1.16's default is "dapo"
 SCALE_REWARDS = ("group", "batch", "none")  # TRL 1.16's default is "group"
 STD_EPSILON = 1e-4  # added to the standard deviation before dividing (grpo_trainer.py:2787)
-
-
-def _check_number(name: str, value: object, *, minimum: float = 0.0) -> float:
-    """A finite real number ``>= minimum``, as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    number = float(value)
-    if not (math.isfinite(number) and number >= minimum):
-        raise ValueError(f"{name} must be a finite number >= {minimum}, got {number}")
-    return number
 
 
 def _check_like(name: str, value: object, shape: torch.Size) -> torch.Tensor:
@@ -177,9 +170,9 @@ def token_losses(
     """
     # 1. Validate: every tensor (B, C) but the advantages, (B, 1) or (B, C) from here on.
     logps, old, adv = _check_policy(logps, old_logps, advantages)
-    eps_low = _check_number("epsilon_low", epsilon_low)
-    eps_high = _check_number("epsilon_high", epsilon_high)
-    beta = _check_number("beta", beta)
+    eps_low = check_real("epsilon_low", epsilon_low)
+    eps_high = check_real("epsilon_high", epsilon_high)
+    beta = check_real("beta", beta)
     # 2. The probability ratio of each token, and its clipped copy.
     ratio = torch.exp(logps - old)  # (B, C)
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)  # (B, C)

@@ -19,9 +19,6 @@ and :func:`generalized_jsd` interpolates between them (TRL's ``GKDTrainer``).
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 import torch.nn.functional as F
 
@@ -31,6 +28,7 @@ from lmlessons._checks import (
     check_logits_labels,
     check_num_items,
     check_probability,
+    check_real,
     check_same_shape,
 )
 
@@ -102,11 +100,7 @@ def _log_probs(
     student = check_float_tensor("student_logits", student_logits)
     teacher = check_float_tensor("teacher_logits", teacher_logits)
     check_same_shape("student_logits", student, "teacher_logits", teacher, dims="(..., V)")
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a positive number, got {type(temperature).__name__}")
-    t = float(temperature)
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"temperature must be a positive number, got {t}")
+    t = check_real("temperature", temperature, positive=True)
     dtype = torch.promote_types(student.dtype, torch.float32)
     log_s = F.log_softmax(student.to(dtype) / t, dim=-1)  # (..., V)
     log_t = F.log_softmax(teacher.to(dtype) / t, dim=-1)  # (..., V)

@@ -20,14 +20,18 @@ of the log-probabilities of its completion tokens (:func:`sequence_logprobs`), a
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from lmlessons._checks import IGNORE_INDEX, check_float_tensor, check_int, check_logits_labels
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_float_tensor,
+    check_int,
+    check_logits_labels,
+    check_real,
+)
 from lmlessons.answer_only import completion_only_labels
 from lmlessons.losses import token_nll
 from lmlessons.packing import pad
@@ -49,16 +53,6 @@ __all__ = [
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "sigmoid_norm", "bco_pair")
 LENGTH_NORMALISED_LOSS_TYPES = ("ipo", "sigmoid_norm")
 EXAMPLE_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
-
-
-def _check_real(name: str, value: object, *, positive: bool) -> float:
-    """A finite real number, > 0 (``positive=True``) or >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
-    return value
 
 
 def _check_per_pair(values: Mapping[str, object]) -> list[torch.Tensor]:
@@ -252,7 +246,7 @@ def dpo_loss(
             "ref_rejected_logps": ref_rejected_logps,
         }
     )
-    beta = _check_real("beta", beta, positive=True)
+    beta = check_real("beta", beta, positive=True)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
     # 2. The log-ratios against the reference: the rewards, divided by beta.
@@ -288,8 +282,8 @@ def simpo_loss(
     chosen, rejected = _check_per_pair(
         {"chosen_avg_logps": chosen_avg_logps, "rejected_avg_logps": rejected_avg_logps}
     )
-    beta = _check_real("beta", beta, positive=True)
-    simpo_gamma = _check_real("simpo_gamma", simpo_gamma, positive=False)
+    beta = check_real("beta", beta, positive=True)
+    simpo_gamma = check_real("simpo_gamma", simpo_gamma, positive=False)
     logits = (chosen - rejected) - simpo_gamma / beta  # (B,): TRL's order of operations
     losses = -F.logsigmoid(beta * logits)  # (B,)
     return losses, beta * chosen.detach(), beta * rejected.detach()
