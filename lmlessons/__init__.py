@@ -58,23 +58,51 @@ if TYPE_CHECKING:  # the public API, the one list of it: mypy and IDEs read thes
 __version__ = "0.4.0"
 
 
-def _type_checking_imports() -> dict[str, str]:
-    """``{name: module}`` of the ``TYPE_CHECKING`` imports above, read from this file: at run
-    time the names are listed, not imported (that happens on first use, in ``__getattr__``)."""
-    import ast
-    from pathlib import Path
-
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    guard = next(node for node in tree.body if isinstance(node, ast.If))  # if TYPE_CHECKING:
-    return {
-        alias.name: str(node.module)
-        for node in guard.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-_HOMES = _type_checking_imports()  # {name: module}, in the order of the imports
+#: ``{name: module}``, the names the ``TYPE_CHECKING`` imports above list, in their order: imported
+#: on first use by ``__getattr__`` (tests/test_core_alone.py checks that the two lists agree).
+_HOMES: dict[str, str] = {
+    "assistant_only_labels": "lmlessons.answer_only",
+    "completion_only_labels": "lmlessons.answer_only",
+    "MLMCollator": "lmlessons.collator",
+    "clm_batches": "lmlessons.course.batches",
+    "mlm_batches": "lmlessons.course.batches",
+    "nsp_batches": "lmlessons.course.batches",
+    "pack_sequences": "lmlessons.course.batches",
+    "sop_batches": "lmlessons.course.batches",
+    "tokenize_documents": "lmlessons.course.batches",
+    "checkpoint_metrics": "lmlessons.course.checkpoints",
+    "heldout_metrics": "lmlessons.course.checkpoints",
+    "load_checkpoint": "lmlessons.course.checkpoints",
+    "Corpus": "lmlessons.course.corpus",
+    "load_corpus": "lmlessons.course.corpus",
+    "split_sentences": "lmlessons.course.corpus",
+    "count_parameters": "lmlessons.course.models",
+    "tiny_bert_config": "lmlessons.course.models",
+    "tiny_bert_lm_head": "lmlessons.course.models",
+    "tiny_bert_mlm": "lmlessons.course.models",
+    "tiny_bert_pretraining": "lmlessons.course.models",
+    "tiny_gpt2": "lmlessons.course.models",
+    "tiny_gpt2_config": "lmlessons.course.models",
+    "load_tokenizer": "lmlessons.course.tokenizer",
+    "train_tokenizer": "lmlessons.course.tokenizer",
+    "History": "lmlessons.course.training",
+    "evaluate": "lmlessons.course.training",
+    "train": "lmlessons.course.training",
+    "linear_cross_entropy": "lmlessons.linear_ce",
+    "bert_pretraining_loss": "lmlessons.losses",
+    "clm_loss": "lmlessons.losses",
+    "mlm_loss": "lmlessons.losses",
+    "nsp_loss": "lmlessons.losses",
+    "mask_tokens": "lmlessons.masking",
+    "flatten_documents": "lmlessons.packing",
+    "group_texts": "lmlessons.packing",
+    "pad_documents": "lmlessons.packing",
+    "make_nsp_pairs": "lmlessons.pairs",
+    "make_sop_pairs": "lmlessons.pairs",
+    "truncate_seq_pair": "lmlessons.pairs",
+    "pseudo_perplexity": "lmlessons.perplexity",
+    "shift_labels": "lmlessons.shifting",
+}
 __all__ = list(_HOMES)
 
 
