@@ -1,0 +1,354 @@
+"""A JupyterHub for one class on this machine: ``make hub`` (docs/teaching.md, "On JupyterHub").
+
+``python -m tools.hub install [--dir D]`` builds the hub's folder (default ``/srv/lmlessons-hub``):
+
+- ``venv/``: a venv from a Python every account can run (Debian's ``/usr/bin/python3``, not one in
+  root's home), with the course (``requirements.txt``) and the hub (``requirements-hub.txt``)
+  installed once for every learner, and no test, lint or website tools;
+- ``student/``: the student copies, copied into each learner's ``~/lessons`` at their first start;
+- ``exchange/``: nbgrader's exchange (release, fetch, submit, collect), writable by all, sticky;
+- ``jupyterhub_config.py`` (from ``hub/``), ``learner-config/`` (no formgrader for learners), the
+  proxy (``configurable-http-proxy`` from npm, in ``node/``), ``state/`` (the hub's database, root's
+  only); the teacher's account, with the nbgrader course in ``~teacher/course``.
+
+``python -m tools.hub run [--dir D] [--port P]`` starts the proxy and the hub on 127.0.0.1, prints
+the address and the passwords (made at each start unless ``LMLESSONS_HUB_PASSWORD`` and
+``LMLESSONS_HUB_ADMIN_PASSWORD`` are set), and on Ctrl-C stops every server, the hub and the
+proxy. Needs root: the hub makes an account per learner and starts servers as them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tools import classroom
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = Path("/srv/lmlessons-hub")
+GROUP = "lmlessons"
+TEACHER = "teacher"
+COURSE_ID = "lmlessons"
+PROXY = "configurable-http-proxy@5.3.0"
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+# nbgrader's server extensions and JupyterLab plugins that are the teacher's, not a learner's.
+TEACHER_ONLY_EXTENSIONS = [
+    "nbgrader.server_extensions.formgrader",
+    "nbgrader.server_extensions.course_list",
+]
+TEACHER_ONLY_PLUGINS = [
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:course-list",
+    "@jupyter/nbgrader:create-assignment",
+]
+READY_TIMEOUT_S = 60.0
+
+
+def run(cmd: Sequence[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd``, raising with its output if it fails."""
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        )
+    return done
+
+
+def make_venv(hub_dir: Path, python: Path) -> Path:
+    """``hub_dir/venv`` with the course and the hub installed (from the locks); its ``bin``."""
+    venv = hub_dir / "venv"
+    if not (venv / "bin" / "python").exists():
+        run([python, "-m", "venv", venv])
+    pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip", "install", "--quiet"]
+    run([*pip, "-r", ROOT / "requirements.txt", "-r", ROOT / "requirements-hub.txt"])
+    with tempfile.TemporaryDirectory() as tmp:  # a copy of the tracked files: pip builds there
+        files = run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
+        for name in filter(None, files):
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, Path(tmp) / name)
+        run([*pip, "--no-deps", tmp])
+    return venv / "bin"
+
+
+def link_venv(hub_dir: Path, site_packages: Path, scripts: Path, python: Path) -> Path:
+    """A venv of ``python`` that imports from an installed ``site_packages`` (the tests' own
+    environment, when it is readable by every account) instead of installing anew; its ``bin``.
+
+    The console scripts the hub runs are copied from ``scripts`` with this venv's interpreter.
+    """
+    venv = hub_dir / "venv"
+    run([python, "-m", "venv", "--without-pip", venv])
+    inner = next((venv / "lib").glob("python3*/site-packages"))
+    (inner / "lmlessons_link.pth").write_text(
+        f"import site; site.addsitedir({str(site_packages.resolve())!r})\n"
+    )
+    (venv / "share").mkdir(exist_ok=True)
+    (venv / "share" / "jupyter").symlink_to(scripts.parent / "share" / "jupyter")  # lab extensions
+    (venv / "etc" / "jupyter").mkdir(parents=True, exist_ok=True)
+    for name in (
+        "jupyter_server_config.d",
+        "jupyter_notebook_config.d",
+        "nbconfig",
+    ):  # enabled ones
+        if (scripts.parent / "etc" / "jupyter" / name).exists():
+            (venv / "etc" / "jupyter" / name).symlink_to(scripts.parent / "etc" / "jupyter" / name)
+    for name in ("jupyterhub", "jupyterhub-singleuser", "nbgrader", "alembic", "jupyter"):
+        body = (scripts / name).read_text().split("\n", 1)[1]
+        (venv / "bin" / name).write_text(f"#!{venv / 'bin' / 'python'}\n{body}")
+        (venv / "bin" / name).chmod(0o755)
+    return venv / "bin"
+
+
+def nbgrader_config(exchange: Path) -> str:
+    """nbgrader's settings for every account of the hub (the venv's ``etc/jupyter``)."""
+    return (
+        "# Written by tools/hub.py for every account of the class hub.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+    )
+
+
+def write_course_files(hub_dir: Path, venv_bin: Path) -> None:
+    """Student copies, exchange, hub config, nbgrader's settings and the learners' extensions."""
+    shutil.rmtree(hub_dir / "student", ignore_errors=True)
+    shutil.copytree(ROOT / "student", hub_dir / "student")
+    (hub_dir / "exchange").mkdir(exist_ok=True)
+    (hub_dir / "exchange").chmod(0o1777)  # everyone writes, no one deletes another's files
+    (hub_dir / "state").mkdir(mode=0o700, exist_ok=True)
+    shutil.copy2(ROOT / "hub" / "jupyterhub_config.py", hub_dir / "jupyterhub_config.py")
+    etc = venv_bin.parent / "etc" / "jupyter"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "nbgrader_config.py").write_text(nbgrader_config(hub_dir / "exchange"))
+    learner = hub_dir / "learner-config"
+    (learner / "labconfig").mkdir(parents=True, exist_ok=True)
+    off = {"ServerApp": {"jpserver_extensions": dict.fromkeys(TEACHER_ONLY_EXTENSIONS, False)}}
+    (learner / "jupyter_server_config.json").write_text(json.dumps(off, indent=1))
+    plugins = {"disabledExtensions": dict.fromkeys(TEACHER_ONLY_PLUGINS, True)}
+    (learner / "labconfig" / "page_config.json").write_text(json.dumps(plugins, indent=1))
+
+
+def add_account(name: str) -> Path:
+    """The system account ``name`` in the class group, its home readable by it alone; its home."""
+    run(["groupadd", "-f", GROUP])
+    if subprocess.run(["id", "-u", name], capture_output=True).returncode:
+        run(["useradd", "-m", "-K", "HOME_MODE=0700", "-g", GROUP, "-s", "/bin/bash", name])
+    return Path(os.path.expanduser(f"~{name}"))
+
+
+def chown_tree(path: Path, user: str) -> None:
+    run(["chown", "-R", f"{user}:{GROUP}", path])
+
+
+def setup_teacher(teacher: str = TEACHER) -> Path:
+    """The teacher's account and nbgrader course (``~/course``, rebuilt from the lessons)."""
+    home = add_account(teacher)
+    classroom.build(ROOT / "notebooks", home / "course")
+    jupyter = home / ".jupyter"
+    jupyter.mkdir(exist_ok=True)
+    (jupyter / "nbgrader_config.py").write_text(
+        f"c = get_config()  # noqa: F821\nc.CourseDirectory.root = {str(home / 'course')!r}\n"
+    )
+    chown_tree(home, teacher)
+    return home / "course"
+
+
+def install_proxy(hub_dir: Path) -> Path:
+    """configurable-http-proxy from npm, in ``hub_dir/node``; its command."""
+    command = hub_dir / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if not command.exists():
+        run(["npm", "install", "--prefix", hub_dir / "node", "--no-save", "--no-package-lock",
+             "--no-audit", "--no-fund", PROXY])  # fmt: skip
+    return command
+
+
+def install(hub_dir: Path, python: Path = SYSTEM_PYTHON, link: Path | None = None) -> None:
+    """Everything ``run`` needs, in ``hub_dir`` (see the module's docstring)."""
+    hub_dir.mkdir(parents=True, exist_ok=True)
+    hub_dir.chmod(0o755)
+    if link is None:
+        venv_bin = make_venv(hub_dir, python)
+    else:
+        venv_bin = link_venv(hub_dir, link, Path(sys.executable).parent, python)
+    write_course_files(hub_dir, venv_bin)
+    setup_teacher()
+    install_proxy(hub_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Hub:
+    """A running proxy and hub (``start``), stopped with ``stop`` (every server first)."""
+
+    hub_dir: Path
+    port: int = 8000
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+    settings: dict[str, str] = field(default_factory=dict)  # more LMLESSONS_HUB_* settings
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            **self.settings,
+            "LMLESSONS_HUB_DIR": str(self.hub_dir),
+            "LMLESSONS_HUB_PORT": str(self.port),
+            "LMLESSONS_HUB_PASSWORD": self.password,
+            "LMLESSONS_HUB_ADMIN_PASSWORD": self.admin_password,
+            "LMLESSONS_HUB_SERVICE_TOKEN": self.token,
+            "CONFIGPROXY_AUTH_TOKEN": self.settings.get("CONFIGPROXY_AUTH_TOKEN", self.token[:32]),
+        }
+
+    def start(self) -> Hub:
+        ports = {
+            k: str(free_port()) for k in ("LMLESSONS_HUB_API_PORT", "LMLESSONS_HUB_PROXY_API_PORT")
+        }
+        self.settings = {**ports, **self.settings}
+        log = self.hub_dir / "state"
+        hub_api = f"http://127.0.0.1:{self.settings['LMLESSONS_HUB_API_PORT']}"
+        proxy_api = self.settings["LMLESSONS_HUB_PROXY_API_PORT"]
+        proxy: list[str | Path] = [
+            install_proxy(self.hub_dir), "--ip", "127.0.0.1", "--port", str(self.port),
+            "--api-ip", "127.0.0.1", "--api-port", proxy_api,
+            "--default-target", hub_api, "--error-target", f"{hub_api}/hub/error",
+        ]  # fmt: skip
+        with open(log / "proxy.log", "ab") as out:
+            self.procs["proxy"] = subprocess.Popen(
+                [str(x) for x in proxy], env=self.env(), stdout=out, stderr=out
+            )
+        return self.start_hub()
+
+    def start_hub(self) -> Hub:
+        """(Re)start the hub alone: the proxy and the learners' servers keep running."""
+        hub: list[str | Path] = [
+            self.hub_dir / "venv" / "bin" / "jupyterhub",
+            "-f",
+            self.hub_dir / "jupyterhub_config.py",
+        ]
+        with open(self.hub_dir / "state" / "hub.log", "ab") as out:
+            self.procs["hub"] = subprocess.Popen(
+                [str(x) for x in hub],
+                cwd=self.hub_dir / "state",
+                env=self.env(),
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.procs["hub"].poll() is not None:
+                raise RuntimeError(
+                    f"the hub stopped at start: see {self.hub_dir / 'state' / 'hub.log'}"
+                )
+            try:
+                if self.api("GET", "/users").ok:
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"the hub did not answer in {READY_TIMEOUT_S:.0f} s")
+
+    def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """A call to the hub's REST API as the admin service."""
+        headers = {"Authorization": f"token {self.token}"}
+        return requests.request(
+            method, f"{self.url}/hub/api{path}", headers=headers, timeout=60, **kwargs
+        )
+
+    def stop_servers(self) -> None:
+        for user in self.api("GET", "/users").json():
+            if user.get("server"):
+                self.api("DELETE", f"/users/{user['name']}/server")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and any(
+            u.get("server") for u in self.api("GET", "/users").json()
+        ):
+            time.sleep(0.25)
+
+    def stop_process(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop(self) -> None:
+        """Every learner's server, then the hub, then the proxy."""
+        try:
+            if "hub" in self.procs and self.procs["hub"].poll() is None:
+                self.stop_servers()
+        finally:
+            self.stop_process("hub")
+            self.stop_process("proxy")
+
+
+def serve(hub_dir: Path, port: int) -> int:
+    """``make hub``: start, print how to log in, wait for Ctrl-C, stop everything."""
+    hub = Hub(hub_dir, port)
+    hub.password = os.environ.get("LMLESSONS_HUB_PASSWORD", hub.password)
+    hub.admin_password = os.environ.get("LMLESSONS_HUB_ADMIN_PASSWORD", hub.admin_password)
+    hub.start()
+    print(f"The class hub is at {hub.url}/  (log files in {hub_dir / 'state'})")
+    print(f"  learners: any name (letters, digits, - and _), password {hub.password}")
+    print(
+        f"  teacher:  {TEACHER}, password {hub.admin_password}  (formgrader: Nbgrader > Formgrader)"
+    )
+    print("Ctrl-C stops every server, the hub and the proxy.")
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        while all(p.poll() is None for p in hub.procs.values()):
+            time.sleep(1)
+        print("the hub or the proxy stopped: see the logs", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        hub.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.hub", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["install", "run"])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the hub's folder")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--python", type=Path, default=SYSTEM_PYTHON, help="a Python every account can run"
+    )
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("run as root: the hub makes an account per learner and starts servers as them")
+    if args.command == "install":
+        install(args.dir.resolve(), args.python)
+        return 0
+    return serve(args.dir.resolve(), args.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Simulated learners and a teacher on the class hub (tools/hub.py): what the hub tests and the
+load test (``python -m tools.hub_load``) drive.
+
+A learner logs in with the class password (the hub's login form, which makes their account),
+starts their server through the hub's REST API, runs code in a kernel through the Jupyter server's
+kernel API (a websocket), edits files through its contents API, and fetches and submits an
+assignment through nbgrader's Assignments API, all as a browser would, on 127.0.0.1. The teacher
+releases, collects and autogrades with nbgrader's commands in their own account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nbformat
+import requests
+import websocket
+
+from tools.hub import ROOT, TEACHER, Hub
+from tools.markers import has_solution_region, is_solution_cell
+
+T = TypeVar("T")
+R = TypeVar("R")
+READY_TIMEOUT_S = 300.0  # a whole class starting at once on 2 cores
+
+
+@dataclass
+class CellResult:
+    """What one cell did: its status (``ok``, ``error``, ``dead``), text output and seconds."""
+
+    status: str
+    output: str
+    seconds: float
+
+
+def lesson_cells(lesson: str, *, through: str) -> list[str]:
+    """The code cells of instructor lesson ``lesson`` (a name prefix), from the first through the
+    first one that contains ``through``: what a learner runs, answers included."""
+    path = next((ROOT / "notebooks").glob(f"{lesson}*.ipynb"))
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    end = next(i for i, source in enumerate(cells) if through in source)
+    return cells[: end + 1]
+
+
+@dataclass
+class Learner:
+    """One simulated learner of ``hub``."""
+
+    hub: Hub
+    name: str
+    session: requests.Session = field(default_factory=requests.Session)
+    token: str = ""
+    kernel: str = ""
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"{self.hub.url}/user/{self.name}"
+
+    def login(self, password: str | None = None) -> requests.Response:
+        """The hub's login form with the class password; then a token of this learner's own."""
+        form = self.session.get(f"{self.hub.url}/hub/login", timeout=60)
+        xsrf = self.session.cookies.get("_xsrf", "")
+        data = {"username": self.name, "password": password or self.hub.password, "_xsrf": xsrf}
+        reply = self.session.post(
+            f"{self.hub.url}/hub/login?next=", data=data, timeout=120, allow_redirects=False
+        )
+        form.raise_for_status()
+        if reply.status_code == 302:
+            made = self.hub.api(
+                "POST", f"/users/{self.name}/tokens", json={"note": "simulated learner"}
+            )
+            made.raise_for_status()
+            self.token = made.json()["token"]
+            self.session.headers["Authorization"] = f"token {self.token}"
+        return reply
+
+    def start_server(self) -> float:
+        """Ask the hub for this learner's server and wait until it answers; the seconds it took."""
+        start = time.monotonic()
+        self.session.post(
+            f"{self.hub.url}/hub/api/users/{self.name}/server", timeout=READY_TIMEOUT_S
+        )
+        while time.monotonic() - start < READY_TIMEOUT_S:
+            user = self.session.get(f"{self.hub.url}/hub/api/users/{self.name}", timeout=60).json()
+            if user.get("servers", {}).get("", {}).get("ready"):
+                self.times["ready"] = time.monotonic() - start
+                return self.times["ready"]
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name}'s server was not ready in {READY_TIMEOUT_S:.0f} s")
+
+    def server(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """A call to this learner's Jupyter server (through the proxy)."""
+        return self.session.request(method, f"{self.base}{path}", timeout=READY_TIMEOUT_S, **kwargs)
+
+    def start_kernel(self) -> str:
+        reply = self.server("POST", "/api/kernels", json={"name": "python3"})
+        reply.raise_for_status()
+        self.kernel = reply.json()["id"]
+        return self.kernel
+
+    def execute(self, code: str, timeout: float = READY_TIMEOUT_S) -> CellResult:
+        """Run ``code`` in this learner's kernel, as JupyterLab does (one execute request)."""
+        url = f"{self.base.replace('http', 'ws', 1)}/api/kernels/{self.kernel}/channels"
+        start = time.monotonic()
+        ws = websocket.create_connection(
+            url, header=[f"Authorization: token {self.token}"], timeout=timeout
+        )
+        try:
+            msg_id = uuid.uuid4().hex
+            ws.send(json.dumps(execute_request(msg_id, code, self.name)))
+            return collect_reply(ws, msg_id, start, timeout)
+        finally:
+            ws.close()
+
+    def run_cells(self, cells: Sequence[str]) -> CellResult:
+        """Run ``cells`` one after another, stopping at the first that fails; their total."""
+        start, outputs = time.monotonic(), []
+        for code in cells:
+            result = self.execute(code)
+            outputs.append(result.output)
+            if result.status != "ok":
+                return CellResult(result.status, "".join(outputs), time.monotonic() - start)
+        return CellResult("ok", "".join(outputs), time.monotonic() - start)
+
+    def assignment(self, action: str, assignment: str) -> requests.Response:
+        """nbgrader's Assignments tab: ``fetch`` or ``submit`` ``assignment``."""
+        data = {"assignment_id": assignment, "course_id": "lmlessons"}
+        return self.server("POST", f"/assignments/{action}", data=data)
+
+    def answer(self, assignment: str) -> None:
+        """Write the instructor's answers into the fetched ``assignment`` (the contents API)."""
+        path = f"/api/contents/{assignment}/{assignment}.ipynb"
+        model = self.server("GET", path).json()
+        solved = answered(nbformat.from_dict(model["content"]), assignment)
+        reply = self.server("PUT", path, json={"type": "notebook", "content": solved})
+        reply.raise_for_status()
+
+
+def execute_request(msg_id: str, code: str, username: str) -> dict:
+    """A Jupyter ``execute_request`` on the shell channel (the kernel websocket's JSON form)."""
+    header = {
+        "msg_id": msg_id,
+        "username": username,
+        "session": msg_id,
+        "msg_type": "execute_request",
+        "version": "5.3",
+    }
+    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+               "allow_stdin": False, "stop_on_error": True}  # fmt: skip
+    return {
+        "header": header,
+        "parent_header": {},
+        "metadata": {},
+        "content": content,
+        "channel": "shell",
+    }
+
+
+def collect_reply(ws: websocket.WebSocket, msg_id: str, start: float, timeout: float) -> CellResult:
+    """Read the kernel's messages for request ``msg_id`` until its reply and idle status."""
+    outputs: list[str] = []
+    status, idle = "", False
+    while not (status and idle):
+        if time.monotonic() - start > timeout:
+            return CellResult("timeout", "".join(outputs), time.monotonic() - start)
+        msg = json.loads(ws.recv())
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            outputs.append(content["text"])
+        elif kind == "error":
+            outputs.append(f"{content['ename']}: {content['evalue']}\n")
+        elif kind == "status" and content["execution_state"] == "idle":
+            idle = True
+        elif kind == "status" and content["execution_state"] == "dead":
+            return CellResult("dead", "".join(outputs), time.monotonic() - start)
+        elif kind == "execute_reply":
+            status = content["status"]
+    return CellResult(status, "".join(outputs), time.monotonic() - start)
+
+
+def answered(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNode:
+    """The release ``nb`` with each answer cell replaced by the instructor lesson's cell."""
+    lesson = nbformat.read(ROOT / "notebooks" / f"{assignment}.ipynb", as_version=4)
+    answers = [
+        c.source for c in lesson.cells if has_solution_region(c.source) and not is_solution_cell(c)
+    ]
+    cells = [c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    for cell, source in zip(cells, answers, strict=False):
+        cell.source = source
+    return nb
+
+
+def teacher_course() -> Path:
+    return Path(os.path.expanduser(f"~{TEACHER}")) / "course"
+
+
+def as_teacher(
+    hub: Hub, args: Sequence[str], timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ARGS`` (an nbgrader command) in the teacher's account, in their course folder."""
+    course = teacher_course()
+    env = {
+        "HOME": str(course.parent),
+        "PATH": f"{hub.hub_dir / 'venv' / 'bin'}:/usr/sbin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    cmd = ["runuser", "-u", TEACHER, "--", *args]
+    return subprocess.run(cmd, cwd=course, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def remove_accounts(names: Iterable[str]) -> None:
+    """Delete the accounts ``names`` (and their homes and memory cgroups), where they exist."""
+    for name in names:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "-r", name], capture_output=True)
+        for root in (Path("/sys/fs/cgroup/memory/lmlessons"), Path("/sys/fs/cgroup/lmlessons")):
+            if (root / name).is_dir():
+                (root / name).rmdir()
+
+
+def as_account(name: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Run Python ``code`` as account ``name`` (what a learner could do in a cell of their own)."""
+    return subprocess.run(
+        ["runuser", "-u", name, "--", "python3", "-c", code], capture_output=True, text=True
+    )
+
+
+def in_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:
+    """``[fn(x) for x in items]``, run in threads (each a learner at their own machine)."""
+    with ThreadPoolExecutor(max_workers=workers or max(1, len(items))) as pool:
+        return list(pool.map(fn, items))
