@@ -56,8 +56,10 @@ def course_account(name: str) -> bool:
 class ClassAuthenticator(LocalAuthenticator, SharedPasswordAuthenticator):
     """The class password for learners, the admin password for the teacher; new accounts made."""
 
-    def check_allowed(self, username, authentication=None):  # type: ignore[no-untyped-def]
-        return course_account(username) and super().check_allowed(username, authentication)
+    # Checked at every login, whatever the allow settings (allow_all skips check_allowed): an
+    # account of the machine that the hub did not make (root, a service) never logs in.
+    def check_blocked_users(self, username, authentication=None):  # type: ignore[no-untyped-def]
+        return course_account(username) and super().check_blocked_users(username, authentication)
 
 
 def _memory_cgroup(name: str) -> Path | None:

@@ -85,28 +85,40 @@ def make_venv(hub_dir: Path, python: Path) -> Path:
     return venv / "bin"
 
 
-def link_venv(hub_dir: Path, site_packages: Path, scripts: Path, python: Path) -> Path:
-    """A venv of ``python`` that imports from an installed ``site_packages`` (the tests' own
-    environment, when it is readable by every account) instead of installing anew; its ``bin``.
+def readable_by_all(path: Path) -> bool:
+    """Whether every account can read ``path``: it is world-readable, each folder above it open."""
+    path = path.resolve()
+    return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
 
-    The console scripts the hub runs are copied from ``scripts`` with this venv's interpreter.
+
+def link_venv(hub_dir: Path, env: Path, python: Path) -> Path:
+    """A venv of ``python`` that imports the packages of the installed venv ``env`` (the tests' own)
+    instead of installing them anew, with a copy of the course; its ``bin``.
+
+    Where ``env`` is not readable by every account (a home folder), its packages are copied first
+    (hard links where the file system allows). The console scripts the hub runs are copied from
+    ``env/bin`` with this venv's interpreter.
     """
     venv = hub_dir / "venv"
     run([python, "-m", "venv", "--without-pip", venv])
+    scripts = env / "bin"
+    if not readable_by_all(env / "lib"):
+        for part in ("lib", "share/jupyter", "etc/jupyter"):
+            (hub_dir / "env" / part).parent.mkdir(parents=True, exist_ok=True)
+            if subprocess.run(["cp", "-al", env / part, hub_dir / "env" / part]).returncode:
+                run(["cp", "-a", env / part, hub_dir / "env" / part])
+        env = hub_dir / "env"
     inner = next((venv / "lib").glob("python3*/site-packages"))
-    (inner / "lmlessons_link.pth").write_text(
-        f"import site; site.addsitedir({str(site_packages.resolve())!r})\n"
+    outer = next((env / "lib").glob("python3*/site-packages"))
+    (inner / "lmlessons_link.pth").write_text(f"import site; site.addsitedir({str(outer)!r})\n")
+    shutil.copytree(
+        ROOT / "lmlessons", inner / "lmlessons", ignore=shutil.ignore_patterns("__pycache__")
     )
     (venv / "share").mkdir(exist_ok=True)
-    (venv / "share" / "jupyter").symlink_to(scripts.parent / "share" / "jupyter")  # lab extensions
-    (venv / "etc" / "jupyter").mkdir(parents=True, exist_ok=True)
-    for name in (
-        "jupyter_server_config.d",
-        "jupyter_notebook_config.d",
-        "nbconfig",
-    ):  # enabled ones
-        if (scripts.parent / "etc" / "jupyter" / name).exists():
-            (venv / "etc" / "jupyter" / name).symlink_to(scripts.parent / "etc" / "jupyter" / name)
+    (venv / "share" / "jupyter").symlink_to(env / "share" / "jupyter")  # JupyterLab, its extensions
+    for name in ("jupyter_server_config.d", "jupyter_notebook_config.d", "nbconfig"):
+        (venv / "etc" / "jupyter").mkdir(parents=True, exist_ok=True)
+        (venv / "etc" / "jupyter" / name).symlink_to(env / "etc" / "jupyter" / name)
     for name in ("jupyterhub", "jupyterhub-singleuser", "nbgrader", "alembic", "jupyter"):
         body = (scripts / name).read_text().split("\n", 1)[1]
         (venv / "bin" / name).write_text(f"#!{venv / 'bin' / 'python'}\n{body}")
@@ -177,16 +189,16 @@ def install_proxy(hub_dir: Path) -> Path:
     return command
 
 
-def install(hub_dir: Path, python: Path = SYSTEM_PYTHON, link: Path | None = None) -> None:
-    """Everything ``run`` needs, in ``hub_dir`` (see the module's docstring)."""
+def install(
+    hub_dir: Path, python: Path = SYSTEM_PYTHON, link: Path | None = None, teacher: str = TEACHER
+) -> None:
+    """Everything ``run`` needs, in ``hub_dir`` (see the module's docstring). ``link``: an
+    installed venv whose packages the hub uses instead of its own (the tests'; ``link_venv``)."""
     hub_dir.mkdir(parents=True, exist_ok=True)
     hub_dir.chmod(0o755)
-    if link is None:
-        venv_bin = make_venv(hub_dir, python)
-    else:
-        venv_bin = link_venv(hub_dir, link, Path(sys.executable).parent, python)
+    venv_bin = make_venv(hub_dir, python) if link is None else link_venv(hub_dir, link, python)
     write_course_files(hub_dir, venv_bin)
-    setup_teacher()
+    setup_teacher(teacher)
     install_proxy(hub_dir)
 
 
@@ -202,6 +214,7 @@ class Hub:
 
     hub_dir: Path
     port: int = 8000
+    teacher: str = TEACHER
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     token: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -218,6 +231,7 @@ class Hub:
             **self.settings,
             "LMLESSONS_HUB_DIR": str(self.hub_dir),
             "LMLESSONS_HUB_PORT": str(self.port),
+            "LMLESSONS_HUB_TEACHER": self.teacher,
             "LMLESSONS_HUB_PASSWORD": self.password,
             "LMLESSONS_HUB_ADMIN_PASSWORD": self.admin_password,
             "LMLESSONS_HUB_SERVICE_TOKEN": self.token,

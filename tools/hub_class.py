@@ -25,7 +25,7 @@ import nbformat
 import requests
 import websocket
 
-from tools.hub import ROOT, TEACHER, Hub
+from tools.hub import ROOT, SYSTEM_PYTHON, Hub
 from tools.markers import has_solution_region, is_solution_cell
 
 T = TypeVar("T")
@@ -179,6 +179,8 @@ def collect_reply(ws: websocket.WebSocket, msg_id: str, start: float, timeout: f
         kind, content = msg["msg_type"], msg["content"]
         if kind == "stream":
             outputs.append(content["text"])
+        elif kind in ("execute_result", "display_data"):
+            outputs.append(content["data"].get("text/plain", "") + "\n")
         elif kind == "error":
             outputs.append(f"{content['ename']}: {content['evalue']}\n")
         elif kind == "status" and content["execution_state"] == "idle":
@@ -202,38 +204,43 @@ def answered(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNod
     return nb
 
 
-def teacher_course() -> Path:
-    return Path(os.path.expanduser(f"~{TEACHER}")) / "course"
+def teacher_course(teacher: str) -> Path:
+    return Path(os.path.expanduser(f"~{teacher}")) / "course"
 
 
 def as_teacher(
     hub: Hub, args: Sequence[str], timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``ARGS`` (an nbgrader command) in the teacher's account, in their course folder."""
-    course = teacher_course()
+    course = teacher_course(hub.teacher)
     env = {
         "HOME": str(course.parent),
         "PATH": f"{hub.hub_dir / 'venv' / 'bin'}:/usr/sbin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
     }
-    cmd = ["runuser", "-u", TEACHER, "--", *args]
+    cmd = ["runuser", "-u", hub.teacher, "--", *args]
     return subprocess.run(cmd, cwd=course, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def remove_accounts(names: Iterable[str]) -> None:
-    """Delete the accounts ``names`` (and their homes and memory cgroups), where they exist."""
+    """Delete the accounts ``names`` (their processes, homes and memory cgroups), where they exist."""
     for name in names:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
         subprocess.run(["userdel", "-r", name], capture_output=True)
         for root in (Path("/sys/fs/cgroup/memory/lmlessons"), Path("/sys/fs/cgroup/lmlessons")):
-            if (root / name).is_dir():
-                (root / name).rmdir()
+            for _ in range(50):  # the killed processes leave their cgroup within moments
+                try:
+                    if (root / name).is_dir():
+                        (root / name).rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 def as_account(name: str, code: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` as account ``name`` (what a learner could do in a cell of their own)."""
     return subprocess.run(
-        ["runuser", "-u", name, "--", "python3", "-c", code], capture_output=True, text=True
+        ["runuser", "-u", name, "--", str(SYSTEM_PYTHON), "-c", code], capture_output=True, text=True
     )
 
 
