@@ -135,3 +135,14 @@ def test_no_one_logs_in_as_an_existing_account_or_without_the_password(hub: hubt
     assert Learner(hub, "root").login().status_code != 302  # the class password is not root's
     assert Learner(hub, "daemon").login().status_code != 302
     assert Learner(hub, "lmlt-eve").login("not the password").status_code != 302
+
+
+def test_the_teachers_formgrader_lists_the_submissions(hub: hubtool.Hub, learners: list[Learner]) -> None:
+    """Runs after the submission test: the formgrader is the teacher's, not the learners'."""
+    teacher = Learner(hub, TEACHER)
+    assert teacher.login(hub.admin_password).status_code == 302
+    teacher.start_server()
+    listed = teacher.server("GET", f"/formgrader/api/submissions/{ASSIGNMENT}").json()
+    assert {s["student"] for s in listed if s["submitted"]} == set(LEARNERS)
+    assert learners[0].server("GET", "/formgrader/api/status").status_code == 404
+    assert learners[0].server("GET", "/assignments?course_id=lmlessons").status_code == 200
