@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two install stamps: the course alone (what a learner needs, make lab) and everything (make setup).
+COURSE_STAMP := $(VENV)/.installed-course
 STAMP := $(VENV)/.installed
 # Keep the repo clean: no bytecode, no pytest cache, caches in the user's cache dir.
 export PYTHONDONTWRITEBYTECODE := 1
@@ -24,22 +26,33 @@ SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times record clean
+.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
-$(STAMP): requirements.txt requirements-test.txt pyproject.toml
+# The course: its lock and the editable package, nothing else (torch's requirement brings the
+# setuptools that the editable install builds with).
+$(COURSE_STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps --no-build-isolation -e .
+	touch $(COURSE_STAMP)
+
+# On top of the course: tests, lint, the website, nbgrader and the hub's packages (one resolve of
+# all three locks, so a package they share keeps its one pin).
+$(STAMP): $(COURSE_STAMP) requirements-hub.txt requirements-test.txt
+	$(PY) -m pip install -r requirements.txt -r requirements-hub.txt -r requirements-test.txt
 	touch $(STAMP)
+
+setup-course: $(COURSE_STAMP)
 
 setup: $(STAMP)
 
 $(AXE):
 	npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund $(AXE_CORE)
 
-# JupyterLab refuses to run as root (containers, Binder-like set-ups) without --allow-root.
-lab: setup
+# The course alone (setup-course), not the test and site tools. JupyterLab refuses to run as root
+# (containers, Binder-like set-ups) without --allow-root.
+lab: setup-course
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
 # ruff (lint and format check) and mypy over all the code (config in pyproject.toml); the lessons'
