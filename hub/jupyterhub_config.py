@@ -44,13 +44,14 @@ CGROUP_ROOTS = (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup"))  # cgroup
 def course_account(name: str) -> bool:
     """Whether ``name`` may log in: an account the hub made, or one it is about to make."""
     try:
-        pwd.getpwnam(name)
+        account = pwd.getpwnam(name)
     except KeyError:
         return True
-    return (
-        name in grp.getgrnam(GROUP).gr_mem
-        or pwd.getpwnam(name).pw_gid == grp.getgrnam(GROUP).gr_gid
-    )
+    try:
+        group = grp.getgrnam(GROUP)
+    except KeyError:  # no class group yet: no existing account is the hub's
+        return False
+    return account.pw_gid == group.gr_gid or name in group.gr_mem
 
 
 class ClassAuthenticator(LocalAuthenticator, SharedPasswordAuthenticator):

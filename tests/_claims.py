@@ -13,8 +13,8 @@ A ledger entry is a level-3 heading with the claim id, then four bullets::
 no test is copied to carry a second name), a citation of code
 (``cite owner/repo@<40-hex commit> path#L<n>`` or ``#L<n>-L<m>``), or a citation of a paper
 (``paper arXiv:<id>, <where in the paper>``). The anchor is a piece of the lesson's text
-(whitespace folded) that makes the claim: ``lesson`` is a lesson number (``07``) or a quiz
-(``quiz 07``).
+(whitespace folded) that makes the claim: ``lesson`` is a lesson number (``07``), a quiz
+(``quiz 07``) or ``teaching`` (docs/teaching.md).
 """
 
 from __future__ import annotations
@@ -122,7 +122,10 @@ def question_text(question: Any) -> str:
 
 @functools.cache
 def lesson_text(lesson: str) -> str:
-    """The folded text an anchor of ``lesson`` ("07" or "quiz 07") must occur in."""
+    """The folded text an anchor of ``lesson`` ("07", "quiz 07", or "teaching" for the teachers'
+    guide, docs/teaching.md) must occur in."""
+    if lesson == "teaching":
+        return fold((ROOT / "docs" / "teaching.md").read_text(encoding="utf-8"))
     if lesson.startswith("quiz "):
         return " ".join(question_text(q) for q in quiz_questions(lesson.split()[1]))
     (path,) = [p for p in LESSONS if p.name.startswith(lesson + "_")]

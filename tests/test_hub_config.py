@@ -1,0 +1,73 @@
+"""The class hub's configuration (hub/jupyterhub_config.py) read as JupyterHub reads it, without
+starting a hub, and the Kubernetes values (hub/z2jh-values.yaml) that must make the same choices."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("jupyterhub")
+from traitlets.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = {
+    "LMLESSONS_HUB_DIR": "/srv/class",
+    "LMLESSONS_HUB_PASSWORD": "a class password",
+    "LMLESSONS_HUB_ADMIN_PASSWORD": "x" * 32,
+}
+
+
+def load(monkeypatch: pytest.MonkeyPatch, **settings: str) -> tuple[Config, dict]:
+    """The config JupyterHub would get, and the config file's names (its functions)."""
+    for name in [n for n in os.environ if n.startswith("LMLESSONS_HUB_")]:
+        monkeypatch.delenv(name)
+    for name, value in {**SETTINGS, **settings}.items():
+        monkeypatch.setenv(name, value)
+    c = Config()
+    names = {"get_config": lambda: c, "__file__": str(ROOT / "hub" / "jupyterhub_config.py")}
+    exec((ROOT / "hub" / "jupyterhub_config.py").read_text(), names)
+    return c, names
+
+
+def test_the_config_keeps_servers_and_proxy_across_a_hub_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c, _ = load(monkeypatch)
+    assert c.JupyterHub.cleanup_servers is False
+    assert c.ConfigurableHTTPProxy.should_start is False
+    assert c.JupyterHub.ip == "127.0.0.1"
+    assert c.Spawner.cmd == ["/srv/class/venv/bin/jupyterhub-singleuser"]
+
+
+def test_the_settings_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    c, _ = load(monkeypatch, LMLESSONS_HUB_MEM_LIMIT="3G", LMLESSONS_HUB_TEACHER="prof")
+    assert c.Spawner.mem_limit == "3G" and c.Authenticator.admin_users == {"prof"}
+    culler = next(s for s in c.JupyterHub.services if s["name"] == "idle-culler")
+    assert "--timeout=3600" in culler["command"]
+    assert not any(s["name"] == "lmlessons" for s in c.JupyterHub.services)  # no token, no service
+
+
+def test_an_existing_account_outside_the_class_cannot_log_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, names = load(monkeypatch)
+    assert names["course_account"]("root") is False
+    assert names["course_account"]("no-such-account-here") is True  # the hub will make it
+
+
+def test_the_kubernetes_values_make_the_same_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    c, names = load(monkeypatch)
+    values = yaml.safe_load((ROOT / "hub" / "z2jh-values.yaml").read_text())
+    user = values["singleuser"]
+    assert user["memory"]["limit"] == c.Spawner.mem_limit
+    assert user["defaultUrl"] == c.Spawner.default_url
+    assert user["extraEnv"] == {k: v for k, v in c.Spawner.environment.items() if k != "PATH"}
+    assert values["cull"]["timeout"] == names["IDLE_TIMEOUT_S"]
+    assert values["hub"]["config"]["Authenticator"]["admin_users"] == sorted(
+        c.Authenticator.admin_users
+    )
+    copy = " ".join(user["lifecycleHooks"]["postStart"]["exec"]["command"])
+    assert c.Spawner.default_url.split("/lab/tree/")[1].split("/")[0] in copy  # ~/lessons
