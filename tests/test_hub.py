@@ -1,4 +1,4 @@
-"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py), a small pass in ``make test``.
+"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py): the small pass of make test.
 
 A real JupyterHub, proxy and nbgrader exchange on 127.0.0.1, with two simulated learners
 (tools/hub_class.py) who log in with the class password, each in an account of their own, run
@@ -99,7 +99,9 @@ def test_learners_run_lesson_01_each_in_their_own_account(learners: list[Learner
     assert home.stat().st_mode & 0o077 == 0  # the home is its owner's alone
 
 
-def test_a_submission_is_collected_and_autograded(hub: hubtool.Hub, learners: list[Learner]) -> None:
+def test_a_submission_is_collected_and_autograded(
+    hub: hubtool.Hub, learners: list[Learner]
+) -> None:
     ada, bo = learners
     for learner in learners:
         assert learner.assignment("fetch", ASSIGNMENT).json()["success"]
@@ -120,7 +122,9 @@ def test_a_submission_is_collected_and_autograded(hub: hubtool.Hub, learners: li
     assert scores == {ada.name: full, bo.name: 0.0} and full > 0
 
 
-def test_a_learner_cannot_read_another_learners_work(hub: hubtool.Hub, learners: list[Learner]) -> None:
+def test_a_learner_cannot_read_another_learners_work(
+    hub: hubtool.Hub, learners: list[Learner]
+) -> None:
     ada, bo = learners
     mine = Path(os.path.expanduser(f"~{ada.name}")) / "lessons" / "01_mlm_masking.ipynb"
     tried = as_account(bo.name, f"open({str(mine)!r}).read()")
@@ -137,7 +141,9 @@ def test_no_one_logs_in_as_an_existing_account_or_without_the_password(hub: hubt
     assert Learner(hub, "lmlt-eve").login("not the password").status_code != 302
 
 
-def test_the_teachers_formgrader_lists_the_submissions(hub: hubtool.Hub, learners: list[Learner]) -> None:
+def test_the_teachers_formgrader_lists_the_submissions(
+    hub: hubtool.Hub, learners: list[Learner]
+) -> None:
     """Runs after the submission test: the formgrader is the teacher's, not the learners'."""
     teacher = Learner(hub, TEACHER)
     assert teacher.login(hub.admin_password).status_code == 302

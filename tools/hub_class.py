@@ -223,7 +223,7 @@ def as_teacher(
 
 
 def remove_accounts(names: Iterable[str]) -> None:
-    """Delete the accounts ``names`` (their processes, homes and memory cgroups), where they exist."""
+    """Delete the accounts ``names`` (processes, homes, memory cgroups), where they exist."""
     for name in names:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
         subprocess.run(["userdel", "-r", name], capture_output=True)
@@ -240,7 +240,9 @@ def remove_accounts(names: Iterable[str]) -> None:
 def as_account(name: str, code: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` as account ``name`` (what a learner could do in a cell of their own)."""
     return subprocess.run(
-        ["runuser", "-u", name, "--", str(SYSTEM_PYTHON), "-c", code], capture_output=True, text=True
+        ["runuser", "-u", name, "--", str(SYSTEM_PYTHON), "-c", code],
+        capture_output=True,
+        text=True,
     )
 
 
