@@ -1,4 +1,4 @@
-"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py): the small pass of make test.
+"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py): make test's small pass.
 
 A real JupyterHub, proxy and nbgrader exchange on 127.0.0.1, with two simulated learners
 (tools/hub_class.py) who log in with the class password, each in an account of their own, run
