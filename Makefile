@@ -26,7 +26,7 @@ SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-site site execute student content classroom screenshots bench budgets lesson-times record clean
+.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
 # The course: its lock and the editable package, nothing else (torch's requirement brings the
 # setuptools that the editable install builds with).
@@ -59,15 +59,15 @@ lab: setup-course
 # What-if answer cells against their data (tools/content.py); the GitHub workflows against their
 # schema and zizmor's security audit, both offline.
 lint: setup
-	$(VENV)/bin/ruff check lmlessons tools tests site
-	$(VENV)/bin/ruff format --check lmlessons tools tests site
+	$(VENV)/bin/ruff check lmlessons tools tests site hub
+	$(VENV)/bin/ruff format --check lmlessons tools tests site hub
 	$(VENV)/bin/mypy
 	$(PY) -m tools.content --check
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
 test: setup lint
-	$(ONE_THREAD) $(PYTEST) tests notebooks $(NBVAL) $(XDIST)
+	$(ONE_THREAD) $(PYTEST) tests notebooks -m "not hub_faults" $(NBVAL) $(XDIST)
 	$(MAKE) --no-print-directory test-portable
 	$(MAKE) --no-print-directory test-site
 
@@ -77,7 +77,7 @@ test-fast: setup
 	$(ONE_THREAD) $(PYTEST) tests -m "not slow and not browser and not classroom" $(XDIST)
 
 test-unit: setup
-	$(PYTEST) tests -m "not browser and not classroom" $(XDIST)
+	$(PYTEST) tests -m "not browser and not classroom and not hub_faults" $(XDIST)
 
 test-notebooks: setup
 	$(PYTEST) notebooks $(NBVAL) $(XDIST)
@@ -92,6 +92,24 @@ test-browser: setup
 # nbgrader builds, releases and autogrades the course (lessons 01 and 02) in a temp folder.
 test-classroom: setup
 	$(PYTEST) tests/test_classroom.py -m classroom
+
+# A JupyterHub for one class on this machine (docs/teaching.md, "A class on JupyterHub"): its
+# own venv of Debian's Python with the course and the hub, no test tools, in HUB_DIR; then the
+# proxy and the hub on 127.0.0.1:HUB_PORT until Ctrl-C. As root: it makes an account per learner.
+HUB_DIR ?= /srv/lmlessons-hub
+HUB_PORT ?= 8000
+HUB_PYTHON ?= /usr/bin/python3
+hub:
+	test -x $(HUB_DIR)/venv/bin/python || { $(HUB_PYTHON) -m venv $(HUB_DIR)/venv && \
+	  $(HUB_DIR)/venv/bin/python -m pip install --quiet -r requirements.txt -r requirements-hub.txt; }
+	$(HUB_DIR)/venv/bin/python -m tools.hub install --dir $(HUB_DIR) --python $(HUB_PYTHON)
+	$(HUB_DIR)/venv/bin/python -m tools.hub run --dir $(HUB_DIR) --port $(HUB_PORT)
+
+# The hub's faults and isolation (tests/test_hub_faults.py), its small pass again, then the load
+# test (python -m tools.hub_load: 1, 4, 10 and 20 learners; its figures in the user's cache).
+test-hub: setup
+	$(ONE_THREAD) $(PYTEST) tests/test_hub_faults.py tests/test_hub.py -p no:randomly
+	$(ONE_THREAD) $(PY) -m tools.hub_load
 
 # The static website from the stored outputs (nothing is executed), into the ignored _build/site.
 site: setup

@@ -20,6 +20,7 @@ proxy. Needs root: the hub makes an account per learner and starts servers as th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import secrets
@@ -75,7 +76,12 @@ def make_venv(hub_dir: Path, python: Path) -> Path:
     if not (venv / "bin" / "python").exists():
         run([python, "-m", "venv", venv])
     pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip", "install", "--quiet"]
-    run([*pip, "-r", ROOT / "requirements.txt", "-r", ROOT / "requirements-hub.txt"])
+    locks = [ROOT / "requirements.txt", ROOT / "requirements-hub.txt"]
+    stamp = venv / ".lmlessons-locks"  # the locks it was installed from
+    digest = hashlib.sha256(b"".join(lock.read_bytes() for lock in locks)).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        run([*pip, "-r", locks[0], "-r", locks[1]])
+        stamp.write_text(digest)
     with tempfile.TemporaryDirectory() as tmp:  # a copy of the tracked files: pip builds there
         files = run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
         for name in filter(None, files):
