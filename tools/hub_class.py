@@ -67,18 +67,20 @@ class Learner:
         return f"{self.hub.url}/user/{self.name}"
 
     def login(self, password: str | None = None) -> requests.Response:
-        """The hub's login form with the class password; then a token of this learner's own."""
+        """The hub's login form with the class password; then a token of this learner's own,
+        made as the hub's Token page makes it (the session's cookie and its XSRF token)."""
         form = self.session.get(f"{self.hub.url}/hub/login", timeout=60)
-        xsrf = self.session.cookies.get("_xsrf", "")
-        data = {"username": self.name, "password": password or self.hub.password, "_xsrf": xsrf}
-        reply = self.session.post(
-            f"{self.hub.url}/hub/login?next=", data=data, timeout=120, allow_redirects=False
-        )
         form.raise_for_status()
+        data = {"username": self.name, "password": password or self.hub.password}
+        data["_xsrf"] = self.session.cookies.get("_xsrf") or ""
+        url = f"{self.hub.url}/hub/login?next="
+        reply = self.session.post(url, data=data, timeout=120, allow_redirects=False)
         if reply.status_code == 302:
-            made = self.hub.api(
-                "POST", f"/users/{self.name}/tokens", json={"note": "simulated learner"}
-            )
+            xsrf = {"X-XSRFToken": self.session.cookies.get("_xsrf") or ""}
+            made = self.session.post(
+                f"{self.hub.url}/hub/api/users/{self.name}/tokens",
+                json={"note": "simulated learner"}, headers=xsrf, timeout=60,
+            )  # fmt: skip
             made.raise_for_status()
             self.token = made.json()["token"]
             self.session.headers["Authorization"] = f"token {self.token}"
