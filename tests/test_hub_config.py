@@ -71,3 +71,31 @@ def test_the_kubernetes_values_make_the_same_choices(monkeypatch: pytest.MonkeyP
     )
     copy = " ".join(user["lifecycleHooks"]["postStart"]["exec"]["command"])
     assert c.Spawner.default_url.split("/lab/tree/")[1].split("/")[0] in copy  # ~/lessons
+
+
+def ignores_sigint(preexec_fn: object) -> bool:
+    """Whether a child started while this process ignores SIGINT ignores it too."""
+    import signal
+    import subprocess
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = subprocess.Popen(["sleep", "5"], preexec_fn=preexec_fn)  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGINT, before)
+    try:
+        status = Path(f"/proc/{child.pid}/status").read_text()
+        ignored = int(
+            next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16
+        )
+        return bool(ignored & (1 << (signal.SIGINT - 1)))
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_hub_and_proxy_hear_sigint_even_when_started_where_it_is_ignored() -> None:
+    from tools.hub import signals_by_default
+
+    assert ignores_sigint(None)  # what a shell's background job passes on
+    assert not ignores_sigint(signals_by_default)  # what the hub and the proxy get

@@ -208,6 +208,13 @@ def install(
     install_proxy(hub_dir)
 
 
+def signals_by_default() -> None:
+    """In a child before it runs: SIGINT does its default again. A hub started where SIGINT is
+    ignored (in the background of a shell, by nohup) would pass that on to its services, and
+    JupyterHub then waits about 30 s for the idle culler to ignore it and die of SIGKILL."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -259,8 +266,9 @@ class Hub:
         ]  # fmt: skip
         with open(log / "proxy.log", "ab") as out:
             self.procs["proxy"] = subprocess.Popen(
-                [str(x) for x in proxy], env=self.env(), stdout=out, stderr=out
-            )
+                [str(x) for x in proxy], env=self.env(), stdout=out, stderr=out,
+                preexec_fn=signals_by_default,
+            )  # fmt: skip
         return self.start_hub()
 
     def start_hub(self) -> Hub:
@@ -276,6 +284,7 @@ class Hub:
                 cwd=self.hub_dir / "state",
                 env=self.env(),
                 stdout=out,
+                preexec_fn=signals_by_default,
                 stderr=out,
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -331,6 +340,7 @@ class Hub:
 
 def serve(hub_dir: Path, port: int) -> int:
     """``make hub``: start, print how to log in, wait for Ctrl-C, stop everything."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if started ignored
     hub = Hub(hub_dir, port)
     hub.password = os.environ.get("LMLESSONS_HUB_PASSWORD", hub.password)
     hub.admin_password = os.environ.get("LMLESSONS_HUB_ADMIN_PASSWORD", hub.admin_password)
