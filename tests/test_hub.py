@@ -104,7 +104,7 @@ def test_a_submission_is_collected_and_autograded(
 ) -> None:
     ada, bo = learners
     for learner in learners:
-        assert learner.assignment("fetch", ASSIGNMENT).json()["success"]
+        assert learner.fetch(ASSIGNMENT), f"{learner.name}'s fetch brought no notebook"
     ada.answer(ASSIGNMENT)  # bo submits the release untouched
     for learner in learners:
         assert learner.assignment("submit", ASSIGNMENT).json()["success"]

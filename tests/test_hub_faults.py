@@ -21,7 +21,6 @@ and folder the tests make is removed at the end.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -31,14 +30,12 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
 import nbformat
 import pytest
-import websocket
 from nbgrader.api import Gradebook
 
 from tools import classroom
@@ -49,7 +46,6 @@ from tools.hub_class import (
     answered,
     as_account,
     as_teacher,
-    execute_request,
     in_parallel,
     remove_accounts,
     teacher_course,
@@ -64,7 +60,6 @@ NAMES = [TEACHER, ADA, BO, TWICE, *GRADED]
 ASSIGNMENT = "01_mlm_masking"
 MEM_LIMIT = 1 << 30
 CELL_TIMEOUT_S = 120.0  # a cell of ~10 s, on 2 cores shared with other kernels
-POLL_S = 5.0  # how often a cell waiting for its kernel looks at the clock
 TEACHER_TIMEOUT_S = 300  # one nbgrader command
 DENIED = (401, 403, 404)  # no token, no permission, or hidden
 
@@ -125,45 +120,6 @@ def teacher(hub: hubtool.Hub, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 # --- running cells and finding processes -------------------------------------------------------
-
-
-def run_cell(learner: Learner, code: str, timeout: float = CELL_TIMEOUT_S) -> CellResult:
-    """Run ``code`` in the learner's kernel like ``Learner.execute``, but report a kernel that
-    dies as ``dead`` (the server's ``restarting``/``dead`` status has no parent message) and
-    give up after ``timeout`` seconds even while the server pings the websocket (every 30 s:
-    a socket timeout alone never fires)."""
-    url = f"{learner.base.replace('http', 'ws', 1)}/api/kernels/{learner.kernel}/channels"
-    start = time.monotonic()
-    ws = websocket.create_connection(
-        url, header=[f"Authorization: token {learner.token}"], timeout=POLL_S
-    )
-    outputs: list[str] = []
-    status, idle, msg_id = "", False, uuid.uuid4().hex
-    try:
-        ws.send(json.dumps(execute_request(msg_id, code, learner.name)))
-        while not (status and idle) and time.monotonic() - start < timeout:
-            try:
-                msg = json.loads(ws.recv())
-            except websocket.WebSocketTimeoutException:
-                continue  # a quiet cell: look at the clock
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "status" and content["execution_state"] in ("restarting", "dead"):
-                return CellResult("dead", "".join(outputs), time.monotonic() - start)
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if kind == "stream":
-                outputs.append(content["text"])
-            elif kind == "error":
-                outputs.append(f"{content['ename']}: {content['evalue']}\n")
-            elif kind == "status":
-                idle = content["execution_state"] == "idle"
-            elif kind == "execute_reply":
-                status = content["status"]
-    except websocket.WebSocketConnectionClosedException:  # the server itself went away
-        return CellResult("closed", "".join(outputs), time.monotonic() - start)
-    finally:
-        ws.close()
-    return CellResult(status if idle else "timeout", "".join(outputs), time.monotonic() - start)
 
 
 def counting_cell(seconds: float, nap: float = 0.0) -> str:
@@ -259,8 +215,7 @@ def fetch_fresh(learner: Learner) -> None:
     for path in (notebook, f"/api/contents/{ASSIGNMENT}"):  # the server deletes empty folders
         gone = learner.server("DELETE", path)
         assert gone.status_code in (204, 404), f"{learner.name} could not delete: {gone.text}"
-    learner.assignment("fetch", ASSIGNMENT)
-    assert learner.server("GET", notebook).ok, f"{learner.name}'s fetch brought no notebook"
+    assert learner.fetch(ASSIGNMENT), f"{learner.name}'s fetch brought no notebook"
 
 
 def submit(learner: Learner) -> None:
@@ -328,8 +283,8 @@ def refused(name: str, path: Path) -> str:
 
 def test_a_killed_kernel_is_reported_and_the_others_go_on(pair: list[Learner]) -> None:
     ada, bo = pair
-    ada_thread, ada_result = in_background(lambda: run_cell(ada, counting_cell(10)))
-    bo_thread, bo_result = in_background(lambda: run_cell(bo, counting_cell(10)))
+    ada_thread, ada_result = in_background(lambda: ada.execute(counting_cell(10)))
+    bo_thread, bo_result = in_background(lambda: bo.execute(counting_cell(10)))
     wait_busy(ada)
     wait_busy(bo)
     victims = pids(ada.name, "ipykernel_launcher", ada.kernel)
@@ -344,7 +299,7 @@ def test_a_killed_kernel_is_reported_and_the_others_go_on(pair: list[Learner]) -
     assert ada.server("GET", "/api/status").status_code == 200, "the server no longer answers"
     old = ada.kernel
     ada.start_kernel()
-    fresh = run_cell(ada, "print(6 * 7)")
+    fresh = ada.execute("print(6 * 7)")
     assert (fresh.status, fresh.output) == ("ok", "42\n"), f"a new kernel: {fresh}"
     ada.server("DELETE", f"/api/kernels/{old}")  # the restarted one: its memory back
 
@@ -352,7 +307,7 @@ def test_a_killed_kernel_is_reported_and_the_others_go_on(pair: list[Learner]) -
 def test_a_hub_restart_leaves_the_learners_working(hub: hubtool.Hub, pair: list[Learner]) -> None:
     before = {learner.name: server_pid(learner.name) for learner in pair}
     slow = counting_cell(15, nap=0.02)  # mostly asleep, so that the hub's restart has the cores
-    cells = [in_background(partial(run_cell, learner, slow)) for learner in pair]
+    cells = [in_background(partial(learner.execute, slow, CELL_TIMEOUT_S)) for learner in pair]
     for learner in pair:
         wait_busy(learner)
     hub.stop_process("hub")
@@ -475,9 +430,9 @@ def test_a_kernel_beyond_its_memory_limit_dies_alone(pair: list[Learner]) -> Non
     assert server in members, f"{ada.name}'s server {server} is not in {group}: {members}"
     kernel = pids(ada.name, "ipykernel_launcher", ada.kernel)
     assert set(kernel) <= members and kernel, f"the kernel {kernel} is not in {group}"
-    bo_thread, bo_result = in_background(lambda: run_cell(bo, counting_cell(10)))
+    bo_thread, bo_result = in_background(lambda: bo.execute(counting_cell(10)))
     wait_busy(bo)
-    eaten = run_cell(ada, EAT_CELL)
+    eaten = ada.execute(EAT_CELL)
     bo_thread.join(CELL_TIMEOUT_S + 30)
     assert eaten.status == "dead", f"the kernel that ate the memory: {eaten}"
     assert "3072 MiB" not in eaten.output, "the kernel took 3 GiB under a 1 GiB limit"
@@ -485,7 +440,7 @@ def test_a_kernel_beyond_its_memory_limit_dies_alone(pair: list[Learner]) -> Non
     assert ada.server("GET", "/api/status").status_code == 200, "the server no longer answers"
     assert bo_result[0].status == "ok", f"the other learner's cell: {bo_result[0]}"
     assert counted_right(bo_result[0].output), f"a wrong result: {bo_result[0].output!r}"
-    again = run_cell(ada, "print(6 * 7)")  # the kernel, restarted by the server
+    again = ada.execute("print(6 * 7)")  # the kernel, restarted by the server
     assert (again.status, again.output) == ("ok", "42\n"), f"the restarted kernel: {again}"
 
 

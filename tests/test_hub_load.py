@@ -21,7 +21,7 @@ def stage(learners: int, fine_tuning_s: float, peak: float = 800.0, **kw: object
 
 
 def result(stages: list[dict], **kw: object) -> dict:
-    grading = {"lost": [], "not_full_marks": []}
+    grading = {"lost": [], "not_full_marks": [], "not_submitted": []}
     return {"stages": stages, "stopped": "", "grading": grading, "breaches": []} | kw
 
 
@@ -50,9 +50,13 @@ def test_sizing_takes_the_worst_memory_and_divides_the_time_limit_by_the_cores()
 def test_a_lost_submission_a_breach_or_a_failed_cell_fails_the_load_test() -> None:
     full = [stage(n, 10.0) for n in (1, 4, 10, 20)]
     assert hub_load.failures(result(full)) == []
-    lost = result(full, grading={"lost": ["lmload-003"], "not_full_marks": []})
+    lost = result(full, grading={"lost": ["lmload-003"], "not_full_marks": [], "not_submitted": []})
     assert hub_load.failures(lost) == ["lost submissions: ['lmload-003']"]
     assert hub_load.failures(result(full, breaches=["a read b"]))
+    unfetched = {"lost": [], "not_full_marks": [], "not_submitted": ["lmload-007"]}
+    assert hub_load.failures(result(full, grading=unfetched)) == [
+        "could not submit: ['lmload-007']"
+    ]
     assert hub_load.failures(result([*full[:3], stage(20, 10.0, failed=["dead"])]))
 
 

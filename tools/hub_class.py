@@ -31,6 +31,7 @@ from tools.markers import has_solution_region, is_solution_cell
 T = TypeVar("T")
 R = TypeVar("R")
 READY_TIMEOUT_S = 300.0  # a whole class starting at once on 2 cores
+POLL_S = 5.0  # how often a waiting learner looks at the clock
 
 
 @dataclass
@@ -114,13 +115,14 @@ class Learner:
         """Run ``code`` in this learner's kernel, as JupyterLab does (one execute request)."""
         url = f"{self.base.replace('http', 'ws', 1)}/api/kernels/{self.kernel}/channels"
         start = time.monotonic()
-        ws = websocket.create_connection(
-            url, header=[f"Authorization: token {self.token}"], timeout=timeout
-        )
+        auth = [f"Authorization: token {self.token}"]
+        ws = websocket.create_connection(url, header=auth, timeout=POLL_S)
         try:
             msg_id = uuid.uuid4().hex
             ws.send(json.dumps(execute_request(msg_id, code, self.name)))
             return collect_reply(ws, msg_id, start, timeout)
+        except websocket.WebSocketConnectionClosedException:  # the server itself went away
+            return CellResult("closed", "", time.monotonic() - start)
         finally:
             ws.close()
 
@@ -138,6 +140,12 @@ class Learner:
         """nbgrader's Assignments tab: ``fetch`` or ``submit`` ``assignment``."""
         data = {"assignment_id": assignment, "course_id": "lmlessons"}
         return self.server("POST", f"/assignments/{action}", data=data)
+
+    def fetch(self, assignment: str) -> bool:
+        """Fetch ``assignment``; whether its notebook arrived (the tab says ``success`` whatever
+        the fetch did: it fetches nothing over a copy fetched before)."""
+        self.assignment("fetch", assignment)
+        return self.server("GET", f"/api/contents/{assignment}/{assignment}.ipynb").ok
 
     def answer(self, assignment: str) -> None:
         """Write the instructor's answers into the fetched ``assignment`` (the contents API)."""
@@ -169,26 +177,33 @@ def execute_request(msg_id: str, code: str, username: str) -> dict:
 
 
 def collect_reply(ws: websocket.WebSocket, msg_id: str, start: float, timeout: float) -> CellResult:
-    """Read the kernel's messages for request ``msg_id`` until its reply and idle status."""
+    """Read the kernel's messages for request ``msg_id`` until its reply and idle status.
+
+    A kernel that dies is ``dead``: the server's ``restarting`` or ``dead`` status answers no
+    request. The clock is read every ``POLL_S`` seconds, since the server's websocket pings (every
+    30 s) would keep a socket timeout alone from ever firing."""
     outputs: list[str] = []
     status, idle = "", False
     while not (status and idle):
         if time.monotonic() - start > timeout:
             return CellResult("timeout", "".join(outputs), time.monotonic() - start)
-        msg = json.loads(ws.recv())
+        try:
+            msg = json.loads(ws.recv())
+        except websocket.WebSocketTimeoutException:
+            continue  # a quiet cell: read the clock again
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "status" and content["execution_state"] in ("restarting", "dead"):
+            return CellResult("dead", "".join(outputs), time.monotonic() - start)
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
-        kind, content = msg["msg_type"], msg["content"]
         if kind == "stream":
             outputs.append(content["text"])
         elif kind in ("execute_result", "display_data"):
             outputs.append(content["data"].get("text/plain", "") + "\n")
         elif kind == "error":
             outputs.append(f"{content['ename']}: {content['evalue']}\n")
-        elif kind == "status" and content["execution_state"] == "idle":
-            idle = True
-        elif kind == "status" and content["execution_state"] == "dead":
-            return CellResult("dead", "".join(outputs), time.monotonic() - start)
+        elif kind == "status":
+            idle = content["execution_state"] == "idle"
         elif kind == "execute_reply":
             status = content["status"]
     return CellResult(status, "".join(outputs), time.monotonic() - start)
@@ -241,11 +256,8 @@ def remove_accounts(names: Iterable[str]) -> None:
 
 def as_account(name: str, code: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` as account ``name`` (what a learner could do in a cell of their own)."""
-    return subprocess.run(
-        ["runuser", "-u", name, "--", str(SYSTEM_PYTHON), "-c", code],
-        capture_output=True,
-        text=True,
-    )
+    cmd = ["runuser", "-u", name, "--", str(SYSTEM_PYTHON), "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 def in_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:

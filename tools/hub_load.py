@@ -213,7 +213,8 @@ def submit_and_grade(h: hub.Hub, crowd: list[Learner]) -> dict[str, object]:
     every submission, two at a time. Lost: submitted, but not graded."""
 
     def submit(learner: Learner) -> bool:
-        learner.assignment("fetch", ASSIGNMENT)
+        if not learner.fetch(ASSIGNMENT):
+            return False
         learner.answer(ASSIGNMENT)
         return bool(learner.assignment("submit", ASSIGNMENT).json().get("success"))
 
@@ -228,6 +229,7 @@ def submit_and_grade(h: hub.Hub, crowd: list[Learner]) -> dict[str, object]:
         scores = {s.student.id: s.score for s in gradebook.assignment_submissions(ASSIGNMENT)}
     return {
         "submitted": len(submitted),
+        "not_submitted": sorted({lr.name for lr in crowd} - set(submitted)),
         "graded": sum(name in scores for name in submitted),
         "lost": sorted(set(submitted) - set(scores)),
         "not_full_marks": sorted(n for n in submitted if scores.get(n) != full),
@@ -374,11 +376,13 @@ def load_test(hub_dir: Path, sizes: Sequence[int], mem_limit: str) -> dict[str, 
 def failures(result: dict[str, Any]) -> list[str]:
     """What makes the load test fail."""
     grading, stages = result["grading"], [Stage(**d) for d in result["stages"]]
-    problems = [f"lost submissions: {grading['lost']}"] if grading["lost"] else []
-    problems += (
-        [f"not full marks: {grading['not_full_marks']}"] if grading["not_full_marks"] else []
-    )
-    problems += [f"isolation breaches: {result['breaches']}"] if result["breaches"] else []
+    named = {
+        "lost submissions": grading["lost"],
+        "could not submit": grading["not_submitted"],
+        "not full marks": grading["not_full_marks"],
+        "isolation breaches": result["breaches"],
+    }
+    problems = [f"{what}: {names}" for what, names in named.items() if names]
     problems += [f"{s.learners} learners: {s.failed}" for s in stages if s.failed]
     if max(s.learners for s in stages) < 20 and not result["stopped"]:
         problems.append("fewer than 20 learners, and the machine did not run out")
