@@ -69,6 +69,9 @@ def test_the_kubernetes_values_make_the_same_choices(monkeypatch: pytest.MonkeyP
     assert values["hub"]["config"]["Authenticator"]["admin_users"] == sorted(
         c.Authenticator.admin_users
     )
+    from lmlessons import __version__
+
+    assert user["image"]["tag"] == __version__  # the image of this release
     copy = " ".join(user["lifecycleHooks"]["postStart"]["exec"]["command"])
     assert c.Spawner.default_url.split("/lab/tree/")[1].split("/")[0] in copy  # ~/lessons
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -348,6 +349,7 @@ def ramp(h: hub.Hub, sizes: Sequence[int]) -> tuple[list[Learner], list[Stage], 
 def load_test(hub_dir: Path, sizes: Sequence[int], mem_limit: str) -> dict[str, Any]:
     names = [TEACHER, *(f"{PREFIX}{i:03d}" for i in range(max(sizes)))]
     remove_accounts(names)  # left by an interrupted run
+    shutil.rmtree(hub_dir / "exchange", ignore_errors=True)  # and their submissions
     hub.install(hub_dir, teacher=TEACHER)
     h = hub.Hub(hub_dir, port=hub.free_port(), teacher=TEACHER)
     h.settings["LMLESSONS_HUB_MEM_LIMIT"] = mem_limit
