@@ -14,9 +14,7 @@ and cgroups the tests make are removed at the end.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +28,8 @@ from tools.hub_class import (
     as_teacher,
     in_parallel,
     lesson_cells,
-    remove_accounts,
+    missing,
+    running_class,
     teacher_course,
 )
 
@@ -41,36 +40,12 @@ ASSIGNMENT = "01_mlm_masking"
 EXERCISE_CELLS = lesson_cells("01", through='check("mask_tokens"')
 
 
-def missing() -> str:
-    """Why a hub cannot run here ('' when it can)."""
-    if os.geteuid() != 0:
-        return "needs root: the hub makes an account per learner"
-    if not hubtool.SYSTEM_PYTHON.exists():
-        return f"needs {hubtool.SYSTEM_PYTHON}, a Python every account can run"
-    if not all(shutil.which(tool) for tool in ("npm", "useradd", "runuser")):
-        return "needs npm, useradd and runuser"
-    return ""
-
-
 @pytest.fixture(scope="module")
 def hub() -> Iterator[hubtool.Hub]:
     if missing():
         pytest.skip(missing())
-    remove_accounts([TEACHER, *LEARNERS])  # left by an interrupted run
-    hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
-    try:
-        hubtool.install(hub_dir, link=Path(sys.prefix), teacher=TEACHER)
-        running = hubtool.Hub(hub_dir, port=hubtool.free_port(), teacher=TEACHER).start()
-        try:
-            for step in ("generate_assignment", "release_assignment"):
-                done = as_teacher(running, ["nbgrader", step, ASSIGNMENT, "--force"])
-                assert done.returncode == 0, done.stderr
-            yield running
-        finally:
-            running.stop()
-    finally:
-        remove_accounts([TEACHER, *LEARNERS])
-        shutil.rmtree(hub_dir, ignore_errors=True)
+    with running_class(LEARNERS, TEACHER, link=Path(sys.prefix), assignment=ASSIGNMENT) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

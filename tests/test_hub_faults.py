@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,7 +45,8 @@ from tools.hub_class import (
     as_account,
     as_teacher,
     in_parallel,
-    remove_accounts,
+    missing,
+    running_class,
     teacher_course,
 )
 
@@ -64,38 +63,14 @@ TEACHER_TIMEOUT_S = 300  # one nbgrader command
 DENIED = (401, 403, 404)  # no token, no permission, or hidden
 
 
-def missing() -> str:
-    """Why a hub cannot run here ('' when it can)."""
-    if os.geteuid() != 0:
-        return "needs root: the hub makes an account per learner"
-    if not hubtool.SYSTEM_PYTHON.exists():
-        return f"needs {hubtool.SYSTEM_PYTHON}, a Python every account can run"
-    if not all(shutil.which(tool) for tool in ("npm", "useradd", "runuser", "pkill")):
-        return "needs npm, useradd, runuser and pkill"
-    return ""
-
-
 @pytest.fixture(scope="module")
 def hub() -> Iterator[hubtool.Hub]:
     if missing():
         pytest.skip(missing())
-    remove_accounts(NAMES)  # left by an interrupted run
-    hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-faults-"))
-    try:
-        hubtool.install(hub_dir, link=Path(sys.prefix), teacher=TEACHER)
-        settings = {"LMLESSONS_HUB_MEM_LIMIT": "1G"}
-        running = hubtool.Hub(hub_dir, hubtool.free_port(), TEACHER, settings=settings)
-        running.start()
-        try:
-            for step in ("generate_assignment", "release_assignment"):
-                done = teacher(running, "nbgrader", step, ASSIGNMENT, "--force")
-                assert done.returncode == 0, done.stderr
-            yield running
-        finally:
-            running.stop()
-    finally:
-        remove_accounts(NAMES)
-        shutil.rmtree(hub_dir, ignore_errors=True)
+    settings = {"LMLESSONS_HUB_MEM_LIMIT": "1G"}
+    learners = [name for name in NAMES if name != TEACHER]
+    with running_class(learners, TEACHER, link=Path(sys.prefix), settings=settings) as running:
+        yield running
 
 
 def arrive(hub: hubtool.Hub, name: str, kernel: bool = True) -> Learner:

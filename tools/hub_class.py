@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +28,7 @@ import nbformat
 import requests
 import websocket
 
-from tools.hub import ROOT, SYSTEM_PYTHON, Hub
+from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, install
 from tools.markers import has_solution_region, is_solution_cell
 
 T = TypeVar("T")
@@ -264,3 +267,49 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int | None = 
     """``[fn(x) for x in items]``, run in threads (each a learner at their own machine)."""
     with ThreadPoolExecutor(max_workers=workers or max(1, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+def missing() -> str:
+    """Why a class hub cannot run here ('' when it can)."""
+    if os.geteuid() != 0:
+        return "needs root: the hub makes an account per learner"
+    if not SYSTEM_PYTHON.exists():
+        return f"needs {SYSTEM_PYTHON}, a Python every account can run"
+    if not all(shutil.which(tool) for tool in ("npm", "useradd", "runuser", "pkill")):
+        return "needs npm, useradd, runuser and pkill"
+    return ""
+
+
+@contextmanager
+def running_class(
+    names: Sequence[str],
+    teacher: str,
+    *,
+    hub_dir: Path | None = None,
+    link: Path | None = None,
+    settings: dict[str, str] | None = None,
+    assignment: str = "01_mlm_masking",
+) -> Iterator[Hub]:
+    """A hub installed in ``hub_dir`` (a temp folder, removed after, if None; ``link``: see
+    ``tools.hub.install``) and started, with ``teacher``'s ``assignment`` released; the accounts
+    ``names`` and the teacher's are removed before (left by an interrupted run) and after."""
+    accounts = [teacher, *names]
+    remove_accounts(accounts)
+    folder = hub_dir or Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
+    shutil.rmtree(folder / "exchange", ignore_errors=True)  # an earlier class's submissions
+    try:
+        install(folder, link=link, teacher=teacher)
+        running = Hub(folder, port=free_port(), teacher=teacher, settings=dict(settings or {}))
+        running.start()
+        try:
+            for step in ("generate_assignment", "release_assignment"):
+                done = as_teacher(running, ["nbgrader", step, assignment, "--force"], timeout=300)
+                if done.returncode:
+                    raise RuntimeError(f"nbgrader {step} failed:\n{done.stderr}")
+            yield running
+        finally:
+            running.stop()
+    finally:
+        remove_accounts(accounts)
+        if hub_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from tools.hub_class import (
     as_teacher,
     in_parallel,
     lesson_cells,
-    remove_accounts,
+    running_class,
     teacher_course,
 )
 
@@ -347,23 +346,12 @@ def ramp(h: hub.Hub, sizes: Sequence[int]) -> tuple[list[Learner], list[Stage], 
 
 
 def load_test(hub_dir: Path, sizes: Sequence[int], mem_limit: str) -> dict[str, Any]:
-    names = [TEACHER, *(f"{PREFIX}{i:03d}" for i in range(max(sizes)))]
-    remove_accounts(names)  # left by an interrupted run
-    shutil.rmtree(hub_dir / "exchange", ignore_errors=True)  # and their submissions
-    hub.install(hub_dir, teacher=TEACHER)
-    h = hub.Hub(hub_dir, port=hub.free_port(), teacher=TEACHER)
-    h.settings["LMLESSONS_HUB_MEM_LIMIT"] = mem_limit
-    h.start()
-    try:
-        for step in ("generate_assignment", "release_assignment"):
-            done = as_teacher(h, ["nbgrader", step, ASSIGNMENT, "--force"])
-            assert done.returncode == 0, done.stderr
+    names = [f"{PREFIX}{i:03d}" for i in range(max(sizes))]
+    settings = {"LMLESSONS_HUB_MEM_LIMIT": mem_limit}
+    with running_class(names, TEACHER, hub_dir=hub_dir, settings=settings) as h:
         crowd, stages, stopped = ramp(h, sizes)
         grading = submit_and_grade(h, crowd)
         found = breaches(crowd)
-    finally:
-        h.stop()
-        remove_accounts(names)
     return {
         "cores": os.cpu_count(),
         "mem_limit": mem_limit,
