@@ -14,11 +14,19 @@ and cgroups the tests make are removed at the end.
 from __future__ import annotations
 
 import os
+import queue
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from nbgrader.api import Gradebook
 
 from tools import hub as hubtool
@@ -29,11 +37,13 @@ from tools.hub_class import (
     in_parallel,
     lesson_cells,
     missing,
+    remove_accounts,
     running_class,
     teacher_course,
 )
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
 TEACHER = "lmlt-teacher"
 LEARNERS = ["lmlt-ada", "lmlt-bo"]
 ASSIGNMENT = "01_mlm_masking"
@@ -127,3 +137,63 @@ def test_the_teachers_formgrader_lists_the_submissions(
     assert {s["student"] for s in listed if s["submitted"]} == set(LEARNERS)
     assert learners[0].server("GET", "/formgrader/api/status").status_code == 404
     assert learners[0].server("GET", "/assignments?course_id=lmlessons").status_code == 200
+
+
+def printed_until(proc: subprocess.Popen[str], last: str, timeout: float = 120.0) -> str:
+    """What ``proc`` printed, up to the line containing ``last`` (or its end, or ``timeout``)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in proc.stdout or []], daemon=True
+    ).start()
+    text, deadline = "", time.monotonic() + timeout
+    while last not in text and time.monotonic() < deadline:
+        try:
+            text += lines.get(timeout=1.0)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+    return text
+
+
+def test_the_command_prints_the_passwords_serves_and_stops_on_ctrl_c(hub: hubtool.Hub) -> None:
+    """``python -m tools.hub run`` (what make hub runs) with the teacher's settings, beside the
+    module's hub: a learner logs in with the printed class password; Ctrl-C stops it all."""
+    teacher, learner_name = "lmlt-prof", "lmlt-cy"
+    remove_accounts([teacher, learner_name])
+    hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-cli-"))
+    settings = {"LMLESSONS_HUB_TEACHER": teacher, "LMLESSONS_HUB_PASSWORD": "a class password"}
+    proc = None
+    try:
+        hubtool.install(hub_dir, link=Path(sys.prefix), teacher=teacher)
+        port = hubtool.free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "tools.hub",
+            "run",
+            "--dir",
+            str(hub_dir),
+            "--port",
+            str(port),
+        ]
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **settings}, stdout=subprocess.PIPE, text=True
+        )
+        printed = printed_until(proc, "Ctrl-C stops")
+        assert "password a class password" in printed and f"teacher:  {teacher}," in printed, (
+            printed
+        )
+        cy = Learner(hubtool.Hub(hub_dir, port=port, password="a class password"), learner_name)
+        assert cy.login().status_code == 302
+        cy.start_server()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        left = subprocess.run(["pgrep", "-u", learner_name], capture_output=True, text=True)
+        assert left.stdout == "", f"{learner_name}'s server outlived the hub: {left.stdout}"
+        with pytest.raises(requests.ConnectionError):  # the proxy is gone too
+            requests.get(f"http://127.0.0.1:{port}/hub/login", timeout=10)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        remove_accounts([teacher, learner_name])
+        shutil.rmtree(hub_dir, ignore_errors=True)

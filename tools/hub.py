@@ -228,6 +228,7 @@ class Hub:
     hub_dir: Path
     port: int = 8000
     teacher: str = TEACHER
+    ip: str = "127.0.0.1"  # where the proxy listens (0.0.0.0: every address of the machine)
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     token: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -236,7 +237,8 @@ class Hub:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """The hub's address from this machine."""
+        return f"http://{'127.0.0.1' if self.ip == '0.0.0.0' else self.ip}:{self.port}"
 
     def env(self) -> dict[str, str]:
         return {
@@ -244,6 +246,7 @@ class Hub:
             **self.settings,
             "LMLESSONS_HUB_DIR": str(self.hub_dir),
             "LMLESSONS_HUB_PORT": str(self.port),
+            "LMLESSONS_HUB_IP": self.ip,
             "LMLESSONS_HUB_TEACHER": self.teacher,
             "LMLESSONS_HUB_PASSWORD": self.password,
             "LMLESSONS_HUB_ADMIN_PASSWORD": self.admin_password,
@@ -260,7 +263,7 @@ class Hub:
         hub_api = f"http://127.0.0.1:{self.settings['LMLESSONS_HUB_API_PORT']}"
         proxy_api = self.settings["LMLESSONS_HUB_PROXY_API_PORT"]
         proxy: list[str | Path] = [
-            install_proxy(self.hub_dir), "--ip", "127.0.0.1", "--port", str(self.port),
+            install_proxy(self.hub_dir), "--ip", self.ip, "--port", str(self.port),
             "--api-ip", "127.0.0.1", "--api-port", proxy_api,
             "--default-target", hub_api, "--error-target", f"{hub_api}/hub/error",
         ]  # fmt: skip
@@ -338,18 +341,25 @@ class Hub:
             self.stop_process("proxy")
 
 
+def teacher_name() -> str:
+    """The teacher's account: ``LMLESSONS_HUB_TEACHER``, or ``teacher``."""
+    return os.environ.get("LMLESSONS_HUB_TEACHER", TEACHER)
+
+
 def serve(hub_dir: Path, port: int) -> int:
-    """``make hub``: start, print how to log in, wait for Ctrl-C, stop everything."""
+    """``make hub``: start, print how to log in, wait for Ctrl-C, stop everything. The
+    ``LMLESSONS_HUB_*`` settings of the environment (docs/teaching.md) reach the hub."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if started ignored
-    hub = Hub(hub_dir, port)
+    hub = Hub(
+        hub_dir, port, teacher=teacher_name(), ip=os.environ.get("LMLESSONS_HUB_IP", "127.0.0.1")
+    )
     hub.password = os.environ.get("LMLESSONS_HUB_PASSWORD", hub.password)
     hub.admin_password = os.environ.get("LMLESSONS_HUB_ADMIN_PASSWORD", hub.admin_password)
     hub.start()
     print(f"The class hub is at {hub.url}/  (log files in {hub_dir / 'state'})")
     print(f"  learners: any name (letters, digits, - and _), password {hub.password}")
-    print(
-        f"  teacher:  {TEACHER}, password {hub.admin_password}  (formgrader: Nbgrader > Formgrader)"
-    )
+    print(f"  teacher:  {hub.teacher}, password {hub.admin_password}")
+    print("  (the teacher's formgrader: Nbgrader > Formgrader in JupyterLab)")
     print("Ctrl-C stops every server, the hub and the proxy.")
     try:
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
@@ -375,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         parser.error("run as root: the hub makes an account per learner and starts servers as them")
     if args.command == "install":
-        install(args.dir.resolve(), args.python)
+        install(args.dir.resolve(), args.python, teacher=teacher_name())
         return 0
     return serve(args.dir.resolve(), args.port)
 
