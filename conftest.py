@@ -22,7 +22,7 @@ FILE_SECONDS = {
     "tests/test_browser.py": 300.0,
     "tests/test_classroom.py": 130.0,
     "tests/test_bugzoo.py": 100.0,
-    "tests/test_hub.py": 60.0,
+    "tests/test_hub.py": 70.0,
     "tests/test_install.py": 20.0,
 }
 KERNEL_START_SECONDS = 8.0

@@ -24,12 +24,20 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 from nbgrader.api import Gradebook
 
 from tools import hub as hubtool
+from tools.browser import (
+    find_chromium,
+    launch_chromium,
+    new_context,
+    run_all_cells,
+    wait_for_notebook,
+)
 from tools.hub_class import (
     Learner,
     as_account,
@@ -47,6 +55,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TEACHER = "lmlt-teacher"
 LEARNERS = ["lmlt-ada", "lmlt-bo"]
 ASSIGNMENT = "01_mlm_masking"
+# A teacher's own setting in local_config.py: here, the browser test's handle on JupyterLab.
+LOCAL_CONFIG = (
+    'c = get_config()  # noqa: F821\nc.Spawner.args = ["--LabApp.expose_app_in_browser=True"]\n'
+)
 EXERCISE_CELLS = lesson_cells("01", through='check("mask_tokens"')
 
 
@@ -54,7 +66,9 @@ EXERCISE_CELLS = lesson_cells("01", through='check("mask_tokens"')
 def hub() -> Iterator[hubtool.Hub]:
     if missing():
         pytest.skip(missing())
-    with running_class(LEARNERS, TEACHER, link=Path(sys.prefix), assignment=ASSIGNMENT) as running:
+    with running_class(
+        LEARNERS, TEACHER, link=Path(sys.prefix), assignment=ASSIGNMENT, local_config=LOCAL_CONFIG
+    ) as running:
         yield running
 
 
@@ -197,3 +211,39 @@ def test_the_command_prints_the_passwords_serves_and_stops_on_ctrl_c(hub: hubtoo
             proc.kill()
         remove_accounts([teacher, learner_name])
         shutil.rmtree(hub_dir, ignore_errors=True)
+
+
+HAS_COMMAND = "(id) => window.jupyterapp.commands.hasCommand(id)"
+
+
+def log_in_with_chromium(page: Any, hub: hubtool.Hub, name: str, password: str) -> None:
+    """The hub's login page, as a person fills it; then JupyterLab opens lesson 00."""
+    page.goto(f"{hub.url}/hub/login", wait_until="domcontentloaded")
+    page.fill("#username_input", name)
+    page.fill("#password_input", password)
+    page.click("#login_submit")
+    wait_for_notebook(page, "lessons/00_start_here.ipynb", timeout=180)
+
+
+@pytest.mark.browser
+def test_in_chromium_a_learner_runs_lesson_00_with_assignments_and_no_formgrader(
+    hub: hubtool.Hub, learners: list[Learner]
+) -> None:
+    if find_chromium() is None:
+        pytest.skip("no Chromium: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    name = "lmlt-dot"
+    try:
+        with sync_playwright() as pw:
+            browser = launch_chromium(pw)
+            learner, teacher = new_context(browser).new_page(), new_context(browser).new_page()
+            log_in_with_chromium(learner, hub, name, hub.password)
+            run_all_cells(learner, timeout=180)  # the student copy: every check "not attempted yet"
+            assert learner.evaluate(HAS_COMMAND, "nbgrader:open-assignment-list")
+            assert not learner.evaluate(HAS_COMMAND, "nbgrader:open-formgrader")
+            log_in_with_chromium(teacher, hub, TEACHER, hub.admin_password)
+            assert teacher.evaluate(HAS_COMMAND, "nbgrader:open-formgrader")
+            browser.close()
+    finally:
+        remove_accounts([name])

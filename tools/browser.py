@@ -460,11 +460,19 @@ def open_notebook(
     page: Page, lab: JupyterLab, notebook: str, *, workspace: str, timeout: float = 90.0
 ) -> None:
     """Open ``notebook`` (relative to the server root) and wait until its kernel is idle."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     page.goto(
         lab.lab_url(notebook, workspace), wait_until="domcontentloaded", timeout=timeout * 1000
     )
+    wait_for_notebook(page, notebook, timeout=timeout)
+    # More room for wide outputs (token tables): the file browser is not part of a lesson.
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+
+
+def wait_for_notebook(page: Page, notebook: str, *, timeout: float = 90.0) -> None:
+    """Wait until JupyterLab shows ``notebook`` (its path from the server root) with an idle
+    kernel; AssertionError after ``timeout`` seconds."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     try:
         page.wait_for_function(
             _JS_NOTEBOOK_READY, arg=notebook, timeout=timeout * 1000, polling=250
@@ -473,8 +481,6 @@ def open_notebook(
         raise AssertionError(
             f"{notebook} did not open with an idle kernel within {timeout} s"
         ) from exc
-    # More room for wide outputs (token tables): the file browser is not part of a lesson.
-    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
 
 
 def run_all_cells(page: Page, *, timeout: float = 120.0) -> RunReport:

@@ -289,16 +289,19 @@ def running_class(
     link: Path | None = None,
     settings: dict[str, str] | None = None,
     assignment: str = "01_mlm_masking",
+    local_config: str = "",
 ) -> Iterator[Hub]:
     """A hub installed in ``hub_dir`` (a temp folder, removed after, if None; ``link``: see
     ``tools.hub.install``) and started, with ``teacher``'s ``assignment`` released; the accounts
-    ``names`` and the teacher's are removed before (left by an interrupted run) and after."""
+    ``names`` and the teacher's are removed before (left by an interrupted run) and after.
+    ``local_config``: the hub's ``local_config.py``, where a teacher's own settings go."""
     accounts = [teacher, *names]
     remove_accounts(accounts)
     folder = hub_dir or Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
     shutil.rmtree(folder / "exchange", ignore_errors=True)  # an earlier class's submissions
     try:
         install(folder, link=link, teacher=teacher)
+        (folder / "local_config.py").write_text(local_config)
         running = Hub(folder, port=free_port(), teacher=teacher, settings=dict(settings or {}))
         running.start()
         try:
