@@ -63,19 +63,17 @@ class ClassAuthenticator(LocalAuthenticator, SharedPasswordAuthenticator):
         return course_account(username) and super().check_blocked_users(username, authentication)
 
 
-def _memory_cgroup(name: str) -> Path | None:
-    """A memory cgroup of ``MEM_LIMIT`` for learner ``name``, or None where none can be made."""
+def memory_cgroup(name: str, limit: int) -> Path | None:
+    """A memory cgroup of ``limit`` bytes for learner ``name`` (cgroup v1 or v2), or None where
+    the machine lets the hub make none."""
     for root in CGROUP_ROOTS:
         v2 = (root / "cgroup.controllers").exists()
-        limit = "memory.max" if v2 else "memory.limit_in_bytes"
-        if not (v2 or root.name == "memory") or not root.is_dir():
+        if not root.is_dir() or not (v2 or root.name == "memory"):
             continue
         group = root / "lmlessons" / name
         try:
             group.mkdir(parents=True, exist_ok=True)
-            size = MEM_LIMIT.upper().replace("G", "").replace("M", "")
-            factor = 1024**3 if MEM_LIMIT.upper().endswith("G") else 1024**2
-            (group / limit).write_text(str(int(float(size) * factor)))
+            (group / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit))
             return group
         except OSError:
             continue
@@ -87,7 +85,7 @@ class ClassSpawner(LocalProcessSpawner):
 
     def make_preexec_fn(self, name):  # type: ignore[no-untyped-def]
         become_user = super().make_preexec_fn(name)
-        group = _memory_cgroup(name)
+        group = memory_cgroup(name, self.mem_limit) if self.mem_limit else None  # bytes
         if group is None:
             self.log.warning("No memory cgroup for %s: its memory limit is not enforced", name)
 

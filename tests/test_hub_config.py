@@ -102,3 +102,28 @@ def test_the_hub_and_proxy_hear_sigint_even_when_started_where_it_is_ignored() -
 
     assert ignores_sigint(None)  # what a shell's background job passes on
     assert not ignores_sigint(signals_by_default)  # what the hub and the proxy get
+
+
+def test_a_memory_cgroup_is_made_in_v1_or_v2_and_skipped_where_none_can_be(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _, names = load(monkeypatch)
+    v1, v2, other = tmp_path / "v1" / "memory", tmp_path / "v2", tmp_path / "cpu"
+    for root in (v1, v2, other):
+        root.mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory")
+    for roots, limit_file in (((v1,), "memory.limit_in_bytes"), ((other, v2), "memory.max")):
+        names["CGROUP_ROOTS"] = roots
+        group = names["memory_cgroup"]("ada", 2 * 1024**3)
+        assert group == roots[-1] / "lmlessons" / "ada"
+        assert (group / limit_file).read_text() == str(2 * 1024**3)
+    names["CGROUP_ROOTS"] = (other,)  # neither a v1 memory controller nor a v2 root
+    assert names["memory_cgroup"]("ada", 2 * 1024**3) is None
+
+
+def test_the_spawner_reads_the_limit_as_jupyterhub_parses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c, names = load(monkeypatch, LMLESSONS_HUB_MEM_LIMIT="1.5G")
+    spawner = names["ClassSpawner"](config=c)
+    assert spawner.mem_limit == int(1.5 * 1024**3)
