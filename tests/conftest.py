@@ -67,7 +67,7 @@ def chat_tok():
 def trl():
     """The TRL module."""
     pytest.importorskip("datasets", reason="TRL needs datasets")
-    return pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
+    return pytest.importorskip("trl", reason="TRL is a course dependency (requirements.txt)")
 
 
 @pytest.fixture(scope="session")

@@ -250,7 +250,7 @@ def test_claim_10_thinking_template_breaks_prefix(chat_tok):
     """Qwen3's template (TRL's copy) drops the reasoning of every answer but the last: a prefix of
     the conversation no longer renders as a prefix of the tokens. TRL's training template for it
     keeps every reasoning block, and the prefix property comes back."""
-    trl_module = pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
+    trl_module = pytest.importorskip("trl", reason="TRL is a course dependency (requirements.txt)")
     folder = Path(trl_module.__file__).parent / TRL_TEMPLATES
     original = (folder / "qwen3.jinja").read_text(encoding="utf-8")
     training = (folder / "qwen3_training.jinja").read_text(encoding="utf-8")

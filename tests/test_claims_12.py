@@ -2,8 +2,8 @@
 
 Each ``test_claim_12_*`` checks its entry of ``docs/claims.md`` against the installed TRL: real
 one-step runs of :func:`lmlessons.course.rl.grpo_trainer` (the course GPT-2 and chat tokenizer,
-nothing downloaded), and ``GRPOTrainer._compute_loss`` on tensors the test controls. TRL is a test
-dependency (``requirements-test.txt``); these tests are skipped where it is not installed.
+nothing downloaded), and ``GRPOTrainer._compute_loss`` on tensors the test controls. TRL is a course
+dependency (``requirements.txt``); these tests are skipped where it is not installed.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def test_group_advantages_equal_trl(grpo_trainer, monkeypatch, scale_rewards):
 
 @pytest.fixture(scope="module")
 def gkd_trainer_class():
-    pytest.importorskip("trl", reason="TRL is installed by requirements-test.txt")
+    pytest.importorskip("trl", reason="TRL is a course dependency (requirements.txt)")
     with warnings.catch_warnings():  # TRL warns that trl.experimental is unstable
         warnings.simplefilter("ignore")
         from trl.experimental.gkd import GKDTrainer
