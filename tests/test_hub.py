@@ -191,8 +191,9 @@ def test_the_command_prints_the_passwords_serves_and_stops_on_ctrl_c(hub: hubtoo
             str(port),
         ]
         proc = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **settings}, stdout=subprocess.PIPE, text=True
-        )
+            command, cwd=ROOT, env={**os.environ, **settings}, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,  # its own process group: the hub and proxy go with it
+        )  # fmt: skip
         printed = printed_until(proc, "Ctrl-C stops")
         assert "password a class password" in printed and f"teacher:  {teacher}," in printed, (
             printed
@@ -208,7 +209,7 @@ def test_the_command_prints_the_passwords_serves_and_stops_on_ctrl_c(hub: hubtoo
             requests.get(f"http://127.0.0.1:{port}/hub/login", timeout=10)
     finally:
         if proc is not None and proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the command, its hub and its proxy
         remove_accounts([teacher, learner_name])
         shutil.rmtree(hub_dir, ignore_errors=True)
 

@@ -46,6 +46,7 @@ from tools.hub_class import (
     as_teacher,
     in_parallel,
     missing,
+    remove_accounts,
     running_class,
     teacher_course,
 )
@@ -55,7 +56,8 @@ TEACHER = "lmlf-teacher"
 ADA, BO = "lmlf-ada", "lmlf-bo"  # the pair most tests use
 TWICE = "lmlf-cy"  # submits twice
 GRADED = {"lmlf-dee": "correct", "lmlf-eve": "endless loop", "lmlf-fay": "huge output"}
-NAMES = [TEACHER, ADA, BO, TWICE, *GRADED]
+GONE = "lmlf-gus"  # whose account is deleted behind the hub's back
+NAMES = [TEACHER, ADA, BO, TWICE, *GRADED, GONE]
 ASSIGNMENT = "01_mlm_masking"
 MEM_LIMIT = 1 << 30
 CELL_TIMEOUT_S = 120.0  # a cell of ~10 s, on 2 cores shared with other kernels
@@ -460,3 +462,21 @@ def test_learners_are_kept_apart(hub: hubtool.Hub, pair: list[Learner]) -> None:
     assert users.status_code in DENIED, f"bo's token listed the hub's users: {users}"
     start = bo.session.post(f"{hub.url}/hub/api/users/{ADA}/server", timeout=60)
     assert start.status_code in DENIED, f"bo's token asked for ada's server: {start}"
+
+
+def test_an_account_deleted_while_the_hub_lists_its_learner_is_made_again(hub: hubtool.Hub) -> None:
+    """At its start the hub makes the account of every learner it lists (``add_user``): deleting
+    a learner takes the hub's admin panel and ``userdel``, not ``userdel`` alone."""
+    assert Learner(hub, GONE).login().status_code == 302
+    remove_accounts([GONE])  # the system account only: the hub still lists the learner
+    with pytest.raises(KeyError):
+        pwd.getpwnam(GONE)
+    hub.stop_process("hub")
+    hub.start_hub()
+    assert pwd.getpwnam(GONE).pw_dir  # made again, with an empty home
+    assert hub.api("DELETE", f"/users/{GONE}").status_code == 204  # the admin panel's delete
+    remove_accounts([GONE])
+    hub.stop_process("hub")
+    hub.start_hub()
+    with pytest.raises(KeyError):
+        pwd.getpwnam(GONE)

@@ -245,8 +245,11 @@ def as_teacher(
 def remove_accounts(names: Iterable[str]) -> None:
     """Delete the accounts ``names`` (processes, homes, memory cgroups), where they exist."""
     for name in names:
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-        subprocess.run(["userdel", "-r", name], capture_output=True)
+        for _ in range(100):  # userdel refuses an account whose processes are still ending
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            if subprocess.run(["userdel", "-r", name], capture_output=True).returncode in (0, 6):
+                break  # 6: no such account
+            time.sleep(0.1)
         for root in (Path("/sys/fs/cgroup/memory/lmlessons"), Path("/sys/fs/cgroup/lmlessons")):
             for _ in range(50):  # the killed processes leave their cgroup within moments
                 try:
@@ -298,7 +301,8 @@ def running_class(
     accounts = [teacher, *names]
     remove_accounts(accounts)
     folder = hub_dir or Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
-    shutil.rmtree(folder / "exchange", ignore_errors=True)  # an earlier class's submissions
+    for kept in ("exchange", "state"):  # an earlier class's submissions, and its users: the hub
+        shutil.rmtree(folder / kept, ignore_errors=True)  # would make their accounts again
     try:
         install(folder, link=link, teacher=teacher)
         (folder / "local_config.py").write_text(local_config)
