@@ -38,6 +38,7 @@ from tools.browser import (
     run_all_cells,
     wait_for_notebook,
 )
+from tools.classroom import COURSE_ID
 from tools.hub_class import (
     Learner,
     as_account,
@@ -93,7 +94,7 @@ def test_learners_run_lesson_01_each_in_their_own_account(learners: list[Learner
         assert "✓ mask_tokens" in result.output
         whoami = learner.execute("import getpass; print(getpass.getuser())")
         assert whoami.output.strip() == learner.name
-    home = Path(os.path.expanduser(f"~{LEARNERS[0]}"))
+    home = hubtool.home(LEARNERS[0])
     assert (home / "lessons" / "01_mlm_masking.ipynb").exists()  # the student copies
     assert home.stat().st_mode & 0o077 == 0  # the home is its owner's alone
 
@@ -125,7 +126,7 @@ def test_a_learner_cannot_read_another_learners_work(
     hub: hubtool.Hub, learners: list[Learner]
 ) -> None:
     ada, bo = learners
-    mine = Path(os.path.expanduser(f"~{ada.name}")) / "lessons" / "01_mlm_masking.ipynb"
+    mine = hubtool.home(ada.name) / "lessons" / "01_mlm_masking.ipynb"
     tried = as_account(bo.name, f"open({str(mine)!r}).read()")
     assert tried.returncode != 0 and "PermissionError" in tried.stderr
     assert as_account(ada.name, f"open({str(mine)!r}).read()").returncode == 0  # the owner can
@@ -150,7 +151,7 @@ def test_the_teachers_formgrader_lists_the_submissions(
     listed = teacher.server("GET", f"/formgrader/api/submissions/{ASSIGNMENT}").json()
     assert {s["student"] for s in listed if s["submitted"]} == set(LEARNERS)
     assert learners[0].server("GET", "/formgrader/api/status").status_code == 404
-    assert learners[0].server("GET", "/assignments?course_id=lmlessons").status_code == 200
+    assert learners[0].server("GET", f"/assignments?course_id={COURSE_ID}").status_code == 200
 
 
 def printed_until(proc: subprocess.Popen[str], last: str, timeout: float = 120.0) -> str:

@@ -171,17 +171,12 @@ def server_pid(name: str) -> int:
     return found[0]
 
 
-def home(name: str) -> Path:
-    return Path(pwd.getpwnam(name).pw_dir)
-
-
 # --- the exchange ------------------------------------------------------------------------------
 
 
 def inbound(hub: hubtool.Hub, name: str) -> list[Path]:
     """The learner's submissions of the assignment in the exchange (read as root)."""
-    folder = hub.hub_dir / "exchange" / "lmlessons" / "inbound"
-    return sorted(folder.glob(f"{name}+{ASSIGNMENT}+*"))
+    return sorted(hub.inbound.glob(f"{name}+{ASSIGNMENT}+*"))
 
 
 def fetch_fresh(learner: Learner) -> None:
@@ -423,15 +418,15 @@ def test_a_kernel_beyond_its_memory_limit_dies_alone(pair: list[Learner]) -> Non
 
 def test_learners_are_kept_apart(hub: hubtool.Hub, pair: list[Learner]) -> None:
     ada, bo = pair
-    own = home(ADA) / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    own = hubtool.home(ADA) / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     if not own.exists():
         fetch_fresh(ada)
     if not inbound(hub, ADA):
         submit(ada)
     assert refused(ADA, own) == "", "the positive control: ada cannot read her own file"
-    assert "PermissionError" in refused(BO, home(ADA)), "bo listed ada's home"
+    assert "PermissionError" in refused(BO, hubtool.home(ADA)), "bo listed ada's home"
     assert "PermissionError" in refused(BO, own), "bo read ada's fetched assignment"
-    box = hub.hub_dir / "exchange" / "lmlessons" / "inbound"
+    box = hub.inbound
     assert "PermissionError" in refused(BO, box), "bo listed the exchange's submissions"
     pattern = str(box / f"{ADA}+*")
     globbed = as_account(BO, f"import glob; print(glob.glob({pattern!r}))").stdout.strip()

@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEST = Path("_build/classroom")
 CELL_TIMEOUT_S = 120  # one cell while autograding; a whole lesson runs in under 20 s
 SCHEMA_VERSION = 3  # nbgrader 0.9's cell metadata schema
+COURSE_ID = "lmlessons"  # nbgrader's course id, on a hub too
 
 # Points per exercise (docs/teaching.md shows this table; its test keeps the two equal).
 POINTS: dict[str, int] = {
@@ -168,7 +169,7 @@ def config_text(timeout: int = CELL_TIMEOUT_S) -> str:
 # Run nbgrader in this folder (the course root). docs/teaching.md in lmlessons explains the steps.
 c = get_config()  # noqa: F821
 
-c.CourseDirectory.course_id = "lmlessons"
+c.CourseDirectory.course_id = "{COURSE_ID}"
 # Exercise bodies sit between the lessons' own markers; the release gets the student copies' stub.
 c.ClearSolutions.begin_solution_delimeter = {BEGIN!r}
 c.ClearSolutions.end_solution_delimeter = {END!r}

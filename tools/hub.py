@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,12 +38,13 @@ from typing import Any
 import requests
 
 from tools import classroom
+from tools.browser import free_port
+from tools.classroom import COURSE_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = Path("/srv/lmlessons-hub")
 GROUP = "lmlessons"
 TEACHER = "teacher"
-COURSE_ID = "lmlessons"
 PROXY = "configurable-http-proxy@5.3.0"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 # nbgrader's server extensions and JupyterLab plugins that are the teacher's, not a learner's.
@@ -166,6 +166,11 @@ def add_account(name: str) -> Path:
     run(["groupadd", "-f", GROUP])
     if subprocess.run(["id", "-u", name], capture_output=True).returncode:
         run(["useradd", "-m", "-K", "HOME_MODE=0700", "-g", GROUP, "-s", "/bin/bash", name])
+    return home(name)
+
+
+def home(name: str) -> Path:
+    """The home folder of account ``name``."""
     return Path(os.path.expanduser(f"~{name}"))
 
 
@@ -215,12 +220,6 @@ def signals_by_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Hub:
     """A running proxy and hub (``start``), stopped with ``stop`` (every server first)."""
@@ -239,6 +238,11 @@ class Hub:
     def url(self) -> str:
         """The hub's address from this machine."""
         return f"http://{'127.0.0.1' if self.ip == '0.0.0.0' else self.ip}:{self.port}"
+
+    @property
+    def inbound(self) -> Path:
+        """nbgrader's inbound folder in the exchange: every submission, one folder each."""
+        return self.hub_dir / "exchange" / COURSE_ID / "inbound"
 
     def env(self) -> dict[str, str]:
         return {

@@ -28,7 +28,8 @@ import nbformat
 import requests
 import websocket
 
-from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, install
+from tools.classroom import COURSE_ID
+from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, home, install
 from tools.markers import has_solution_region, is_solution_cell
 
 T = TypeVar("T")
@@ -141,7 +142,7 @@ class Learner:
 
     def assignment(self, action: str, assignment: str) -> requests.Response:
         """nbgrader's Assignments tab: ``fetch`` or ``submit`` ``assignment``."""
-        data = {"assignment_id": assignment, "course_id": "lmlessons"}
+        data = {"assignment_id": assignment, "course_id": COURSE_ID}
         return self.server("POST", f"/assignments/{action}", data=data)
 
     def fetch(self, assignment: str) -> bool:
@@ -225,7 +226,7 @@ def answered(nb: nbformat.NotebookNode, assignment: str) -> nbformat.NotebookNod
 
 
 def teacher_course(teacher: str) -> Path:
-    return Path(os.path.expanduser(f"~{teacher}")) / "course"
+    return home(teacher) / "course"
 
 
 def as_teacher(

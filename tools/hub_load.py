@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import statistics
 import sys
 import tempfile
@@ -133,8 +134,6 @@ class Stage:
 
 
 def uid_of(name: str) -> int:
-    import pwd
-
     return pwd.getpwnam(name).pw_uid
 
 
@@ -183,13 +182,14 @@ def fine_tune(learner: Learner, cells: Sequence[str]) -> tuple[float, str]:
     return cell.seconds, cell.status
 
 
-def run_stage(h: hub.Hub, crowd: list[Learner], size: int, cells01: list[str]) -> Stage:
+def run_stage(
+    h: hub.Hub, crowd: list[Learner], size: int, cells01: list[str], cells10: list[str]
+) -> Stage:
     """Grow the class to ``size`` learners (step 1), then all of them run lesson 10 (step 2)."""
     new = [Learner(h, f"{PREFIX}{i:03d}") for i in range(len(crowd), size)]
     arrived = in_parallel(lambda learner: arrive(learner, cells01), new)
     crowd.extend(new)
     uids = {uid_of(learner.name): learner.name for learner in crowd}
-    cells10 = lesson_cells("10", through=FINE_TUNING)
     with Sampler(uids) as sampler:
         tuned = in_parallel(lambda learner: fine_tune(learner, cells10), crowd)
     statuses = [a.status for a in arrived] + [s for _, s in tuned]
@@ -242,12 +242,11 @@ def submit_and_grade(h: hub.Hub, crowd: list[Learner]) -> dict[str, object]:
 def breaches(crowd: list[Learner]) -> list[str]:
     """Each learner tries to read the next one's work and the teacher's course: what succeeded."""
     course = teacher_course(TEACHER)
-    inbound = crowd[0].hub.hub_dir / "exchange" / "lmlessons" / "inbound"
+    inbound = crowd[0].hub.inbound
     found = []
     for learner, other in zip(crowd, crowd[1:] + crowd[:1], strict=True):
-        home = Path(os.path.expanduser(f"~{other.name}"))
         for attempt in (
-            f"open({str(home / 'lessons' / (ASSIGNMENT + '.ipynb'))!r}).read()",
+            f"open({str(hub.home(other.name) / 'lessons' / (ASSIGNMENT + '.ipynb'))!r}).read()",
             f"import os; os.listdir({str(course / 'source')!r})",
             f"import os; os.listdir({str(inbound)!r})",
         ):
@@ -336,11 +335,12 @@ def ramp(h: hub.Hub, sizes: Sequence[int]) -> tuple[list[Learner], list[Stage], 
     crowd: list[Learner] = []
     stages: list[Stage] = []
     cells01 = lesson_cells("01", through='check("mask_tokens"')
+    cells10 = lesson_cells("10", through=FINE_TUNING)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for size in sizes:
         if stages and size * stages[-1].peak10_mib * 2**20 > total - RESERVE_GIB * GIB:
             return crowd, stages, f"memory: {size} learners would need more than the machine has"
-        stages.append(run_stage(h, crowd, size, cells01))
+        stages.append(run_stage(h, crowd, size, cells01, cells10))
         print(json.dumps(asdict(stages[-1])), flush=True)
     return crowd, stages, ""
 
