@@ -1,4 +1,5 @@
-"""Order the test files longest first, so that two xdist workers finish together.
+"""Order the test files longest first, so that two xdist workers finish together; and fail a
+session that leaves a hub, a server, a kernel, an account or a hub folder behind.
 
 ``make test`` runs with ``-n 2 --dist loadscope --no-loadscope-reorder``: each test file (and each
 lesson's notebook) goes whole to one worker, in the order collected. Started last, a long file
@@ -14,6 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from tools.leftovers import Snapshot, clean, leftovers, snapshot
 
 ROOT = Path(__file__).resolve().parent
 #: Seconds of the longest test files on 2 cores (``pytest tests -m "slow or browser or
@@ -42,3 +45,32 @@ def cost(nodeid: str, costs: dict[str, float]) -> float:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     costs = {**FILE_SECONDS, **_lesson_seconds()}
     items.sort(key=lambda item: -cost(item.nodeid, costs))  # stable: files keep their order
+
+
+# Nothing left behind: the hubs, proxies, servers, kernels, accounts and hub folders a session
+# made must be gone when it ends, whether its tests passed or failed (tools/leftovers.py). Checked
+# once, by the process that ran the session (xdist's controller, not its workers); what is left
+# is named, stopped by its PIDs, and fails the session.
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _is_worker(session.config):
+        session.config.stash[_BEFORE] = snapshot()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _is_worker(session.config) or _BEFORE not in session.config.stash:
+        return
+    left = leftovers(session.config.stash[_BEFORE])
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"the tests left behind (now stopped and removed):\n{left.describe()}"
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        clean(left)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[Snapshot]()

@@ -13,6 +13,7 @@ and cgroups the tests make are removed at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 from nbgrader.api import Gradebook
@@ -170,49 +172,62 @@ def printed_until(proc: subprocess.Popen[str], last: str, timeout: float = 120.0
     return text
 
 
-def test_the_command_prints_the_passwords_serves_and_stops_on_ctrl_c(hub: hubtool.Hub) -> None:
+def test_the_command_prints_the_passwords_serves_and_stops_quietly_on_ctrl_c_and_sigterm(
+    hub: hubtool.Hub, tmp_path: Path
+) -> None:
     """``python -m tools.hub run`` (what make hub runs) with the teacher's settings, beside the
-    module's hub: a learner logs in with the printed class password; Ctrl-C stops it all."""
+    module's hub, started twice: a learner logs in with the printed class password; Ctrl-C (SIGINT
+    to the command's process group, as a terminal sends it), then SIGTERM to the group (as
+    ``timeout`` sends it; ``systemctl stop`` sends it to the command) stops it all, with no
+    traceback."""
     teacher, learner_name = "lmlt-prof", "lmlt-cy"
     remove_accounts([teacher, learner_name])
     hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-cli-"))
     settings = {"LMLESSONS_HUB_TEACHER": teacher, "LMLESSONS_HUB_PASSWORD": "a class password"}
-    proc = None
     try:
         hubtool.install(hub_dir, link=Path(sys.prefix), teacher=teacher)
-        port = hubtool.free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "tools.hub",
-            "run",
-            "--dir",
-            str(hub_dir),
-            "--port",
-            str(port),
-        ]
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **settings}, stdout=subprocess.PIPE, text=True,
-            start_new_session=True,  # its own process group: the hub and proxy go with it
-        )  # fmt: skip
-        printed = printed_until(proc, "Ctrl-C stops")
-        assert "password a class password" in printed and f"teacher:  {teacher}," in printed, (
-            printed
-        )
-        cy = Learner(hubtool.Hub(hub_dir, port=port, password="a class password"), learner_name)
-        assert cy.login().status_code == 302
-        cy.start_server()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-        left = subprocess.run(["pgrep", "-u", learner_name], capture_output=True, text=True)
-        assert left.stdout == "", f"{learner_name}'s server outlived the hub: {left.stdout}"
-        with pytest.raises(requests.ConnectionError):  # the proxy is gone too
-            requests.get(f"http://127.0.0.1:{port}/hub/login", timeout=10)
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            port = hubtool.free_port()
+            command = [sys.executable, "-m", "tools.hub", "run", "--dir", str(hub_dir),
+                       "--port", str(port)]  # fmt: skip
+            with open(tmp_path / f"stderr-{stop.name}", "w+") as err:
+                proc = subprocess.Popen(
+                    command, cwd=ROOT, env={**os.environ, **settings}, stdout=subprocess.PIPE,
+                    stderr=err, text=True, start_new_session=True,
+                )  # fmt: skip
+                try:
+                    printed = printed_until(proc, "Ctrl-C stops")
+                    assert "password a class password" in printed, printed
+                    assert f"teacher:  {teacher}," in printed, printed
+                    cy = Learner(hubtool.Hub(hub_dir, port=port, password="a class password"),
+                                 learner_name)  # fmt: skip
+                    assert cy.login().status_code == 302
+                    cy.start_server()
+                    os.killpg(proc.pid, stop)
+                    assert proc.wait(timeout=60) == 0
+                finally:
+                    kill_tree(proc)
+                err.seek(0)
+                assert "Traceback" not in err.read(), f"{stop.name}: {err.read()}"
+            left = subprocess.run(["pgrep", "-u", learner_name], capture_output=True, text=True)
+            assert left.stdout == "", f"{learner_name}'s server outlived the hub: {left.stdout}"
+            with pytest.raises(requests.ConnectionError):  # the proxy is gone too
+                requests.get(f"http://127.0.0.1:{port}/hub/login", timeout=10)
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the command, its hub and its proxy
         remove_accounts([teacher, learner_name])
         shutil.rmtree(hub_dir, ignore_errors=True)
+
+
+def kill_tree(proc: subprocess.Popen[str]) -> None:
+    """``proc`` and every process it started (the hub and the proxy run in sessions of their own,
+    out of reach of its process group), where a failed test left them running."""
+    if proc.poll() is not None:
+        return
+    family = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 HAS_COMMAND = "(id) => window.jupyterapp.commands.hasCommand(id)"

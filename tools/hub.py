@@ -58,6 +58,10 @@ TEACHER_ONLY_PLUGINS = [
     "@jupyter/nbgrader:create-assignment",
 ]
 READY_TIMEOUT_S = 60.0
+# The parts of a venv that its packages find relative to their own install: the packages, then
+# the data JupyterHub (its templates and static files, found by walking up from the package),
+# JupyterLab and the Jupyter server read.
+VENV_PARTS = ("lib", "share/jupyter", "share/jupyterhub", "etc/jupyter")
 
 
 def run(cmd: Sequence[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -109,7 +113,7 @@ def link_venv(hub_dir: Path, env: Path, python: Path) -> Path:
     run([python, "-m", "venv", "--without-pip", venv])
     scripts = env / "bin"
     if not readable_by_all(env / "lib"):
-        for part in ("lib", "share/jupyter", "etc/jupyter"):
+        for part in VENV_PARTS:
             (hub_dir / "env" / part).parent.mkdir(parents=True, exist_ok=True)
             if subprocess.run(["cp", "-al", env / part, hub_dir / "env" / part]).returncode:
                 run(["cp", "-a", env / part, hub_dir / "env" / part])
@@ -274,7 +278,7 @@ class Hub:
         with open(log / "proxy.log", "ab") as out:
             self.procs["proxy"] = subprocess.Popen(
                 [str(x) for x in proxy], env=self.env(), stdout=out, stderr=out,
-                preexec_fn=signals_by_default,
+                preexec_fn=signals_by_default, start_new_session=True,
             )  # fmt: skip
         return self.start_hub()
 
@@ -292,6 +296,7 @@ class Hub:
                 env=self.env(),
                 stdout=out,
                 preexec_fn=signals_by_default,
+                start_new_session=True,
                 stderr=out,
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -336,10 +341,15 @@ class Hub:
                 proc.wait()
 
     def stop(self) -> None:
-        """Every learner's server, then the hub, then the proxy."""
+        """Every learner's server, then the hub, then the proxy. The hub and the proxy run in
+        sessions of their own (``start``), so a signal to the command's process group (Ctrl-C in
+        a terminal, ``timeout``) reaches the command alone, which stops them in this order; a hub
+        that is already going (killed on its own) is stopped without asking it anything."""
         try:
             if "hub" in self.procs and self.procs["hub"].poll() is None:
                 self.stop_servers()
+        except requests.RequestException:
+            pass  # the hub went away while asked: there is nothing left to ask it
         finally:
             self.stop_process("hub")
             self.stop_process("proxy")
@@ -351,22 +361,23 @@ def teacher_name() -> str:
 
 
 def serve(hub_dir: Path, port: int) -> int:
-    """``make hub``: start, print how to log in, wait for Ctrl-C, stop everything. The
-    ``LMLESSONS_HUB_*`` settings of the environment (docs/teaching.md) reach the hub."""
+    """``make hub``: start, print how to log in, wait for Ctrl-C or SIGTERM (``systemctl stop``,
+    ``timeout``), stop everything quietly. The ``LMLESSONS_HUB_*`` settings of the environment
+    (docs/teaching.md) reach the hub."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if started ignored
+    signal.signal(signal.SIGTERM, stop_quietly)
     hub = Hub(
         hub_dir, port, teacher=teacher_name(), ip=os.environ.get("LMLESSONS_HUB_IP", "127.0.0.1")
     )
     hub.password = os.environ.get("LMLESSONS_HUB_PASSWORD", hub.password)
     hub.admin_password = os.environ.get("LMLESSONS_HUB_ADMIN_PASSWORD", hub.admin_password)
-    hub.start()
-    print(f"The class hub is at {hub.url}/  (log files in {hub_dir / 'state'})")
-    print(f"  learners: any name (letters, digits, - and _), password {hub.password}")
-    print(f"  teacher:  {hub.teacher}, password {hub.admin_password}")
-    print("  (the teacher's formgrader: Nbgrader > Formgrader in JupyterLab)")
-    print("Ctrl-C stops every server, the hub and the proxy.")
     try:
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        hub.start()
+        print(f"The class hub is at {hub.url}/  (log files in {hub_dir / 'state'})")
+        print(f"  learners: any name (letters, digits, - and _), password {hub.password}")
+        print(f"  teacher:  {hub.teacher}, password {hub.admin_password}")
+        print("  (the teacher's formgrader: Nbgrader > Formgrader in JupyterLab)")
+        print("Ctrl-C stops every server, the hub and the proxy.", flush=True)
         while all(p.poll() is None for p in hub.procs.values()):
             time.sleep(1)
         print("the hub or the proxy stopped: see the logs", file=sys.stderr)
@@ -374,7 +385,14 @@ def serve(hub_dir: Path, port: int) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM while stopping
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         hub.stop()
+
+
+def stop_quietly(signum: int, frame: object) -> None:
+    """SIGTERM (``systemctl stop``, ``timeout``) stops the hub as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,16 @@ T = TypeVar("T")
 R = TypeVar("R")
 READY_TIMEOUT_S = 300.0  # a whole class starting at once on 2 cores
 POLL_S = 5.0  # how often a waiting learner looks at the clock
+# A websocket handshake to a kernel goes through the proxy and the learner's server, which on 2
+# cores shared by 20 fine-tuning kernels answer in tens of seconds: a learner waits this long for
+# each try, and tries again until the cell's own time is up.
+CONNECT_TIMEOUT_S = 60.0
+# Why websocket-client and a hand-written loop, not a kernel client: jupyter_client and nbclient
+# speak ZMQ to a kernel's connection file, which sits in the learner's own 0700 runtime folder
+# behind their server (a browser reaches the kernel only through the server's websocket, as this
+# does); jupyter-kernel-client 1.0 speaks that websocket, but reads neither the server's
+# ``dead``/``restarting`` status nor a closed socket as an end, so a killed kernel would show as a
+# cell that timed out. The load test and the faults tests need both as results.
 
 
 @dataclass
@@ -116,19 +126,39 @@ class Learner:
         return self.kernel
 
     def execute(self, code: str, timeout: float = READY_TIMEOUT_S) -> CellResult:
-        """Run ``code`` in this learner's kernel, as JupyterLab does (one execute request)."""
-        url = f"{self.base.replace('http', 'ws', 1)}/api/kernels/{self.kernel}/channels"
+        """Run ``code`` in this learner's kernel, as JupyterLab does (one execute request).
+
+        Never raises for the hub's or the machine's sake: a kernel that dies is ``dead``, a server
+        that goes away ``closed``, a socket that could not be opened before ``timeout``
+        ``unreachable``, a cell that outlasts it ``timeout``."""
         start = time.monotonic()
-        auth = [f"Authorization: token {self.token}"]
-        ws = websocket.create_connection(url, header=auth, timeout=POLL_S)
+        ws = self.connect(start + timeout)
+        if ws is None:
+            return CellResult("unreachable", "", time.monotonic() - start)
         try:
             msg_id = uuid.uuid4().hex
             ws.send(json.dumps(execute_request(msg_id, code, self.name)))
             return collect_reply(ws, msg_id, start, timeout)
-        except websocket.WebSocketConnectionClosedException:  # the server itself went away
+        except (websocket.WebSocketException, OSError):  # the server itself went away
             return CellResult("closed", "", time.monotonic() - start)
         finally:
             ws.close()
+
+    def connect(self, deadline: float) -> websocket.WebSocket | None:
+        """The kernel's websocket, tried until ``deadline`` (None if it never opened); it then
+        reads with a ``POLL_S`` timeout, so that a waiting learner looks at the clock."""
+        url = f"{self.base.replace('http', 'ws', 1)}/api/kernels/{self.kernel}/channels"
+        auth = [f"Authorization: token {self.token}"]
+        while time.monotonic() < deadline:
+            wait = min(CONNECT_TIMEOUT_S, max(deadline - time.monotonic(), 1.0))
+            try:
+                ws = websocket.create_connection(url, header=auth, timeout=wait)
+            except (websocket.WebSocketException, OSError):  # a handshake that took too long
+                time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+                continue
+            ws.settimeout(POLL_S)
+            return ws
+        return None
 
     def run_cells(self, cells: Sequence[str]) -> CellResult:
         """Run ``cells`` one after another, stopping at the first that fails; their total."""
