@@ -12,11 +12,12 @@ kernel's start-up); only their order matters.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from tools.leftovers import Snapshot, clean, leftovers, snapshot
+from tools import leftovers
 
 ROOT = Path(__file__).resolve().parent
 #: Seconds of the longest test files on 2 cores (``pytest tests -m "slow or browser or
@@ -47,30 +48,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -cost(item.nodeid, costs))  # stable: files keep their order
 
 
-# Nothing left behind: the hubs, proxies, servers, kernels, accounts and hub folders a session
-# made must be gone when it ends, whether its tests passed or failed (tools/leftovers.py). Checked
-# once, by the process that ran the session (xdist's controller, not its workers); what is left
-# is named, stopped by its PIDs, and fails the session.
+# Nothing left behind: the processes a session started, and the accounts and hub folders it made,
+# must be gone when it ends, whether its tests passed or failed (tools/leftovers.py). Checked
+# once, by the process that ran the session (xdist's controller, after its workers ended); what is
+# left is named, stopped by its PIDs, and fails the session.
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not _is_worker(session.config):
-        session.config.stash[_BEFORE] = snapshot()
+        leftovers.begin()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _is_worker(session.config) or _BEFORE not in session.config.stash:
+    if _is_worker(session.config) or leftovers.REGISTRY not in os.environ:
         return
-    left = leftovers(session.config.stash[_BEFORE])
+    left = leftovers.leftovers()
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = f"the tests left behind (now stopped and removed):\n{left.describe()}"
         if reporter is not None:
             reporter.write_line(message, red=True)
-        clean(left)
+        leftovers.clean(left)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-_BEFORE = pytest.StashKey[Snapshot]()
+    leftovers.end()

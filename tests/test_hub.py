@@ -33,6 +33,7 @@ import requests
 from nbgrader.api import Gradebook
 
 from tools import hub as hubtool
+from tools import leftovers
 from tools.browser import (
     find_chromium,
     launch_chromium,
@@ -183,6 +184,7 @@ def test_the_command_prints_the_passwords_serves_and_stops_quietly_on_ctrl_c_and
     teacher, learner_name = "lmlt-prof", "lmlt-cy"
     remove_accounts([teacher, learner_name])
     hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-cli-"))
+    leftovers.register([teacher, learner_name], [hub_dir])
     settings = {"LMLESSONS_HUB_TEACHER": teacher, "LMLESSONS_HUB_PASSWORD": "a class password"}
     try:
         hubtool.install(hub_dir, link=Path(sys.prefix), teacher=teacher)
@@ -251,6 +253,7 @@ def test_in_chromium_a_learner_runs_lesson_00_with_assignments_and_no_formgrader
     from playwright.sync_api import sync_playwright
 
     name = "lmlt-dot"
+    leftovers.register([name])
     try:
         with sync_playwright() as pw:
             browser = launch_chromium(pw)

@@ -28,6 +28,7 @@ import nbformat
 import requests
 import websocket
 
+from tools import leftovers
 from tools.classroom import COURSE_ID
 from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, home, install
 from tools.markers import has_solution_region, is_solution_cell
@@ -332,6 +333,7 @@ def running_class(
     accounts = [teacher, *names]
     remove_accounts(accounts)
     folder = hub_dir or Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
+    leftovers.register(accounts, [] if hub_dir else [folder])
     for kept in ("exchange", "state"):  # an earlier class's submissions, and its users: the hub
         shutil.rmtree(folder / kept, ignore_errors=True)  # would make their accounts again
     try:

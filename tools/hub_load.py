@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from nbgrader.api import Gradebook
 
-from tools import classroom, hub
+from tools import classroom, hub, leftovers
 from tools.hub_class import (
     Learner,
     as_account,
@@ -522,13 +522,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         parser.error("run as root: the hub makes an account per learner")
     sizes = sorted({int(n) for n in args.learners.split(",")})
-    result = load_test(args.dir, sizes, args.mem_limit)
+    leftovers.begin()
+    try:
+        result = load_test(args.dir, sizes, args.mem_limit)
+    finally:
+        left = leftovers.leftovers()
+        if left:  # what the class left running, made or wrote: named, then removed
+            print(f"FAILED: the load test left behind:\n{left.describe()}", file=sys.stderr)
+            leftovers.clean(left)
+        leftovers.end()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(report(result))
     print(f"stopped early: {result['stopped']}" if result["stopped"] else "every class size ran")
     print(f"grading: {result['grading']}\nfigures: {args.out}")
-    problems = failures(result)
+    problems = failures(result) + (["the load test left something behind"] if left else [])
     for problem in problems:
         print(f"FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0

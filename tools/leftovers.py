@@ -1,18 +1,21 @@
-"""What a test run leaves behind: the hubs, proxies, idle cullers, learners' servers and kernels it
-started, the accounts it made and the hub folders it wrote in the temp directory.
+"""What a test run leaves behind: the hubs, proxies, idle cullers, learners' servers, kernels and
+browsers it started, the accounts it made and the hub folders it wrote.
 
-``snapshot()`` at the start of a run and ``leftovers(before)`` at its end name what the run made
-and did not stop (conftest.py does it for every pytest session, ``tools.hub_load`` for the load
-test); ``clean(left)`` stops those processes by their PIDs and removes those accounts and folders.
-A process or folder counts when it appeared after the snapshot, so whatever else runs on the
-machine at the time (a teacher's own hub, ``make lab``) is left alone, unless it starts during the
-run.
+``begin()`` at the start of a run (conftest.py does it for every pytest session, ``tools.hub_load``
+for the load test) makes the run's process a child subreaper, so that every process the run
+starts stays its descendant even when its parent ends (a hub's idle culler, a kernel whose server
+was killed), and opens a registry where ``register`` (called by ``tools.hub_class.running_class``
+and the tests that make accounts of their own) writes the accounts and folders the run makes.
+``leftovers()`` at its end names what is still there; ``clean(left)`` stops those processes by their
+PIDs and removes those accounts and folders. Only the run's own processes, accounts and folders
+count, so two runs on one machine (a developer's ``make test-fast`` beside ``make test-hub``) never
+take each other's for leftovers.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import pwd
 import shutil
 import signal
 import tempfile
@@ -23,28 +26,9 @@ from pathlib import Path
 
 import psutil
 
-# What the class hub and the lessons start, as it appears in a process's command line.
-PROCESSES = (
-    "jupyterhub",  # the hub, jupyterhub-singleuser (a learner's server), jupyterhub_idle_culler
-    "configurable-http-proxy",
-    "ipykernel_launcher",  # a kernel: nbval's, a browser test's JupyterLab's, a learner's
-    "jupyter-lab",
-    "jupyter_lab",
-)
-# The accounts the tests and the load test make: tests/test_hub.py, tests/test_hub_faults.py and
-# tools/hub_load.py (tests/test_leftovers.py checks that their names start so).
-ACCOUNT_PREFIXES = ("lmlt-", "lmlf-", "lmload-")
-FOLDER_PREFIX = "lmlessons-hub-"  # tools.hub_class.running_class's and the command test's
+REGISTRY = "LMLESSONS_LEFTOVERS"  # the registry file's path, inherited by every worker
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2), Linux 3.4 and later
 GRACE_S = 15.0  # kernels and servers that were told to stop have this long to end
-
-
-@dataclass
-class Snapshot:
-    """The processes, accounts and hub folders there were at the start of a run."""
-
-    pids: set[int] = field(default_factory=set)
-    accounts: set[str] = field(default_factory=set)
-    folders: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -65,40 +49,62 @@ class Leftovers:
         return "\n".join(lines)
 
 
-def hub_processes() -> dict[int, str]:
-    """Every running process of ``PROCESSES``: PID -> command line."""
+def begin() -> Path:
+    """Make this process the reaper of every orphan it leaves (Linux; elsewhere orphans go to
+    init and only the processes still below it count) and open the run's registry; its path."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    fd, path = tempfile.mkstemp(prefix="lmlessons-leftovers-", suffix=".txt")
+    os.close(fd)
+    os.environ[REGISTRY] = path
+    return Path(path)
+
+
+def register(accounts: Iterable[str] = (), folders: Iterable[Path | str] = ()) -> None:
+    """Note ``accounts`` and ``folders`` as made by this run (nothing outside a run)."""
+    path = os.environ.get(REGISTRY)
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.writelines([f"account {name}\n" for name in accounts])
+            out.writelines([f"folder {folder}\n" for folder in folders])
+
+
+def descendants() -> dict[int, str]:
+    """Every living process below this one: PID -> command line."""
     found = {}
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if proc.info["pid"] != os.getpid() and any(name in cmd for name in PROCESSES):
-            found[proc.info["pid"]] = cmd
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
     return found
 
 
-def made_accounts(names: Iterable[str] | None = None) -> set[str]:
-    """The accounts among ``names`` (default: the system's) that the tests make."""
-    names = [p.pw_name for p in pwd.getpwall()] if names is None else names
-    return {name for name in names if name.startswith(ACCOUNT_PREFIXES)}
+def registered() -> tuple[list[str], list[str]]:
+    """The registered accounts and folders that still exist."""
+    path = os.environ.get(REGISTRY)
+    lines = Path(path).read_text(encoding="utf-8").splitlines() if path else []
+    accounts = {line.split(" ", 1)[1] for line in lines if line.startswith("account ")}
+    folders = {line.split(" ", 1)[1] for line in lines if line.startswith("folder ")}
+    return sorted(a for a in accounts if exists(a)), sorted(f for f in folders if Path(f).exists())
 
 
-def hub_folders(tmp: Path | None = None) -> set[str]:
-    """The hub folders in the temp directory."""
-    return {str(p) for p in Path(tmp or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*")}
+def exists(account: str) -> bool:
+    try:
+        import pwd
+
+        pwd.getpwnam(account)
+    except KeyError:
+        return False
+    return True
 
 
-def snapshot() -> Snapshot:
-    return Snapshot(set(hub_processes()), made_accounts(), hub_folders())
-
-
-def leftovers(before: Snapshot, grace_s: float = GRACE_S) -> Leftovers:
-    """What appeared since ``before`` and is still there after up to ``grace_s`` seconds."""
+def leftovers(grace_s: float = GRACE_S) -> Leftovers:
+    """What the run made and is still there after up to ``grace_s`` seconds."""
     deadline = time.monotonic() + grace_s
     while True:
-        left = Leftovers(
-            {pid: cmd for pid, cmd in hub_processes().items() if pid not in before.pids},
-            sorted(made_accounts() - before.accounts),
-            sorted(hub_folders() - before.folders),
-        )
+        left = Leftovers(descendants(), *registered())
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
@@ -123,3 +129,10 @@ def clean(left: Leftovers) -> None:
     remove_accounts(left.accounts)
     for path in left.folders:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def end() -> None:
+    """Close the run's registry."""
+    path = os.environ.pop(REGISTRY, None)
+    if path:
+        Path(path).unlink(missing_ok=True)
