@@ -14,6 +14,7 @@ import importlib
 import math
 import random
 import re
+import sys
 import threading
 import traceback
 from pathlib import Path
@@ -35,8 +36,10 @@ from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
 from lmlessons.course.chat import CHAT_TEMPLATE
+from lmlessons.course.content import load
 from lmlessons.exercises import (
     EXERCISES,
+    _check,
     check,
     hint,
     quiz,
@@ -46,6 +49,7 @@ from lmlessons.exercises import (
     solutions_part3,
 )
 from lmlessons.exercises._cases import random_word_rows, word_batch
+from lmlessons.exercises._delegation import Delegation, delegation
 from lmlessons.exercises._framework import TIME_LIMIT, Case, Mistake, Runner, tokenizer_state
 from lmlessons.exercises._loss_checks import batches
 from lmlessons.exercises._memory import LargestTensor
@@ -54,8 +58,10 @@ from lmlessons.exercises.check_answer_only import ChatTokenizer
 from lmlessons.exercises.check_grpo_loss import cases as grpo_loss_cases
 from lmlessons.exercises.check_grpo_loss import window
 from lmlessons.exercises.check_sequence_logprobs import cases as sequence_logprobs_cases
+from lmlessons.exercises.check_sequence_logprobs import empty_average_case, half_case
 from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
 from lmlessons.grpo import aggregate_loss
+from lmlessons.losses import mlm_loss as course_mlm_loss  # bound in globals before any check
 from lmlessons.masking_variants import select_whole_words, word_ids
 from lmlessons.preference import sequence_logprobs
 
@@ -232,7 +238,7 @@ def test_checker_references_equal_transformers(name, seed):
 @pytest.mark.parametrize("source", ["independent", "solution"])
 def test_correct_functions_pass(name, source):
     fn = INDEPENDENT[name] if source == "independent" else EXERCISES[name].solution
-    result = check(name, fn)
+    result = _check(name, fn, watch=False)  # they may be the course's own: not watched here
     assert result.passed, str(result)
     assert result.mistake is None
     assert len(result.passed_checks) >= 4  # the list of what was verified is shown to the learner
@@ -410,7 +416,7 @@ def test_an_error_raised_in_the_package_is_reported_at_the_learners_line():
         bad_probability(torch.zeros(1, 3, dtype=torch.long), mask_token_id=1, vocab_size=5)
     deepest = Path(traceback.extract_tb(raised.tb)[-1].filename).resolve()
     assert deepest.is_relative_to(Path(lmlessons.__file__).resolve().parent)  # the premise
-    result = check("mask_tokens", bad_probability)
+    result = _check("mask_tokens", bad_probability, watch=False)  # calls the package: allowed
     assert "ValueError: mlm_probability" in result.message
     assert "in `bad_probability`, line " in result.message, result.message
     assert "`return lmlessons.mask_tokens(input_ids, **kwargs)`" in result.message
@@ -433,7 +439,7 @@ def test_a_function_that_changes_the_tokenizer_modifies_its_input(change):
         change(tokenizer)
         return solutions_part2.assistant_labels(tokenizer, messages)
 
-    result = check("assistant_labels", changes_the_tokenizer)
+    result = _check("assistant_labels", changes_the_tokenizer, watch=False)  # wraps the solution
     assert result.mistake == "modifies_input", str(result)
     assert "`tokenizer` changed during the call" in result.message
     tokenizer = ChatTokenizer()  # what the learner gets
@@ -661,7 +667,7 @@ def test_token_id_zero_is_a_target(name):
         *inputs, labels = args
         return getattr(solutions, name)(*inputs, labels.masked_fill(labels == 0, -100), **kwargs)
 
-    result = check(name, skips_zero)
+    result = _check(name, skips_zero, watch=False)  # wraps the solution
     assert result.mistake == "skips_target_zero", str(result)
     assert "id 0" in result.message
 
@@ -717,7 +723,7 @@ def test_rank_check_reports_extra_all_reduce_calls():
             logits, labels, all_reduce=lambda t: count, world_size=world_size
         )
 
-    result = check("rank_loss", extra_call_on_rank_one)
+    result = _check("rank_loss", extra_call_on_rank_one, watch=False)  # wraps the solution
     assert result.mistake == "mismatched_all_reduce", str(result)
     assert "calls per rank: [2, 1]" in result.message
 
@@ -992,7 +998,7 @@ def test_part3_generated_cases_reach_the_corners():
     batch, rows without a target (never under ``average=True``), targets of id 0, a last token
     that is a target, and a confident model where ``softmax(...).log()`` is -inf; grpo_loss, each
     loss type on a batch with an empty completion, an all-empty batch, one-token widths,
-    ``max_completion_length`` above the width, and int32, int64 and bool masks."""
+    ``max_completion_length`` above the width, and int32, int64, bool and float masks."""
     rows = []
     for case in sequence_logprobs_cases():
         logits, labels = case.args
@@ -1011,8 +1017,148 @@ def test_part3_generated_cases_reach_the_corners():
         if bool((mask.sum(-1) == 0).any()):
             empty_types.add(case.kwargs["loss_type"])
     assert empty_types == {"grpo", "bnpo", "dr_grpo", "dapo"}
-    assert dtypes == {torch.int32, torch.int64, torch.bool}
+    assert dtypes == {torch.int32, torch.int64, torch.bool, torch.float32}
     cases = grpo_loss_cases()
     assert any(not bool(c.args[1].sum()) for c in cases)
     assert any(c.args[1].shape[1] == 1 for c in cases)
     assert any(c.kwargs.get("max_completion_length", 0) > c.args[1].shape[1] for c in cases)
+
+
+def test_grpo_cases_reach_the_types_corners():
+    """Every loss type gets a ``num_items_in_batch`` that differs from the micro-batch's count
+    (only ``dapo`` may use it); float masks with zeros inside a completion; token losses of exactly
+    0 on counted tokens (a count from the nonzero losses is wrong there); ``dapo`` with a count of
+    0 on an all-empty mask, whose expected loss is 0 as in TRL (``clamp(min=1.0)``)."""
+    with_count, holes_float, zero_losses, zero_window = set(), False, False, False
+    for case in grpo_loss_cases():
+        loss, mask = case.args[0].detach(), case.args[1]
+        n = case.kwargs.get("num_items_in_batch")
+        if n is not None and float(n) != float(mask.sum()):
+            with_count.add(case.kwargs["loss_type"])
+        ones = mask.bool().int()
+        inside = (
+            ones.cummax(-1).values.bool()
+            & ~ones.bool()
+            & ones.flip(-1).cummax(-1).values.flip(-1).bool()
+        )
+        holes_float |= mask.is_floating_point() and bool(inside.any())
+        zero_losses |= bool(((loss == 0) & mask.bool()).any()) and bool((loss * mask != 0).any())
+        if case.kwargs["loss_type"] == "dapo" and n is not None and float(n) == 0:
+            zero_window = not bool(mask.sum())
+            args, kwargs = case.arguments()
+            assert solutions_part3.grpo_loss(*args, **kwargs).item() == 0.0
+            assert core_grpo_loss(*case.arguments()[0], **case.arguments()[1]).item() == 0.0
+    assert with_count == {"grpo", "bnpo", "dr_grpo", "dapo"}
+    assert holes_float and zero_losses and zero_window
+
+
+def test_sequence_logprobs_float16_and_an_average_without_targets():
+    """The float16 case gives float32 from the reference and the core; on the row without a
+    target under ``average=True`` the reference gives NaN, the core raises ``ValueError``, and
+    both pass."""
+    half = half_case()
+    assert half.args[0].dtype == torch.float16
+    for fn in (solutions_part3.sequence_logprobs, core_sequence_logprobs):
+        args, kwargs = half.arguments()
+        assert fn(*args, **kwargs).dtype == torch.float32
+    empty = empty_average_case()
+    args, kwargs = empty.arguments()
+    assert kwargs == {"average": True}
+    assert torch.isnan(solutions_part3.sequence_logprobs(*args, **kwargs)).tolist() == [
+        False,
+        True,
+        False,
+    ]
+    with pytest.raises(ValueError):
+        core_sequence_logprobs(*args, **kwargs)
+    assert _check("sequence_logprobs", core_sequence_logprobs, watch=False).passed
+
+
+# --------------------------------------------------------------------------- delegation
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_the_reference_solution_itself_is_refused(name):
+    """Passing the reference solution (or a function that only calls it) fails every exercise."""
+    result = check(name, EXERCISES[name].solution)
+    assert result.mistake == "delegates_to_course", str(result)
+    assert "reference solution" in result.message
+    assert "Course functions this exercise lets you use:" in result.message
+
+
+def test_a_course_function_reached_any_way_is_refused():
+    """A name bound in the learner's globals before the check, a default argument, a closure, a
+    ``functools.partial`` and a function that swallows what follows: all are named."""
+    import functools
+
+    def from_globals(logits, labels, *, num_items_in_batch=None):
+        return course_mlm_loss(logits, labels, num_items_in_batch=num_items_in_batch)
+
+    def default_argument(logits, labels, *, num_items_in_batch=None, impl=lmlessons.mlm_loss):
+        return impl(logits, labels, num_items_in_batch=num_items_in_batch)
+
+    def make_closure():
+        impl = course_mlm_loss
+
+        def closure(logits, labels, *, num_items_in_batch=None):
+            return impl(logits, labels, num_items_in_batch=num_items_in_batch)
+
+        return closure
+
+    partial = functools.partial(course_mlm_loss)
+
+    def then_fails(logits, labels, *, num_items_in_batch=None):
+        try:
+            course_mlm_loss(logits, labels)
+        except Exception:
+            labels = None
+        raise RuntimeError("my own bug")
+
+    for fn in (from_globals, default_argument, make_closure(), partial, then_fails):
+        result = check("mlm_loss", fn)
+        assert result.mistake == "delegates_to_course", str(result)
+        assert "`lmlessons.losses.mlm_loss`" in result.message
+
+
+def test_a_building_block_may_call_a_forbidden_function():
+    """A forbidden function called from inside an allowed building block is not the learner's;
+    called directly it is; the watch restores the profiler that was set before it."""
+
+    def forbidden():
+        return 1
+
+    def block():
+        return forbidden()
+
+    watch = Delegation(
+        "x",
+        {id(forbidden.__code__): "forbidden"},
+        frozenset({id(block.__code__)}),
+        ("block",),
+        (forbidden.__code__, block.__code__),
+    )
+    before = sys.getprofile()
+    with watch.watch() as hits:
+        block()
+    assert hits == []
+    with watch.watch() as hits:
+        forbidden()
+    assert hits == ["forbidden"]
+    assert sys.getprofile() is before
+
+
+def test_building_blocks_cover_every_exercise_and_resolve():
+    """building_blocks.toml: one table per coded exercise with the lists ``same_idea`` and
+    ``building_blocks``, every name importable, no name in both lists, no building block that is
+    a reference solution; the "not attempted yet" message names the building blocks."""
+    table = load("building_blocks")
+    assert set(table) == set(FUNCTIONS)
+    for name, entry in table.items():
+        assert set(entry) == {"same_idea", "building_blocks"}, name
+        assert entry["same_idea"] or name == "rank_loss", name
+        assert not set(entry["same_idea"]) & set(entry["building_blocks"]), name
+        watch = delegation(name)
+        assert not watch.allowed & set(watch.forbidden), name
+        result = check(name, stub_not_implemented)
+        assert f"Course functions you may use: {watch.blocks_text()}" in result.message
+    assert "`lmlessons.shift_labels`" in delegation("clm_loss").blocks_text()

@@ -39,6 +39,7 @@ from lmlessons.course.content import load
 from lmlessons.exercises import solutions as _solutions
 from lmlessons.exercises import solutions_part2 as _solutions_part2
 from lmlessons.exercises import solutions_part3 as _solutions_part3
+from lmlessons.exercises._delegation import delegation
 from lmlessons.exercises._framework import Mistake, NotAttempted, Runner, isolated
 from lmlessons.exercises._quiz import Quiz, quiz
 from lmlessons.exercises._result import CheckResult, Hint, Solution, inline
@@ -153,12 +154,25 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
 
     ``check("bug_zoo", {"A": "diagnosis id", ...})`` (lesson 08) takes a dict of answers instead
     (an exercise registered with ``answers=True``).
+
+    ``fn`` must do the work itself: a call, inside it, of the course's own implementation of the
+    exercise's idea or of a reference solution fails the check (``delegates_to_course``; the
+    functions each exercise forbids and the building blocks it allows are listed in
+    ``data/content/building_blocks.toml``).
     """
+    return _check(name, fn, watch=True)
+
+
+def _check(name: str, fn: Callable[..., Any], *, watch: bool) -> CheckResult:
+    """:func:`check`; ``watch=False`` lets ``fn`` call the course's own implementation (for the
+    tests that hold the package functions and the reference solutions to the checkers)."""
     exercise = _exercise(name)
     if not callable(fn) and not exercise.answers:
         m = Mistake("not_callable", f"`check` got a {type(fn).__name__}.")
         return exercise.result(name, "failed", m.title, m.message, mistake=m.code)
-    run = Runner(name, fn, exercise.solution, random=exercise.random)
+    own = None if exercise.answers else delegation(name)  # what fn may call of the course
+    watched = own if watch else None
+    run = Runner(name, fn, exercise.solution, random=exercise.random, delegation=watched)
     try:
         with isolated():
             exercise.checker(run)
@@ -171,7 +185,8 @@ def check(name: str, fn: Callable[..., Any]) -> CheckResult:
             or "Your function still raises `NotImplementedError` (or returns None). Replace "
             '`raise NotImplementedError("Your code here")` with your code, then run this cell '
             "again. "
-            f"The function must keep the signature\n`{exercise.signature}`",
+            f"The function must keep the signature\n`{exercise.signature}`"
+            + (f"\n\nCourse functions you may use: {own.blocks_text()}." if own else ""),
             mistake=None,
         )
     except Mistake as m:

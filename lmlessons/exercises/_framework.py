@@ -10,6 +10,9 @@ case observed and name the mistake). Everything else is here:
 - ``NotImplementedError`` (or ``None``) on the first call means "not attempted yet"; any other
   exception is reported with its type, message and the learner's line (no file paths);
 - hiding what the function prints and its warnings;
+- ``delegates_to_course`` when the function calls the course's own implementation of the
+  exercise or a reference solution (:mod:`._delegation`: watched during its calls only, so the
+  reference answers the checkers compute are not);
 - recording use of the global random generators (``uses_global_rng`` for random exercises);
 - the time limit (``too_slow``), measured on the learner's calls only;
 - comparing the structure, shape and dtype of a result with the reference's on the same case
@@ -54,6 +57,7 @@ import numpy as np
 import torch
 
 from lmlessons.course.content import load
+from lmlessons.exercises._delegation import Delegation
 
 #: Frames in these folders are not the learner's: the whole ``lmlessons`` package (its core
 #: validators too, which an editable install keeps outside ``site-packages``) and torch.
@@ -294,8 +298,11 @@ class Runner:
         *,
         random: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        delegation: Delegation | None = None,
     ) -> None:
         self.exercise = exercise
+        #: The course functions ``fn`` may not call (``delegates_to_course``); None: any.
+        self.delegation = delegation
         self.fn = fn
         self.reference = reference
         self.random = random
@@ -368,8 +375,13 @@ class Runner:
         rng_before = _rng_state()
         start = self.clock()
         fn = self.fn if via is None else functools.partial(via, self.fn)
+        watch: contextlib.AbstractContextManager[list[str]] = (
+            self.delegation.watch() if self.delegation else contextlib.nullcontext([])
+        )
+        delegated: list[str] = []
         try:
             with (
+                watch as delegated,
                 contextlib.redirect_stdout(sink),
                 contextlib.redirect_stderr(sink),
                 warnings.catch_warnings(),
@@ -377,19 +389,39 @@ class Runner:
                 warnings.simplefilter("ignore")
                 out = fn(*args, **kwargs)
         except NotImplementedError as exc:
+            self._check_own_work(case, delegated)
             if first and before.changed(args, kwargs) is None:
                 raise NotAttempted() from None
             raise self._exception_mistake(exc, case, explain) from None
         except Exception as exc:  # the learner's bug, reported, never re-raised
+            self._check_own_work(case, delegated)
             before.check_unchanged(case, args, kwargs)
             raise self._exception_mistake(exc, case, explain) from None
         finally:
             self.printed |= bool(sink.getvalue())
             self.seconds += self.clock() - start
+        self._check_own_work(case, delegated)
         if self.seconds > TIME_LIMIT:
             raise Mistake("too_slow", f"{self.calls} calls took {self.seconds:.0f} s.")
         self.rng_used = _rng_used(rng_before) if self.random else None
         return out
+
+    def _check_own_work(self, case: Case, delegated: list[str]) -> None:
+        """``delegates_to_course`` if the call ran a function the exercise forbids."""
+        if not delegated or self.delegation is None:
+            return
+        name = delegated[0]
+        what = (
+            "the reference solution of an exercise"
+            if self.delegation.is_solution(name)
+            else "the course's own implementation of what this exercise asks you to write"
+        )
+        raise Mistake(
+            "delegates_to_course",
+            f"On {case.label}, your function calls `{name}`, {what}: it delegates to the "
+            f"course's own answer instead of computing the result.\n\nCourse functions this "
+            f"exercise lets you use: {self.delegation.blocks_text()}.",
+        )
 
     def _exception_mistake(self, exc: BaseException, case: Case, explain: Any) -> Mistake:
         code = (explain(exc) if explain is not None else None) or "raised_exception"

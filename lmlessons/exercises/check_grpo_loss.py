@@ -9,7 +9,10 @@ of 3, 1, 5 and 2 tokens (padding losses not 0), each ``loss_type``, ``dr_grpo`` 
 6-9. one completion empty, each type (``grpo`` still counts it in ``B``: TRL's ``.mean()`` over
 all rows); 10-11. every completion empty (0, still backpropagating); 12-14. a window of three
 micro-batches of different widths under ``dapo`` with one shared ``num_items_in_batch`` (a
-tensor, as the Trainer passes it): their losses add up to the full batch's; 15. 16 seeded
+tensor, as the Trainer passes it): their losses add up to the full batch's; 15-27. every type
+with a ``num_items_in_batch`` that differs from the local count, masks with zeros inside the
+completions (int and float) and token losses of exactly 0 on counted tokens, ``dapo`` with a
+count of 0 (clamped to 1, as TRL does: the loss is 0) (:func:`more`); then 16 seeded
 micro-batches (:func:`_generated`). A wrong value is compared with what known mistakes give on
 the same case (:func:`_candidates`).
 """
@@ -45,8 +48,10 @@ def _losses(seed: int, batch: int, width: int) -> torch.Tensor:
 
 def _case(label: str, losses: torch.Tensor, mask: Any, ok: str = "", **kwargs: Any) -> Case:
     text = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in kwargs.items())
+    counts = [int(n) for n in mask.sum(-1).tolist()]
+    kind = f"a {mask.dtype} mask, ".replace("torch.", "") if mask.is_floating_point() else ""
     return Case(
-        f"{label} (completions of {mask.sum(-1).tolist()} tokens, {text})",
+        f"{label} ({kind}completions of {counts} tokens, {text})",
         (losses, mask),
         kwargs,
         ok=ok,
@@ -143,17 +148,61 @@ def window() -> tuple[list[Case], Case]:
     return cases, Case("the full batch", (full_loss, full_mask), {"loss_type": "bnpo"})
 
 
+def _holes(float_mask: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three completions whose masks have zeros *inside* them (TRL multiplies the completion
+    mask by a tool mask) and whose token losses are exactly 0 on some counted tokens (an
+    advantage of 0, a ratio of 1): a count taken from the nonzero losses is wrong here."""
+    mask = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 1, 1], [0, 1, 1, 0, 0]])  # (3, 5)
+    losses = torch.randn(3, 5, generator=gen(125))  # (3, 5), padding's not 0
+    losses[0, 2] = 0.0  # a counted token whose loss is 0
+    losses[1] = torch.where(mask[1].bool(), 0.0, losses[1])  # a completion of zero losses
+    dtype = torch.float32 if float_mask else torch.int32
+    return losses.requires_grad_(), mask.to(dtype)
+
+
+def more() -> list[Case]:
+    """Cases 15-27: every type with a ``num_items_in_batch`` that differs from the micro-batch's
+    count (only ``dapo`` may use it); masks with zeros inside the completions, int and float,
+    and token losses of exactly 0 on counted tokens, each type with and without
+    ``num_items_in_batch``; ``dapo`` with a window count of 0 (every completion of the window
+    truncated under ``mask_truncated_completions=True``): TRL clamps it to 1, the loss is 0.
+    Their ``ok`` is empty: cases 1-14 state what they verify."""
+    seed, lengths, width = BATCHES["full"]
+    other: list[tuple[torch.Tensor, Any, dict[str, Any]]] = [
+        (_losses(seed, len(lengths), width), completion_mask(lengths, width), kwargs)
+        for kwargs in (
+            {"loss_type": "grpo", "num_items_in_batch": 30},
+            {"loss_type": "bnpo", "num_items_in_batch": 30},
+            {"loss_type": "dr_grpo", "max_completion_length": 8, "num_items_in_batch": 30},
+        )
+    ]
+    for float_mask in (True, False):
+        for loss_type in LOSS_TYPES:
+            losses, mask = _holes(float_mask)
+            kwargs: dict[str, Any] = {"loss_type": loss_type}
+            kwargs.update({"max_completion_length": 6} if loss_type == "dr_grpo" else {})
+            other.append((losses, mask, kwargs))
+            if float_mask:
+                other.append((losses, mask, {**kwargs, "num_items_in_batch": torch.tensor(17)}))
+    empty = completion_mask([0, 0], 3, torch.float32)
+    other.append((_losses(126, 2, 3), empty, {"loss_type": "dapo", "num_items_in_batch": 0}))
+    cases = []
+    for i, (losses, mask, kwargs) in enumerate(other):
+        cases.append(_case(f"hidden case {15 + i}", losses, mask, **kwargs))
+    return cases
+
+
 def _generated(n: int = 16) -> list[Case]:
     """``n`` seeded micro-batches: B in 1..6, C in 1..8, lengths 0..C (a third of the batches
     with an empty completion), the loss types in turn, ``max_completion_length`` C + 0..3,
-    ``num_items_in_batch`` N + 0..9 on every other ``dapo``; masks int32, int64 or bool."""
+    ``num_items_in_batch`` N + 0..9 on every other ``dapo``; masks int32, int64, bool or float32."""
     g = gen(124)
     cases = []
     for i in range(n):
         B, C = int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 9, (), generator=g))
         lengths = torch.randint(0, C + 1, (B,), generator=g)  # (B,)
         lengths[0] = 0 if i % 3 == 0 else lengths[0]
-        dtype = (torch.int32, torch.int64, torch.bool)[i % 3]
+        dtype = (torch.int32, torch.int64, torch.bool, torch.float32)[i % 4]
         loss_type = LOSS_TYPES[i % 4]
         kwargs: dict[str, Any] = {"loss_type": loss_type}
         extra = int(torch.randint(0, 10, (), generator=g))
@@ -186,11 +235,13 @@ class Sums:
     masked: torch.Tensor  # (B, C) the completions' token losses, 0 on padding
     counts: torch.Tensor  # (B,) the completions' token counts
     tokens: float  # the micro-batch's token count
+    nonzero: torch.Tensor  # (B,) the completions' tokens whose loss is not 0
 
     @classmethod
     def of(cls, case: Case) -> Sums:
         loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
-        return cls(loss, loss * mask, mask.sum(-1), float(mask.sum()))
+        masked = loss * mask  # (B, C)
+        return cls(loss, masked, mask.sum(-1), float(mask.sum()), (masked != 0).double().sum(-1))
 
     @property
     def token_mean(self) -> float:
@@ -237,7 +288,7 @@ def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
     if kind == "dr_grpo":
         denominator = B * kwargs["max_completion_length"]
     elif kind == "dapo" and n is not None:
-        denominator = float(n)
+        denominator = max(float(n), 1.0)  # TRL's clamp(min=1.0)
     per_completion = s.masked.sum(-1) / s.counts.clamp(min=1)  # (B,)
     width = float(s.masked.sum()) / (B * C)
     out = [
@@ -264,7 +315,7 @@ def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
             ),
         ]
     out.append(("padding_in_denominator", f"the sum / all {B * C} positions", width))
-    if kind == "dapo" and n is not None:
+    if kind == "dapo" and n is not None and float(n) > 0:
         mean = s.token_mean
         out.append(
             (
@@ -279,6 +330,20 @@ def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
     return out
 
 
+def _nonzero_candidates(s: Sums, loss_type: str) -> list[Candidate]:
+    """A token count taken from the nonzero token losses instead of the mask."""
+    if bool((s.nonzero == s.counts).all()):
+        return []
+    if loss_type == "grpo":
+        value = float((s.masked.sum(-1) / s.nonzero.clamp(min=1)).mean())
+    else:
+        value = float(s.masked.sum()) / max(float(s.nonzero.sum()), 1.0)
+    what = (
+        f"a count of {float(s.nonzero.sum()):g} nonzero token losses, not the mask's {s.tokens:g}"
+    )
+    return [("counts_nonzero_losses", what, value)]
+
+
 def _candidates(case: Case) -> list[Candidate]:
     """What the known mistakes give on ``case``, in float64."""
     s = Sums.of(case)
@@ -287,13 +352,25 @@ def _candidates(case: Case) -> list[Candidate]:
         "the mean of every entry, padding included",
         float(s.loss.mean()),
     )
-    if case.kwargs["loss_type"] == "grpo":
-        return [everything, *_grpo_candidates(s)]
-    return [everything, *_token_candidates(s, dict(case.kwargs))]
+    loss_type, n = case.kwargs["loss_type"], case.kwargs.get("num_items_in_batch")
+    nonzero = _nonzero_candidates(s, loss_type)
+    if loss_type != "dapo" and n is not None:
+        what = f"the sum / `num_items_in_batch` = {float(n):g}"
+        nonzero.append(("num_items_outside_dapo", what, float(s.masked.sum()) / float(n)))
+    if loss_type == "grpo":
+        return [everything, *_grpo_candidates(s), *nonzero]
+    return [everything, *_token_candidates(s, dict(case.kwargs)), *nonzero]
 
 
 def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
-    """``nan_on_empty_completion`` or the known mistake ``got`` equals."""
+    """``zero_count_not_clamped``, ``nan_on_empty_completion`` or the known mistake ``got``
+    equals."""
+    n = case.kwargs.get("num_items_in_batch")
+    if not math.isfinite(got) and n is not None and float(n) == 0:
+        return Mistake(
+            "zero_count_not_clamped",
+            f"On {case.label}, the loss is {got}; expected {expected:g}.",
+        )
     if not math.isfinite(got) and bool((case.args[1].sum(-1) == 0).any()):
         return Mistake(
             "nan_on_empty_completion",
@@ -311,8 +388,8 @@ def _explain(exc: BaseException) -> str | None:
 
 def cases() -> list[Case]:
     """Every case the checker runs, in order: the hand-written ones, the window's three
-    micro-batches, then the generated ones."""
-    return _hand_written() + window()[0] + _generated()
+    micro-batches, the cases of :func:`more`, then the generated ones."""
+    return _hand_written() + window()[0] + more() + _generated()
 
 
 def check_grpo_loss(run: Runner) -> None:
@@ -327,6 +404,9 @@ def check_grpo_loss(run: Runner) -> None:
         "`dapo` with one `num_items_in_batch` for the window (a tensor, as the Trainer passes "
         "it): the micro-batches' losses add up to the full batch's loss"
     )
+    for case in more():  # the types' corners: what they verify is stated above
+        empty = not bool(case.args[1].sum())
+        check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
     for case in _generated():
         empty = not bool(case.args[1].sum())
         check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)

@@ -10,8 +10,11 @@ completion (one target of id 0) and right padding, the sum (then its gradient); 
 labelled: 0, the sum over no token) and a row whose only target is the last token; 4. a
 confident model (``softmax(...).log()`` underflows to -inf in float32); 5. ``average=True`` over
 completions of 1, 3 and 6 tokens; 6. a DPO batch from :func:`lmlessons.preference_batch`;
-7. 16 seeded batches (:data:`GENERATED`). A row without a target has no mean (0 / 0: TRL's
-``get_batch_logps`` gives NaN, the core raises), so no case asks ``average=True`` of one.
+then 16 seeded batches (:data:`GENERATED`); 7. float16 logits: the result must be float32
+(the logits upcast before the softmax, as the core does; ``not_upcast``); 8. ``average=True``
+with a row without a target: that row has no mean (0 / 0), so NaN there (TRL's
+``get_batch_logps``, the reference solution) or a ``ValueError`` (the core's
+:func:`lmlessons.preference.sequence_logprobs`) passes, a number is ``average_of_no_targets``.
 
 A wrong result is compared, row by row, with what known mistakes give on the same case
 (:func:`_candidates`); if none matches, the logits are changed where no target is scored, to see
@@ -21,6 +24,7 @@ whether the result moves.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -31,8 +35,8 @@ from lmlessons.exercises._loss_checks import explain_ce, shift
 from lmlessons.preference import preference_batch
 
 SIGNATURE = (
-    "sequence_logprobs(logits, labels, average=False) -> logps   # (B,): labels unshifted, "
-    "-100 on the prompt and the padding"
+    "sequence_logprobs(logits, labels, average=False) -> logps   # (B,) float32: labels "
+    "unshifted, -100 on the prompt and the padding"
 )
 
 #: A known mistake: (code, what its result is, in words, the ``(B,)`` result it gives).
@@ -108,8 +112,8 @@ def _hand_written() -> list[Case]:
             (torch.randn(3, 5, 4, generator=gen(112)).requires_grad_(), empty),
             ok=(
                 "a sequence's only target may be its last token (scored by position T - 2)",
-                "a row without any target after the shift gives 0, the sum over no token (its "
-                "mean would be 0 / 0: no case asks `average=True` of it)",
+                "a row without any target after the shift gives 0, the sum over no token; with "
+                "`average=True` it has no mean (0 / 0): NaN there, or a `ValueError`",
             ),
         ),
         Case(
@@ -174,8 +178,97 @@ def _generated() -> list[Case]:
     return cases
 
 
+def half_case() -> Case:
+    """Hidden case 7: float16 logits (a model run in half precision). The result is float32: the
+    logits are upcast before the softmax, as the course's ``sequence_logprobs`` does."""
+    logits = (torch.randn(3, 9, 7, generator=gen(117)) * 2.0).half().requires_grad_()  # (B, T, V)
+    labels = _labels(
+        [
+            [N, N, N, 4, 1, 3, 2, 6, 5],
+            [N, 2, 0, 5, 5, 1, N, N, N],
+            [N, N, 6, 3, 3, 0, 1, 2, N],
+        ]
+    )
+    return Case(
+        f"hidden case 7 (float16 logits (3, 9, 7); labels {labels.tolist()})", (logits, labels)
+    )
+
+
+def empty_average_case() -> Case:
+    """Hidden case 8: ``average=True`` with a row without any target: that row has no mean, NaN or a
+    ``ValueError`` (see :func:`_check_empty_average`)."""
+    logits = torch.randn(3, 6, 5, generator=gen(118)).requires_grad_()  # (B, T, V)
+    labels = _labels([[N, N, 2, 3, N, N], [N] * 6, [N, 1, 0, 4, 2, N]])
+    return Case(
+        f"hidden case 8 (`average=True`; labels {labels.tolist()}: row 1 has no target)",
+        (logits, labels),
+        {"average": True},
+    )
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """The learner's function raised ``ValueError`` (allowed where a row has no mean)."""
+
+    error: ValueError
+
+
+def _value_error_allowed(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        return _Refused(exc)
+
+
+def _check_half(run: Runner, case: Case) -> None:
+    """``not_upcast`` unless float16 logits give float32 (or float64) log-probabilities equal
+    to the reference's."""
+    expected = run.expected(case).detach()  # (B,) float32
+    got = _as_logps(run, case, run.call(case, explain=explain_ce), expected)
+    if got.dtype not in (torch.float32, torch.float64):
+        raise Mistake(
+            "not_upcast",
+            f"On {case.label}, the result has dtype {got.dtype}; expected torch.float32.",
+        )
+    if not _close(got, expected):
+        detail = f"On {case.label}, your log-probabilities are {_show(got)}; "
+        detail += f"expected {_show(expected)}"
+        g, w = got.detach().double(), expected.double()
+        if bool(((g - w).abs() <= 1e-2 * w.abs().clamp(min=1.0)).all()):  # float16's rounding
+            raise Mistake("not_upcast", detail + " (within float16's rounding of them)")
+        raise _diagnose(run, case, got, expected)
+    run.ok("float16 logits give float32 log-probabilities (upcast before the softmax)")
+
+
+def _check_empty_average(run: Runner, case: Case) -> None:
+    """The rows with targets right; the row without one NaN, or the whole call a ValueError."""
+    expected = run.expected(case).detach()  # (B,): NaN in row 1
+    out = run.call(case, explain=explain_ce, via=_value_error_allowed)
+    if isinstance(out, _Refused):
+        return
+    got = _as_logps(run, case, out, expected).detach()
+    has = torch.isfinite(expected)  # (B,): the rows with a mean
+    if not _close(got[has], expected[has]):
+        where = first_difference(got[has], expected[has], atol=1e-4)
+        raise Mistake("wrong_value", f"On {case.label}, the rows with targets: {where}.")
+    if bool(torch.isfinite(got[~has]).any()):
+        raise Mistake(
+            "average_of_no_targets",
+            f"On {case.label}, your log-probabilities are {_show(got)}: row 1, which has no "
+            "target, got a number; expected NaN (or a ValueError).",
+        )
+
+
 def _as_logps(run: Runner, case: Case, out: object, expected: torch.Tensor) -> torch.Tensor:
     """``out`` if it is a ``(B,)`` float tensor; else the mistake it shows."""
+    B = expected.shape[0]
+    if isinstance(out, (tuple, list)) and (isinstance(out, list) or _per_row(out, B)):
+        raise Mistake(
+            "wrong_type",
+            f"On {case.label}, your function returned a {type(out).__name__} of {len(out)} "
+            f"items; expected one tensor of shape {tuple(expected.shape)}, a float per row "
+            "(`torch.stack` the rows' values, or sum with `.sum(dim=-1)` on the whole batch).",
+        )
     if isinstance(out, (tuple, list)):
         raise Mistake(
             "returns_tuple",
@@ -192,6 +285,13 @@ def _as_logps(run: Runner, case: Case, out: object, expected: torch.Tensor) -> t
     if not out.is_floating_point():
         raise Mistake("wrong_dtype", f"On {case.label}, the result has dtype {out.dtype}.")
     return out
+
+
+def _per_row(out: tuple[object, ...] | list[object], rows: int) -> bool:
+    """A sequence of one number (or 0-dim tensor) per row: values, not a tuple of extras."""
+    return len(out) == rows and all(
+        isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0) for v in out
+    )
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -228,7 +328,19 @@ def _shift_candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool)
 
     flat = shift(labels.reshape(1, -1), 1).reshape(B, T)  # the flattened batch shifted
     last_zero = torch.cat([labels[:, 1:], torch.zeros_like(labels[:, :1])], 1)  # (B, T)
+    no_last = labels.masked_fill(torch.arange(T) == T - 1, IGNORE_INDEX)  # (B, T)
+    no_first = labels.masked_fill(torch.arange(T) == 0, IGNORE_INDEX)  # (B, T)
     return [
+        (
+            "not_shifted",
+            "`logits[:, :-1]` scored against `labels[:, :-1]`: the logits shifted, not the labels",
+            summed(no_last),
+        ),
+        (
+            "not_shifted",
+            "`logits[:, 1:]` scored against `labels[:, 1:]`: both sliced the same way",
+            summed(no_first),
+        ),
         ("not_shifted", "position t scored against `labels[:, t]`", summed(labels)),
         ("shifted_twice", "position t scored against `labels[:, t + 2]`", summed(shift(labels, 2))),
         (
@@ -254,7 +366,19 @@ def _target_candidates(
     before = labels != IGNORE_INDEX  # the mask taken before the shift
     before[:, -1] = False
     raw = logits.detach().double()  # (B, T, V)
+    over_positions = [  # log_softmax over the positions axis, all of it or the shifted part
+        _at(torch.cat([raw[:, :-1].log_softmax(1), raw[:, -1:]], 1), targets),
+        _at(raw.log_softmax(1), targets),
+    ]
     return [
+        *[
+            (
+                "softmax_wrong_dim",
+                "`log_softmax` over the positions (`dim=1`), not the vocabulary",
+                _reduce(picked_dim, keep, average),
+            )
+            for picked_dim in over_positions
+        ],
         (
             "minus100_not_ignored",
             "every position summed, -100 read as id 0",
@@ -404,12 +528,14 @@ def _gradient(run: Runner, case: Case, got: torch.Tensor) -> None:
 
 
 def cases() -> list[Case]:
-    """Every case the checker runs, in order: the hand-written ones, then the generated ones."""
-    return _hand_written() + _generated()
+    """Every case whose result the checker compares with the reference's, in order: the
+    hand-written ones, the generated ones, then float16 logits (:func:`empty_average_case`
+    comes last: a row without a mean)."""
+    return _hand_written() + _generated() + [half_case()]
 
 
 def check_sequence_logprobs(run: Runner) -> None:
-    for k, case in enumerate(cases()):
+    for k, case in enumerate(cases()[:-1]):
         expected = run.expected(case).detach()
         got = _as_logps(run, case, run.call(case, explain=explain_ce), expected)
         if not _close(got, expected):
@@ -418,3 +544,5 @@ def check_sequence_logprobs(run: Runner) -> None:
         if k == 0:
             _gradient(run, case, got)
             run.ok("backpropagates to the logits with the reference's gradient")
+    _check_half(run, half_case())  # no line under "What was checked": cases 7 and 8 are the
+    _check_empty_average(run, empty_average_case())  # task's corners, stated in its text

@@ -53,5 +53,6 @@ def grpo_loss(
         assert max_completion_length is not None, "dr_grpo divides by max_completion_length"
         return masked.sum() / (per_token_loss.shape[0] * max_completion_length)
     if loss_type == "dapo" and num_items_in_batch is not None:  # the window's token count
-        return masked.sum() / num_items_in_batch
+        # at least 1, as TRL clamps it: a window whose completions were all truncated gives 0
+        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
     return masked.sum() / mask.sum().clamp(min=1.0)  # bnpo (and dapo alone): this batch's tokens

@@ -370,3 +370,22 @@ def trains_on_everything(tokenizer, messages):
 def one_label_short(tokenizer, messages):
     """Right labels, but the last one dropped ('the last token predicts nothing')."""
     return torch_mask(tokenizer, messages)[:-1]
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.course.chat.conversation_labels")
+def the_course_conversation_labels(tokenizer, messages):
+    """Takes the labels of the course's own conversation_labels: nothing written."""
+    from lmlessons.course.chat import conversation_labels
+
+    return conversation_labels(tokenizer, messages)["labels"]
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(tokenizer, messages):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions_part2 import assistant_labels
+
+    return assistant_labels(tokenizer, messages)

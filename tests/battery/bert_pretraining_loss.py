@@ -248,3 +248,29 @@ def normalises_the_weights(
     """Divides the weighted sum by mlm_weight + nsp_weight (a weighted mean, not a weighted sum)."""
     total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
     return total / (mlm_weight + nsp_weight)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.losses.bert_pretraining_loss")
+def the_course_bert_pretraining_loss(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """Calls the course's own bert_pretraining_loss: nothing written."""
+    from lmlessons import bert_pretraining_loss
+
+    return bert_pretraining_loss(
+        mlm_logits, nsp_logits, mlm_labels, nsp_labels, mlm_weight=mlm_weight, nsp_weight=nsp_weight
+    )
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_mlm_loss(
+    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """Weights the reference solution of mlm_loss (not a building block) and its own NSP term."""
+    from lmlessons.exercises.solutions import mlm_loss
+
+    nsp = F.cross_entropy(nsp_logits.float(), nsp_labels)
+    return mlm_weight * mlm_loss(mlm_logits, mlm_labels) + nsp_weight * nsp

@@ -401,3 +401,26 @@ def detaches_the_weight(hidden, weight, labels, *, chunk_size, num_items_in_batc
     """Chunks with weight.detach() ('it is a parameter, not an activation'): no gradient for it."""
     total = _plain_chunk_sum(hidden, weight.detach(), labels, chunk_size)
     return _divide(total, labels, num_items_in_batch)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.linear_ce.linear_cross_entropy")
+def the_course_linear_cross_entropy(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Calls the course's own chunked loss: nothing written."""
+    import lmlessons
+
+    return lmlessons.linear_cross_entropy(
+        hidden, weight, labels, chunk_size=chunk_size, num_items_in_batch=num_items_in_batch
+    )
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions import chunked_cross_entropy
+
+    return chunked_cross_entropy(
+        hidden, weight, labels, chunk_size=chunk_size, num_items_in_batch=num_items_in_batch
+    )

@@ -235,3 +235,30 @@ def with_shift_labels(logits, labels, *, num_items_in_batch=None):
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, reduction="sum")
     count = (targets != IGNORE).sum().clamp(min=1)
     return total / (num_items_in_batch if num_items_in_batch is not None else count)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.losses.clm_loss")
+def the_course_clm_loss(logits, labels, *, num_items_in_batch=None):
+    """Calls the course's own clm_loss through the package's re-export: nothing written."""
+    import lmlessons
+
+    return lmlessons.clm_loss(logits, labels, num_items_in_batch=num_items_in_batch)
+
+
+@wrong("delegates_to_course", says="lmlessons.losses.mlm_loss")
+def shifts_then_course_mlm_loss(logits, labels, *, num_items_in_batch=None):
+    """Shifts, then lets the course's mlm_loss do the cross-entropy and the count."""
+    from lmlessons.losses import mlm_loss
+
+    return mlm_loss(logits[:, :-1], labels[:, 1:], num_items_in_batch=num_items_in_batch)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(logits, labels, *, num_items_in_batch=None):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions import clm_loss
+
+    return clm_loss(logits, labels, num_items_in_batch=num_items_in_batch)

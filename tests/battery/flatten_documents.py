@@ -344,3 +344,22 @@ def draft_as_written(docs, *, separator_id=-100):
     """A first draft: concatenate, copy the ids as labels, number the positions straight through."""
     ids = [t for d in docs for t in d]
     return _pack(ids, list(ids), list(range(len(ids))))
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.packing.flatten_documents")
+def the_course_flatten_documents(docs, *, separator_id=-100):
+    """Calls the course's own flatten_documents: nothing written."""
+    from lmlessons.packing import flatten_documents
+
+    return flatten_documents(docs, separator_id=separator_id)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(docs, *, separator_id=-100):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions_part2 import flatten_documents
+
+    return flatten_documents(docs, separator_id=separator_id)

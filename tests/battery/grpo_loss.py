@@ -4,8 +4,9 @@ under each of GRPO's ``loss_type`` values.
 The statement a learner sees: ``per_token_loss`` and ``completion_mask`` are ``(B, C)`` (1 on a
 completion's tokens, 0 on padding, where the token losses are not 0); ``grpo`` averages each
 completion, then the completions; ``bnpo`` divides the sum by the micro-batch's tokens;
-``dr_grpo`` by ``B * max_completion_length``; ``dapo`` by ``num_items_in_batch`` (without it,
-as ``bnpo``). The result is a 0-dim tensor.
+``dr_grpo`` by ``B * max_completion_length``; ``dapo`` by ``num_items_in_batch`` clamped to at
+least 1, as TRL does (without it, as ``bnpo``). Masks may be float and may have zeros inside a
+completion; a counted token's loss may be exactly 0. The result is a 0-dim tensor.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ def _token_level(masked, mask, loss_type, max_completion_length, num_items_in_ba
     """The three token-level types, right."""
     if loss_type == "dr_grpo":
         return masked.sum() / (mask.shape[0] * max_completion_length)
-    if loss_type == "dapo" and num_items_in_batch is not None:
-        return masked.sum() / num_items_in_batch
+    if loss_type == "dapo" and num_items_in_batch is not None:  # 0 (all truncated): TRL clamps
+        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
     return masked.sum() / mask.sum().clamp(min=1)
 
 
@@ -284,6 +285,46 @@ def weights_from_detached_losses(
     return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
+@wrong("counts_nonzero_losses")
+def counts_the_nonzero_losses(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Counts the tokens as the nonzero masked losses: a token whose loss is 0 drops out."""
+    masked = per_token_loss * completion_mask
+    counted = (masked != 0).float()
+    if loss_type == "grpo":
+        return (masked.sum(-1) / counted.sum(-1).clamp(min=1)).mean()
+    return _token_level(masked, counted, loss_type, max_completion_length, num_items_in_batch)
+
+
+@wrong("zero_count_not_clamped")
+def dapo_divides_by_zero(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Divides by num_items_in_batch as given: a window of truncated completions gives 0 / 0."""
+    mask = completion_mask.float()
+    masked = per_token_loss * mask
+    if loss_type == "grpo":
+        return _grpo(masked, mask)
+    if loss_type == "dapo" and num_items_in_batch is not None:
+        return masked.sum() / num_items_in_batch
+    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@wrong("num_items_outside_dapo")
+def num_items_first(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Divides by num_items_in_batch whenever it is given, whatever the type."""
+    mask = completion_mask.float()
+    masked = per_token_loss * mask
+    if num_items_in_batch is not None:
+        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
+    if loss_type == "grpo":
+        return _grpo(masked, mask)
+    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
 # ---------------------------------------------------------------- correct attempts
 
 
@@ -299,7 +340,7 @@ def token_weights_then_sum(
     elif loss_type == "dr_grpo":
         weights = mask / (B * max_completion_length)
     elif loss_type == "dapo" and num_items_in_batch is not None:
-        weights = mask / num_items_in_batch
+        weights = mask / max(float(num_items_in_batch), 1.0)
     else:
         weights = mask / mask.sum().clamp(min=1)
     return (per_token_loss * weights).sum()
@@ -318,7 +359,7 @@ def completion_by_completion(
     if loss_type == "dr_grpo":
         denominator = len(losses) * max_completion_length
     elif loss_type == "dapo" and num_items_in_batch is not None:
-        denominator = num_items_in_batch
+        denominator = max(num_items_in_batch, 1)
     else:
         denominator = max(int(keep.sum()), 1)
     return losses.sum() / denominator
@@ -336,4 +377,51 @@ def trl_branches(
         return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
     if loss_type == "dr_grpo":
         return (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_completion_length)
-    return (per_token_loss * mask).sum() / num_items_in_batch
+    return (per_token_loss * mask).sum() / torch.as_tensor(num_items_in_batch).clamp(min=1.0)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.grpo.aggregate_loss")
+def the_course_aggregate_loss(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Calls the course's own aggregate_loss: nothing written."""
+    from lmlessons.grpo import aggregate_loss
+
+    return aggregate_loss(
+        per_token_loss,
+        completion_mask,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
+
+
+@wrong("delegates_to_course", says="lmlessons.grpo.token_weights")
+def the_course_token_weights(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Weights the token losses with the course's token_weights: the division is the course's."""
+    from lmlessons.grpo import token_weights
+
+    weights = token_weights(
+        completion_mask,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
+    return (per_token_loss * weights).sum()
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(
+    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions_part3 import grpo_loss
+
+    return grpo_loss(
+        per_token_loss, completion_mask, loss_type, max_completion_length, num_items_in_batch
+    )

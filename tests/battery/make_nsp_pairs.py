@@ -775,3 +775,25 @@ def last_sep_in_segment_a(
         pad_token_id,
         segments=lambda a, b, n: [0] * (len(a) + 2) + [1] * len(b) + [0],
     )
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.pairs.make_nsp_pairs")
+def the_course_make_nsp_pairs(documents, **kwargs):
+    """Calls the course's own make_nsp_pairs (the lesson's setup imports it): nothing written."""
+    from lmlessons import make_nsp_pairs
+
+    out = make_nsp_pairs(documents, **kwargs)
+    return {
+        k: out[k] for k in ("input_ids", "token_type_ids", "attention_mask", "next_sentence_label")
+    }
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(documents, **kwargs):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises import EXERCISES
+
+    return EXERCISES["make_nsp_pairs"].solution(documents, **kwargs)

@@ -975,3 +975,41 @@ def unguarded_division(
 def returns_the_inputs_only(input_ids, **kwargs):
     """Returns the corrupted input_ids alone, not the pair (input_ids, labels)."""
     return three_bernoullis(input_ids, **kwargs)[0]
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.masking.mask_tokens")
+def the_course_mask_tokens(
+    input_ids,
+    *,
+    mask_token_id,
+    vocab_size,
+    special_tokens_mask=None,
+    mlm_probability=0.15,
+    mask_replace_prob=0.8,
+    random_replace_prob=0.1,
+    generator=None,
+):
+    """Calls the course's own mask_tokens (the lesson's setup imports it): nothing written."""
+    import lmlessons
+
+    return lmlessons.mask_tokens(
+        input_ids,
+        mask_token_id=mask_token_id,
+        vocab_size=vocab_size,
+        special_tokens_mask=special_tokens_mask,
+        mlm_probability=mlm_probability,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+        generator=generator,
+    )
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(input_ids, **kwargs):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions import mask_tokens
+
+    return mask_tokens(input_ids, **kwargs)

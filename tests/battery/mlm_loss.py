@@ -239,3 +239,32 @@ def gathers_at_minus_100(logits, labels, *, num_items_in_batch=None):
     """log_softmax and gather at every label, -100 included (an index from the end), then mean."""
     log_probs = logits.log_softmax(-1)  # (B, T, V)
     return -log_probs.gather(-1, labels.unsqueeze(-1)).mean()
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.losses.mlm_loss")
+def the_course_mlm_loss(logits, labels, *, num_items_in_batch=None):
+    """Calls the course's own mlm_loss, imported under another name: nothing written."""
+    from lmlessons.losses import mlm_loss as course_loss
+
+    return course_loss(logits, labels, num_items_in_batch=num_items_in_batch)
+
+
+@wrong("delegates_to_course", says="lmlessons.losses.token_nll")
+def the_course_token_nll(logits, labels, *, num_items_in_batch=None):
+    """The course's per-token kernel, reduced by hand: the cross-entropy is still the course's."""
+    from lmlessons.losses import token_nll
+
+    nll, has_target = token_nll(logits, labels, shift=False)
+    count = has_target.sum() if num_items_in_batch is None else num_items_in_batch
+    return nll.sum() / max(count, 1)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(logits, labels, *, num_items_in_batch=None):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises import solutions
+
+    return solutions.mlm_loss(logits, labels, num_items_in_batch=num_items_in_batch)

@@ -209,3 +209,23 @@ def float_count(logits, labels, *, all_reduce, world_size):
     per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     count = all_reduce((targets != IGNORE).sum().float())
     return per_token.sum() * world_size / torch.clamp(count, min=1.0)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(logits, labels, *, all_reduce, world_size):
+    """Calls the reference solution (the course's clm_loss is a building block here)."""
+    from lmlessons.exercises.solutions import rank_loss
+
+    return rank_loss(logits, labels, all_reduce=all_reduce, world_size=world_size)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution_by_name(logits, labels, *, all_reduce, world_size):
+    """Fetches the reference solution through the exercise table."""
+    from lmlessons.exercises import EXERCISES
+
+    fn = EXERCISES["rank_loss"].solution
+    return fn(logits, labels, all_reduce=all_reduce, world_size=world_size)

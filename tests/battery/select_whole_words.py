@@ -724,3 +724,22 @@ def bernoulli_words(
         for word, chosen in zip(words, draws.tolist()):
             selected[row, word] = chosen
     return selected
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.masking_variants.select_whole_words")
+def the_course_select_whole_words(special_tokens_mask, is_continuation, **kwargs):
+    """Calls the course's own select_whole_words: nothing written."""
+    from lmlessons.masking_variants import select_whole_words
+
+    return select_whole_words(special_tokens_mask, is_continuation, **kwargs)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(special_tokens_mask, is_continuation, **kwargs):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions import select_whole_words
+
+    return select_whole_words(special_tokens_mask, is_continuation, **kwargs)

@@ -2,8 +2,9 @@
 each sequence's completion under a causal LM.
 
 The statement a learner sees: ``labels`` arrive *unshifted* (the input ids, -100 on the prompt
-and the padding); position t scores ``labels[:, t + 1]``; the result is ``(B,)``, per row the sum
-of ``log p(label)`` over the targets, or with ``average=True`` their mean.
+and the padding); position t scores ``labels[:, t + 1]``; the result is ``(B,)`` float32 (float16
+logits are upcast), per row the sum of ``log p(label)`` over the targets, or with ``average=True``
+their mean (a row without a target has none: NaN, or a ``ValueError``).
 """
 
 from __future__ import annotations
@@ -211,13 +212,57 @@ def returns_counts_too(logits, labels, average=False):
     return _finish(_gather(logits.log_softmax(-1), targets), mask, average), mask.sum(-1)
 
 
+@wrong("softmax_wrong_dim", says="dimension")
+def log_softmax_over_positions(logits, labels, average=False):
+    """Takes log_softmax(dim=1): each token id normalised across the positions."""
+    logits, targets = _shifted(logits.float(), labels)
+    return _finish(_gather(logits.log_softmax(dim=1), targets), targets != IGNORE, average)
+
+
+@wrong("not_shifted", says="the logits shifted, not the labels")
+def shifts_the_logits_only(logits, labels, average=False):
+    """Drops the last logits but pairs them with labels[:, :-1]: the labels are not shifted."""
+    logits, targets = logits[:, :-1].float(), labels[:, :-1]
+    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
+
+
+@wrong("wrong_type", says="a list of")
+def returns_a_list(logits, labels, average=False):
+    """Returns a Python list with one 0-dim tensor per row."""
+    logits, targets = _shifted(logits.float(), labels)
+    return list(_finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average))
+
+
+@wrong("not_upcast", says="float16")
+def stays_in_half_precision(logits, labels, average=False):
+    """Takes the softmax in the logits' dtype: float16 logits give float16 log-probabilities."""
+    logits, targets = _shifted(logits, labels)
+    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
+
+
+@wrong("not_upcast")
+def upcasts_the_result(logits, labels, average=False):
+    """Computes in the logits' dtype and converts the result to float32 at the end."""
+    logits, targets = _shifted(logits, labels)
+    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average).float()
+
+
+@wrong("average_of_no_targets")
+def average_of_nothing_is_zero(logits, labels, average=False):
+    """Clamps the count to 1 with average=True: a row without targets gets a mean of 0."""
+    logits, targets = _shifted(logits.float(), labels)
+    mask = targets != IGNORE
+    total = (_gather(logits.log_softmax(-1), targets) * mask).sum(-1)
+    return total / mask.sum(-1).clamp(min=1) if average else total
+
+
 # ---------------------------------------------------------------- correct attempts
 
 
 @correct
 def negated_cross_entropy(logits, labels, average=False):
     """Minus F.cross_entropy per position (it ignores -100), summed per row."""
-    logits, targets = _shifted(logits, labels)
+    logits, targets = _shifted(logits.float(), labels)  # float32 even for float16 logits
     logps = -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T-1)
     count = (targets != IGNORE).sum(-1)
     return logps.sum(-1) / count if average else logps.sum(-1)
@@ -229,7 +274,7 @@ def selective_log_softmax(logits, labels, average=False):
     targets = labels[:, 1:].clone()
     mask = targets != IGNORE
     targets[~mask] = 0
-    logits = logits[:, :-1]
+    logits = logits[:, :-1].float()
     chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logps = (chosen - torch.logsumexp(logits, dim=-1)) * mask
     return logps.sum(-1) / mask.sum(-1) if average else logps.sum(-1)
@@ -241,7 +286,46 @@ def row_by_row(logits, labels, average=False):
     out = []
     for row_logits, row_labels in zip(logits, labels):
         positions = (row_labels[1:] != IGNORE).nonzero().squeeze(-1)  # t with a target t + 1
-        logps = row_logits[positions].log_softmax(-1)  # (n, V)
+        logps = row_logits[positions].float().log_softmax(-1)  # (n, V)
         picked = logps[torch.arange(len(positions)), row_labels[positions + 1]]
         out.append(picked.mean() if average else picked.sum())
     return torch.stack(out)
+
+
+@correct
+def raises_without_a_mean(logits, labels, average=False):
+    """Raises ValueError for average=True on a row without targets, as the course's function."""
+    logits, targets = _shifted(logits.float(), labels)
+    mask = targets != IGNORE
+    if average and bool((mask.sum(-1) == 0).any()):
+        raise ValueError("labels: a row without any target has no average")
+    return _finish(_gather(logits.log_softmax(-1), targets), mask, average)
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.preference.sequence_logprobs")
+def the_course_sequence_logprobs(logits, labels, average=False):
+    """Calls the course's own sequence_logprobs: nothing written."""
+    from lmlessons.preference import sequence_logprobs
+
+    return sequence_logprobs(logits, labels, average=average)
+
+
+@correct
+def minus_the_course_kernel(logits, labels, average=False):
+    """Minus the course's per-token loss (a building block the task allows), reduced per row."""
+    from lmlessons.losses import token_nll
+
+    nll, has_target = token_nll(logits, labels)
+    total = -nll.sum(-1)
+    return total / has_target.sum(-1) if average else total
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(logits, labels, average=False):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises import solutions_part3
+
+    return solutions_part3.sequence_logprobs(logits, labels, average)

@@ -290,3 +290,22 @@ def always_from_front(tokens_a, tokens_b, max_num_tokens, *, generator=None):
     while len(a) + len(b) > max_num_tokens:
         del (a if len(a) > len(b) else b)[0]
     return a, b
+
+
+# ---------------------------------------------------------------- delegating to the course
+
+
+@wrong("delegates_to_course", says="lmlessons.pairs.truncate_seq_pair")
+def the_course_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Calls the course's own truncate_seq_pair (the lesson's setup imports it)."""
+    from lmlessons import truncate_seq_pair
+
+    return truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, generator=generator)
+
+
+@wrong("delegates_to_course", says="reference solution")
+def the_reference_solution(tokens_a, tokens_b, max_num_tokens, *, generator=None):
+    """Calls the reference solution that ships in the package."""
+    from lmlessons.exercises.solutions import truncate_seq_pair
+
+    return truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, generator=generator)
