@@ -150,3 +150,28 @@ def test_claim_11_reference_reloaded_from_folder(trl, course_dpo, tmp_path):
         assert torch.equal(ref[name].detach(), weight.detach()), name
     moved = dict(policy.named_parameters())["transformer.wte.weight"]
     assert not torch.equal(ref["transformer.wte.weight"].detach(), moved.detach())
+
+
+def test_claim_11_trl_hinge_is_rso(course_dpo, monkeypatch):
+    """TRL's ``hinge`` is ``relu(1 - beta * (chosen log-ratio - rejected log-ratio))`` with the
+    log-ratios against the reference (RSO's hinge on normalised likelihoods): it equals that
+    formula, and with the policy as its own reference every log-ratio is 0 and the loss is 1,
+    which the reference-free hinge on the policy's own log-probabilities (SLiC's) is not."""
+    trainer = course_dpo.trainer
+    beta = 0.5
+    monkeypatch.setattr(trainer, "loss_types", ["hinge"])
+    monkeypatch.setattr(trainer, "loss_weights", [1.0])
+    monkeypatch.setattr(trainer, "beta", beta)
+    batch = preference_batch(course_dpo.examples, pad_token_id=course_dpo.tok.pad_token_id)
+    collated = trainer.data_collator(course_dpo.examples)
+    with torch.no_grad():
+        c_pol, r_pol = logps(trainer.model, batch)["sum"].chunk(2)  # (B,) each
+        c_ref, r_ref = logps(trainer.ref_model, batch)["sum"].chunk(2)  # (B,) each
+    theirs, _ = _logged_loss(trainer, collated)
+    rso = torch.relu(1 - beta * ((c_pol - c_ref) - (r_pol - r_ref))).mean()
+    assert theirs == pytest.approx(float(rso), rel=1e-5, abs=1e-5)
+    monkeypatch.setattr(trainer, "ref_model", copy.deepcopy(trainer.model))
+    itself, _ = _logged_loss(trainer, collated)
+    slic = float(torch.relu(1 - beta * (c_pol - r_pol)).mean())  # no reference
+    assert itself == pytest.approx(1.0, abs=1e-6)
+    assert slic != pytest.approx(1.0, abs=1e-3) and slic != pytest.approx(theirs, abs=1e-3)

@@ -98,20 +98,26 @@ def test_the_widget_rejects_bad_arguments():
 
 
 @pytest.mark.parametrize(
-    ("share", "answer"),
-    [(1.0, "all 16"), (15 / 16, "13 to 15"), (13 / 16, "13 to 15"), (12 / 16, "12 or fewer")],
-)
-def test_prefer_reveal_reads_the_answer_off_the_measured_share(share, answer) -> None:
+    ("before", "after", "answer"),
+    [(-4.0, -4.0, "none: it stayed or widened"), (-4.0, -5.0, "none: it stayed or widened"),
+     (-4.0, -2.7, "less than half of it"), (-4.0, -2.0, "half of it or more"),
+     (-4.0, 1.0, "half of it or more"), (-1, -0.9, "less than half of it")],
+)  # fmt: skip
+def test_prefer_reveal_reads_the_answer_off_the_measured_gaps(before, after, answer) -> None:
     from lmlessons.widgets.preference import PREFER_CHOICES, prefer_reveal
 
-    measured, why = prefer_reveal(share)
+    measured, why = prefer_reveal(before, after)
     assert measured == answer and measured in PREFER_CHOICES
     assert "not where it stands" in why
 
 
-@pytest.mark.parametrize("share", [-0.1, 1.5, True, "0.5"])
-def test_prefer_reveal_rejects_what_is_not_a_share(share) -> None:
+@pytest.mark.parametrize(
+    ("before", "after", "name"),
+    [(0.0, -1.0, "gap_before"), (1.0, 2.0, "gap_before"), (True, -1.0, "gap_before"),
+     (-1.0, "0", "gap_after"), (-1.0, None, "gap_after")],
+)  # fmt: skip
+def test_prefer_reveal_rejects_bad_gaps(before, after, name) -> None:
     from lmlessons.widgets.preference import prefer_reveal
 
-    with pytest.raises((TypeError, ValueError), match="prefers_chosen"):
-        prefer_reveal(share)
+    with pytest.raises((TypeError, ValueError), match=name):
+        prefer_reveal(before, after)

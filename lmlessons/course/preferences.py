@@ -8,6 +8,11 @@
   pair: the prompt rendered with the generation prompt, each completion the rest of the whole
   conversation (its end-of-turn token ``[SEP]`` included); the input of
   :func:`lmlessons.preference.preference_batch`.
+* DPO's foundations on a toy with a handful of completions (section 2 of lesson 11):
+  :func:`bradley_terry`, :func:`kl_objective` (``E_pi[r] - beta KL(pi || pi_ref)``) and its
+  closed-form maximiser :func:`kl_optimal_policy`;
+* :func:`chosen_course`: per recorded run, the chosen answer's log-probability at the start, its
+  lowest, its highest and its last value, for the claims the lesson makes about the runs.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import check_int
+from lmlessons._checks import check_float_tensor, check_int, check_real
 from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
 from lmlessons.course.corpus import Corpus, load_corpus
+from lmlessons.kl import kl_divergence
 
 __all__ = [
     "KINDS",
@@ -30,6 +36,10 @@ __all__ = [
     "encode_pair",
     "preference_sample",
     "preference_runs",
+    "bradley_terry",
+    "kl_objective",
+    "kl_optimal_policy",
+    "chosen_course",
 ]
 
 #: The kinds of rejected answer: another topic (a topic question), another sentence's first word
@@ -155,3 +165,74 @@ def preference_runs(directory: str | Path | None = None) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is missing: run python -m tools.preference_runs --out ...")
     record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return record
+
+
+def bradley_terry(reward_chosen: torch.Tensor, reward_rejected: torch.Tensor) -> torch.Tensor:
+    """The Bradley-Terry probability that the chosen completion is preferred,
+    ``exp(r_c) / (exp(r_c) + exp(r_r)) = sigmoid(r_c - r_r)``, elementwise (same shapes)."""
+    chosen = check_float_tensor("reward_chosen", reward_chosen, min_ndim=0)
+    rejected = check_float_tensor("reward_rejected", reward_rejected, min_ndim=0)
+    if chosen.shape != rejected.shape:
+        raise ValueError(
+            f"reward_chosen and reward_rejected must have one shape, got "
+            f"{tuple(chosen.shape)} and {tuple(rejected.shape)}"
+        )
+    return torch.sigmoid(chosen - rejected)  # (...)
+
+
+def _toy(log_reference: object, reward: object, beta: object) -> tuple[torch.Tensor, ...]:
+    log_ref = check_float_tensor("log_reference", log_reference)
+    r = check_float_tensor("reward", reward)
+    if r.shape != log_ref.shape[-r.dim() :]:
+        raise ValueError(
+            f"reward must have the shape of log_reference's last dimensions, got "
+            f"{tuple(r.shape)} and {tuple(log_ref.shape)}"
+        )
+    check_real("beta", beta, positive=True)
+    return log_ref, r
+
+
+def kl_objective(
+    log_policy: torch.Tensor, log_reference: torch.Tensor, reward: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """The KL-regularised reward objective of a policy over a handful of completions,
+    ``sum_y pi(y) r(y) - beta KL(pi || pi_ref)`` (Rafailov et al. 2023, Eq. 3, for one prompt):
+    ``log_policy`` ``(..., Y)``, ``log_reference`` ``(Y,)`` or ``(..., Y)`` log-probabilities,
+    ``reward`` ``(Y,)``. Returns ``(...)``."""
+    log_ref, r = _toy(log_reference, reward, beta)
+    log_pi = check_float_tensor("log_policy", log_policy)
+    log_ref = log_ref.expand_as(log_pi)  # (..., Y)
+    expected = (log_pi.exp() * r).sum(dim=-1)  # (...)
+    return expected - beta * kl_divergence(log_pi, log_ref)  # (...)
+
+
+def kl_optimal_policy(
+    log_reference: torch.Tensor, reward: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """The maximiser of :func:`kl_objective` in closed form (Rafailov et al. 2023, Eq. 4):
+    ``pi*(y) = pi_ref(y) exp(r(y) / beta) / Z``, as log-probabilities ``(..., Y)``."""
+    log_ref, r = _toy(log_reference, reward, beta)
+    return torch.log_softmax(log_ref + r / beta, dim=-1)  # (..., Y): the softmax divides by Z
+
+
+def chosen_course(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per run of :func:`preference_runs`' record: ``loss_type``, ``beta``, ``seed`` and the mean
+    summed log-probability of the chosen answers at the ``start`` (before the first step), its
+    ``lowest`` and ``peak`` over the probes, and at the ``end``."""
+    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
+        raise TypeError("record must be the dict of preference_runs(), with a 'runs' list")
+    out = []
+    for run in record["runs"]:
+        chosen = [float(p["chosen_logps"]) for p in run["probes"]]
+        out.append(
+            {
+                "loss_type": run["loss_type"],
+                "beta": run["beta"],
+                "seed": run["seed"],
+                "start": chosen[0],
+                "lowest": min(chosen),
+                "peak": max(chosen),
+                "end": chosen[-1],
+            }
+        )
+    return out

@@ -1,12 +1,12 @@
 """Lesson 11: the recorded preference runs (:func:`lmlessons.course.preferences.preference_runs`).
 
 * :func:`run_summary`: per loss type at one ``beta``, the mean and the spread over the seeds of
-  what a run ends with: the chosen and rejected log-probabilities, their margin, the highest
+  what a run ends with: the chosen and rejected log-probabilities, their gap, the highest
   chosen log-probability along the way, the policy's own preference and TRL's
   ``rewards/accuracies``;
 * :func:`summary_table`: the same as aligned text;
 * :func:`plot_preference_runs`: three panels against the optimizer step (the chosen
-  log-probability, the margin chosen minus rejected, the policy's own preference beside the
+  log-probability, the log-prob gap chosen minus rejected, the policy's own preference beside the
   reward accuracy), one line per loss type, the seeds' range shaded;
 * :func:`preference_runs_widget`: loss types and ``beta`` to pick, the plot and the table redrawn.
 """
@@ -39,9 +39,9 @@ __all__ = [
     "preference_runs_widget",
 ]
 
-#: Lesson 11's prediction: after the live DPO run, on how many of its 16 pairs does the policy
-#: itself give the chosen answer the higher log-probability?
-PREFER_CHOICES = ("all 16", "13 to 15", "12 or fewer")
+#: Lesson 11's prediction: on the live run's pairs where the reference prefers the rejected
+#: answer, how much of their mean log-prob gap have the ten steps closed?
+PREFER_CHOICES = ("none: it stayed or widened", "less than half of it", "half of it or more")
 
 LINE_STYLES = {"sigmoid": "-", "ipo": "--", "hinge": "-.", "sigmoid_norm": ":", "simpo": "-"}
 MARKERS = {"sigmoid": "o", "ipo": "s", "hinge": "^", "sigmoid_norm": "D", "simpo": "x"}
@@ -55,7 +55,8 @@ def _runs(record: Mapping[str, Any], loss_type: str, beta: float) -> list[Mappin
 
 
 def _series(runs: Sequence[Mapping[str, Any]], key: str) -> list[list[float]]:
-    """``key`` at each probe, one list per run; ``margin`` is chosen minus rejected."""
+    """``key`` at each probe, one list per run; ``margin`` is the log-prob gap, the chosen minus
+    the rejected summed log-probability (the reference's own gap included)."""
     if key == "margin":
         return [[p["chosen_logps"] - p["rejected_logps"] for p in r["probes"]] for r in runs]
     return [[p[key] for p in r["probes"]] for r in runs]
@@ -97,7 +98,7 @@ def summary_table(record: Mapping[str, Any], beta: float) -> str:
         ("peak_chosen_logps", "chosen: peak", ".1f"),
         ("chosen_logps", "chosen: end", ".1f"),
         ("rejected_logps", "rejected: end", ".1f"),
-        ("margin", "margin", ".1f"),
+        ("margin", "log-prob gap", ".1f"),
         ("policy_prefers_chosen", "prefers chosen", ".0%"),
         ("reward_accuracy", "rewards/acc.", ".0%"),
     )
@@ -124,7 +125,7 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
     axes = fig.subplots(1, 3)
     titles = (
         "chosen log-prob (summed, nats)",
-        "margin: chosen - rejected (nats)",
+        "log-prob gap: chosen - rejected (nats)",
         "policy prefers chosen (solid),\nrewards/accuracies (dotted)",
     )
     for loss_type in loss_types:
@@ -210,20 +211,25 @@ def preference_runs_widget(
     return LessonWidget(controls, draw, rows=rows)
 
 
-def prefer_reveal(prefers_chosen: float, num_pairs: int = 16) -> tuple[str, str]:
-    """The measured answer to :data:`PREFER_CHOICES` and its explanation, from the share of the
-    ``num_pairs`` pairs on which the policy gives the chosen answer the higher log-probability
-    after lesson 11's live run (kept here so that the lesson's visible code does not give it)."""
-    if isinstance(prefers_chosen, bool) or not isinstance(prefers_chosen, (int, float)):
-        raise TypeError(f"prefers_chosen must be a share, got {type(prefers_chosen).__name__}")
-    if not 0 <= prefers_chosen <= 1:
-        raise ValueError(f"prefers_chosen must be a share in [0, 1], got {prefers_chosen}")
-    n = round(num_pairs * prefers_chosen)
-    answer = PREFER_CHOICES[0] if n == num_pairs else PREFER_CHOICES[1 if n >= 13 else 2]
+def prefer_reveal(gap_before: float, gap_after: float) -> tuple[str, str]:
+    """The measured answer to :data:`PREFER_CHOICES` and its explanation, from the mean log-prob
+    gap (chosen minus rejected, nats) of the pairs on which the reference prefers the rejected
+    answer, before (``gap_before`` < 0) and after lesson 11's live run (kept here so that the
+    lesson's visible code does not give it)."""
+    for name, value in (("gap_before", gap_before), ("gap_after", gap_after)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number of nats, got {type(value).__name__}")
+    if not gap_before < 0:
+        raise ValueError(
+            f"gap_before must be < 0 (the reference prefers rejected), got {gap_before}"
+        )
+    closed = (gap_after - gap_before) / -gap_before  # share of the gap closed
+    answer = PREFER_CHOICES[0 if closed <= 0 else 1 if closed < 0.5 else 2]
     why = (
         "A reward is a log-ratio against the reference. Where the reference preferred the "
         "rejected answer by several nats, ten small steps raise the chosen log-ratio above the "
-        "rejected one (a 'correct' reward margin) long before they close the gap itself. The "
-        "reward accuracy measures how the policy moved, not where it stands."
+        "rejected one (a positive reward margin, a win for rewards/accuracies) long before they "
+        "close the log-probability gap itself. The reward accuracy measures how the policy moved, "
+        "not where it stands."
     )
     return answer, why
