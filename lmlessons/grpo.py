@@ -13,6 +13,12 @@ function scores each one.
    a token of a short completion weighs more than one of a long one; ``bnpo``, ``dr_grpo`` and
    ``dapo`` give every *token* one share, and differ in what they divide by.
 
+TRL 1.16 accepts eight ``loss_type``\\ s (:data:`TRL_LOSS_TYPES`); this module writes out the four
+that share PPO's clipped surrogate and differ only in the weights (:data:`LOSS_TYPES`). The ratio
+is a token's (``importance_sampling_level="token"``, TRL's default) or, GSPO's choice, the
+geometric mean of its completion's token ratios (``"sequence"``). :func:`rloo_advantages` is the
+leave-one-out baseline that GRPO's group mean approximates.
+
 Tensors as TRL names them: ``completion_mask`` ``(B, C)``, 1 on the completion's tokens (the
 end-of-sequence token included), 0 on padding; per-token log-probabilities ``(B, C)`` of the
 completion tokens; ``B`` completions, ``B / num_generations`` prompts, the completions of a prompt
@@ -35,14 +41,22 @@ from lmlessons.kl import k3
 
 __all__ = [
     "LOSS_TYPES",
+    "TRL_LOSS_TYPES",
     "SCALE_REWARDS",
+    "IMPORTANCE_SAMPLING_LEVELS",
     "group_advantages",
+    "rloo_advantages",
     "token_losses",
     "token_weights",
     "aggregate_loss",
 ]
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # TRL 1.16's default is "dapo"
+#: Every ``GRPOConfig.loss_type`` TRL 1.16 accepts (``grpo_trainer.py:3109-3183``): the four above,
+#: and ``cispo`` (clipped, detached ratio times the log-prob), ``sapo`` (a soft sigmoid gate for
+#: the clip), ``luspo`` (per-completion sums), ``vespo`` (sequence-level gamma weights).
+TRL_LOSS_TYPES = (*LOSS_TYPES, "cispo", "sapo", "luspo", "vespo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")  # TRL 1.16's default is "token"
 SCALE_REWARDS = ("group", "batch", "none")  # TRL 1.16's default is "group"
 STD_EPSILON = 1e-4  # added to the standard deviation before dividing (grpo_trainer.py:2787)
 
@@ -116,6 +130,49 @@ def group_advantages(
     return advantages  # (B,)
 
 
+def rloo_advantages(rewards: torch.Tensor, *, num_generations: int) -> torch.Tensor:
+    """Each completion's reward minus the mean reward of the *other* completions of its group
+    (RLOO's leave-one-out baseline, Ahmadian et al. 2024), ``(B,)`` -> ``(B,)``.
+
+    The baseline does not depend on the completion it is subtracted from, so the policy-gradient
+    estimate stays unbiased; GRPO's group mean includes the completion itself, and
+    ``group_advantages(r, scale_rewards="none") == (G - 1) / G * rloo_advantages(r)`` exactly."""
+    rewards = check_float_tensor("rewards", rewards)
+    g = check_int("num_generations", num_generations, minimum=2)
+    if rewards.dim() != 1 or rewards.numel() % g:
+        raise ValueError(
+            f"rewards must have shape (B,) with B a multiple of num_generations={g}, "
+            f"got {tuple(rewards.shape)}"
+        )
+    grouped = rewards.view(-1, g)  # (B / G, G)
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (g - 1)  # (B / G, G)
+    return (grouped - others).view(-1)  # (B,)
+
+
+def _log_ratio(
+    logps: torch.Tensor, old: torch.Tensor, level: str, completion_mask: object
+) -> torch.Tensor:
+    """``logps - old`` per token ``(B, C)``, or its mean over each completion's tokens ``(B, 1)``
+    (GSPO, ``grpo_trainer.py:3084-3088``)."""
+    if level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise ValueError(
+            f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {level!r}"
+        )
+    log_ratio = logps - old  # (B, C)
+    if level == "token":
+        return log_ratio
+    if completion_mask is None:
+        raise ValueError("completion_mask is required for importance_sampling_level='sequence'")
+    mask = _check_mask(completion_mask)  # (B, C)
+    if mask.shape != logps.shape:
+        raise ValueError(
+            f"completion_mask must have the shape of logps {tuple(logps.shape)}, "
+            f"got {tuple(mask.shape)}"
+        )
+    mask = mask.to(logps.dtype)
+    return (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+
+
 def _check_policy(
     logps: object, old_logps: object, advantages: object
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,6 +202,8 @@ def token_losses(
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
     use_bias_correction_kl: bool = True,
+    importance_sampling_level: str = "token",
+    completion_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The loss of every completion token, ``(B, C)``, padding included (aggregate with a mask).
 
@@ -162,9 +221,13 @@ def token_losses(
         use_bias_correction_kl: multiply that KL term by the ratio (TRL 1.16's default,
             ``grpo_config.py:972``): its gradient becomes the unbiased reverse-KL gradient, even
             on-policy where the ratio's value is 1.
+        importance_sampling_level: ``"token"`` (TRL's default): each token's own ratio;
+            ``"sequence"`` (GSPO, Zheng et al. 2025): every token of a completion gets the
+            completion's ratio, ``exp`` of the mean of its tokens' log-ratios, so the clip keeps
+            or drops a whole completion. Needs ``completion_mask`` ``(B, C)``.
 
-    TRL 1.16 ``GRPOTrainer._compute_loss`` for ``loss_type`` grpo, bnpo, dr_grpo and dapo with
-    ``importance_sampling_level="token"`` and no ``delta`` (two-sided clipping, left out):
+    TRL 1.16 ``GRPOTrainer._compute_loss`` for ``loss_type`` grpo, bnpo, dr_grpo and dapo, with
+    no ``delta`` (two-sided clipping, left out):
     ``trainer/grpo_trainer.py:3066`` (``old_logps=None``), ``3083-3095`` (ratio), ``3098-3105``
     (KL), ``3113-3120`` (clipped surrogate), ``3149-3150`` (plus ``beta`` times KL).
     """
@@ -173,11 +236,12 @@ def token_losses(
     eps_low = check_real("epsilon_low", epsilon_low)
     eps_high = check_real("epsilon_high", epsilon_high)
     beta = check_real("beta", beta)
-    # 2. The probability ratio of each token, and its clipped copy.
-    ratio = torch.exp(logps - old)  # (B, C)
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)  # (B, C)
+    # 2. The probability ratio of each token (or of its completion), and its clipped copy.
+    log_ratio = _log_ratio(logps, old, importance_sampling_level, completion_mask)  # (B, C|1)
+    ratio = torch.exp(log_ratio)  # (B, C) or (B, 1)
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)  # (B, C) or (B, 1)
     # 3. The pessimistic surrogate: the smaller of the two objectives, negated.
-    loss = -torch.min(ratio * adv, clipped * adv)  # (B, C)
+    loss = -torch.min(ratio * adv, clipped * adv).expand_as(logps)  # (B, C)
     if beta == 0.0:
         return loss
     # 4. The KL penalty to the reference model, estimated from the sampled tokens.
@@ -188,6 +252,17 @@ def token_losses(
     if use_bias_correction_kl:
         kl = kl * ratio  # (B, C)
     return loss + beta * kl  # (B, C)
+
+
+def _window_count(num_items_in_batch: object) -> float | None:
+    """``num_items_in_batch`` checked, 0 allowed, then at least 1 (TRL's ``clamp(min=1.0)``)."""
+    value = num_items_in_batch
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+        value = value.item() if value.dtype != torch.bool else value
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
+        return 1.0
+    n = check_num_items(num_items_in_batch)
+    return None if n is None else max(n, 1)
 
 
 def token_weights(
@@ -210,7 +285,9 @@ def token_weights(
       most 1.
     * ``"dapo"``: ``1 / num_items_in_batch``, the tokens of the whole accumulation window on all
       processes (without it: ``N``, as ``bnpo``). The totals of a window's micro-batches add up
-      to 1.
+      to 1. A count of 0 (every completion of the window masked, as
+      ``mask_truncated_completions=True`` does when all are truncated) is clamped to 1, as TRL
+      does (``grpo_trainer.py:3170``): every weight is 0 and so is the loss.
 
     ``max_completion_length`` is used by ``"dr_grpo"`` only and ``num_items_in_batch`` by
     ``"dapo"`` only (as in TRL, whose inputs always carry both); given to the others they are
@@ -220,7 +297,7 @@ def token_weights(
     mask = _check_mask(completion_mask)  # (B, C)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    n = check_num_items(num_items_in_batch)
+    n = _window_count(num_items_in_batch)
     if max_completion_length is not None:
         max_completion_length = check_int("max_completion_length", max_completion_length)
         if max_completion_length < max(mask.shape[1], 1):

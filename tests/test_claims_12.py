@@ -8,13 +8,14 @@ dependency (``requirements.txt``); these tests are skipped where it is not insta
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 import torch
 
 from lmlessons.course.rl import grpo_trainer, length_reward
-from lmlessons.grpo import LOSS_TYPES, group_advantages
+from lmlessons.grpo import LOSS_TYPES, TRL_LOSS_TYPES, aggregate_loss, group_advantages
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -110,3 +111,132 @@ def test_claim_12_dapo_window_rescaled(trl, tmp_path, monkeypatch):
         monkeypatch.setattr(trainer.args, "steps_per_generation", spg)
         loss = trainer._compute_loss(trainer.model, inputs)
         assert float(loss) == pytest.approx(summed / (60 * ga / spg), abs=1e-6)
+
+
+def _loss_inputs(b: int = 8, c: int = 5, *, seed: int = 0) -> dict:
+    """Controlled inputs for ``GRPOTrainer._compute_loss``: lengths 1..5, random advantages."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([1, 3, 5, 2, 4, 5, 2, 3])[:b]  # (B,)
+    return {
+        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(b, c, dtype=torch.long),
+        "completion_mask": (torch.arange(c) < lengths[:, None]).long(),  # (B, C)
+        "advantages": torch.randn(b, generator=g),  # (B,)
+        "num_items_in_batch": torch.tensor(int(lengths.sum())),
+        "old_per_token_logps": -torch.rand(b, c, generator=g) * 3,  # (B, C)
+    }
+
+
+@pytest.fixture
+def dapo_trainer(trl, tmp_path):
+    """A fresh trainer per test: another test's ``TrainingArguments`` resets accelerate's state."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = grpo_trainer(str(tmp_path), loss_type="dapo")
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
+    return trainer
+
+
+def _trl_loss(trainer, monkeypatch, inputs, logps):
+    monkeypatch.setattr(
+        trainer, "_get_per_token_logps_and_entropies", lambda *a, **k: (logps, logps * 0, None)
+    )
+    return trainer._compute_loss(trainer.model, inputs)
+
+
+def test_claim_12_eight_loss_types(trl, dapo_trainer, monkeypatch):
+    """GRPOConfig names eight loss types; cispo, sapo and vespo change the per-token surrogate,
+    luspo sums each completion's token losses (the clipped surrogate) and averages them."""
+    help_text = trl.GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    supported = help_text.split("Supported values are", 1)[1].split(".")[0]
+    assert set(re.findall(r"'(\w+)'", supported)) == set(TRL_LOSS_TYPES)
+    inputs = _loss_inputs()
+    mask, adv = inputs["completion_mask"].float(), inputs["advantages"][:, None]  # (B, C), (B, 1)
+    old = inputs["old_per_token_logps"]  # (B, C)
+    logps = old + torch.randn(old.shape, generator=torch.Generator().manual_seed(1)) * 0.3
+    ratio = (logps - old).exp()  # (B, C)
+    args = dapo_trainer.args
+    tau = torch.where(adv > 0, args.sapo_temperature_pos, args.sapo_temperature_neg)  # (B, 1)
+    expected = {
+        "cispo": (-ratio.clamp(max=dapo_trainer.epsilon_high) * adv * logps * mask).sum()
+        / mask.sum(),
+        "sapo": (
+            (-torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv * mask).sum(-1) / mask.sum(-1)
+        ).mean(),
+        "luspo": (-torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * mask).sum(-1).mean(),
+    }
+    for loss_type, value in expected.items():
+        monkeypatch.setattr(dapo_trainer, "loss_type", loss_type)
+        theirs = _trl_loss(dapo_trainer, monkeypatch, inputs, logps)
+        assert float(theirs) == pytest.approx(float(value), abs=1e-5), loss_type
+    monkeypatch.setattr(dapo_trainer, "loss_type", "vespo")
+    leaf = logps.clone().requires_grad_()  # (B, C)
+    grad = torch.autograd.grad(_trl_loss(dapo_trainer, monkeypatch, inputs, leaf), leaf)[0]
+    for row, m in zip(grad, mask.bool()):  # one weight per completion: equal over its tokens
+        assert torch.allclose(row[m], row[m][0].expand(int(m.sum())), atol=1e-7)
+
+
+def test_claim_12_gspo_trl_warns(trl, tmp_path, monkeypatch):
+    import trl.trainer.grpo_trainer as module
+
+    said: list[str] = []
+    monkeypatch.setattr(module.logger, "warning", lambda msg, *a, **k: said.append(str(msg)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grpo_trainer(str(tmp_path), loss_type="dapo", importance_sampling_level="sequence")
+    (warning,) = [m for m in said if "importance_sampling_level='sequence'" in m]
+    assert "completion length" in warning and "loss_type='grpo'" in warning
+
+
+def test_claim_12_micro_batch_size(trl, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = grpo_trainer(str(tmp_path)).args
+    assert args.per_device_train_batch_size == 32 == 8 * args.num_generations
+    assert args.gradient_accumulation_steps == 1 and args.steps_per_generation == 1
+
+
+def test_claim_12_max_grad_norm(trl, tmp_path):
+    from transformers import TrainingArguments
+
+    args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert args.max_grad_norm == 1.0 == TrainingArguments(output_dir=str(tmp_path)).max_grad_norm
+    assert args.optim.startswith("adamw")  # TRL's default optimizer is AdamW
+
+
+def test_claim_12_old_dapo_constant_factor(dapo_trainer, monkeypatch):
+    """The pre-1.16 normaliser (the generation batch's count alone) gives every micro-batch TRL
+    1.16's loss times gradient_accumulation_steps / steps_per_generation: one constant."""
+    for seed in (0, 1):  # two micro-batches of different lengths and advantages
+        inputs = _loss_inputs(seed=seed)
+        inputs["completion_mask"] = inputs["completion_mask"].flip(0) if seed else inputs[
+            "completion_mask"]  # fmt: skip
+        inputs["num_items_in_batch"] = torch.tensor(60)
+        logps = inputs.pop("old_per_token_logps")  # on-policy
+        old = aggregate_loss(
+            -inputs["advantages"][:, None].expand_as(logps) + 0 * logps,
+            inputs["completion_mask"],
+            loss_type="dapo",
+            num_items_in_batch=60,
+        )
+        for ga, spg in ((2, 4), (1, 4), (2, 2)):
+            monkeypatch.setattr(dapo_trainer, "current_gradient_accumulation_steps", ga)
+            monkeypatch.setattr(dapo_trainer.args, "steps_per_generation", spg)
+            new = _trl_loss(dapo_trainer, monkeypatch, inputs, logps)
+            assert float(old) == pytest.approx(float(new) * ga / spg, rel=1e-5)
+
+
+def test_claim_quiz_12_group_advantages():
+    from lmlessons.exercises.quizzes import QUIZZES
+
+    (question,) = [q for q in QUIZZES["12"] if q.id == "12.1"]
+    why = " ".join(" ".join(c.why.split()) for c in question.choices if c.correct)
+    rewards = torch.tensor([1.0, 1.0, 1.0, 5.0])  # (G,)
+    before = group_advantages(rewards, num_generations=4, scale_rewards="none")
+    after = group_advantages(rewards, num_generations=4)
+    assert before.tolist() == [-1.0, -1.0, -1.0, 3.0] and "-1, -1, -1 and 3 before" in why
+    assert float(rewards.std()) == 2.0 and "(2, with Bessel's correction" in why
+    torch.testing.assert_close(after, torch.tensor([-0.5, -0.5, -0.5, 1.5]), atol=1e-4, rtol=0)
+    assert "-0.5, -0.5, -0.5 and 1.5" in why

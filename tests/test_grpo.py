@@ -16,6 +16,7 @@ from lmlessons.grpo import (
     SCALE_REWARDS,
     aggregate_loss,
     group_advantages,
+    rloo_advantages,
     token_losses,
     token_weights,
 )
@@ -166,6 +167,25 @@ def test_dr_grpo_divides_by_a_constant_and_bnpo_by_the_tokens():
     torch.testing.assert_close(dr, bnpo * int(mask.sum()) / (4 * L))
 
 
+def test_dr_grpo_differs_from_bnpo_by_a_factor_that_follows_the_lengths():
+    """dr_grpo / bnpo = N / (B L): not one constant but a factor per batch; over a window of two
+    micro-batches (each divided by the accumulation steps, as TRL does) dr_grpo weighs every token
+    alike, bnpo weighs a token of the micro-batch with fewer tokens more."""
+    short, long = _lengths_mask([1, 2, 1, 2], L), _lengths_mask([8, 9, 10, 7], L)  # (B, L) each
+    factors = [
+        float(token_weights(m, loss_type="dr_grpo", max_completion_length=L).sum())
+        / float(token_weights(m, loss_type="bnpo").sum())
+        for m in (short, long)
+    ]
+    assert factors == [pytest.approx(6 / 40), pytest.approx(34 / 40)]
+    for loss_type, alike in (("dr_grpo", True), ("bnpo", False)):
+        per_token = [
+            float(token_weights(m, loss_type=loss_type, max_completion_length=L).max()) / 2
+            for m in (short, long)
+        ]
+        assert (per_token[0] == pytest.approx(per_token[1])) is alike
+
+
 # ------------------------------------------------------------------------------ token_losses
 
 
@@ -206,6 +226,53 @@ def test_the_kl_term_on_policy_has_the_reverse_kl_gradient():
     assert float(same.detach().abs().max()) == 0  # no KL to a reference equal to the policy
 
 
+def test_group_mean_advantage_is_rloo_scaled_by_g_minus_1_over_g():
+    """GRPO's group mean includes the completion itself: its advantage is exactly (G - 1) / G
+    times RLOO's leave-one-out one, and RLOO's baseline is the mean of the other rewards."""
+    _, rewards = _random_batch(3)
+    rloo = rloo_advantages(rewards, num_generations=G)  # (B,)
+    group = group_advantages(rewards, num_generations=G, scale_rewards="none")  # (B,)
+    torch.testing.assert_close(group, (G - 1) / G * rloo)
+    first = rewards[:G]
+    assert float(rloo[0]) == pytest.approx(float(first[0] - first[1:].mean()), abs=1e-6)
+
+
+def test_dapo_with_no_token_in_the_window_gives_a_zero_loss():
+    """Every completion masked (all truncated under mask_truncated_completions=True): the count
+    0 is clamped to 1, as TRL does; the loss is 0, not an error or a NaN."""
+    mask = torch.zeros(4, 3, dtype=torch.long)  # (B, C)
+    per_token = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))  # (B, C)
+    for count in (0, 0.0, torch.tensor(0)):
+        loss = aggregate_loss(per_token, mask, loss_type="dapo", num_items_in_batch=count)
+        assert float(loss) == 0.0 and torch.isfinite(loss)
+    weights = token_weights(_lengths_mask([2, 1]), loss_type="dapo", num_items_in_batch=0.5)
+    assert float(weights.max()) == 1.0  # any count below 1 is clamped to 1, as TRL's clamp
+
+
+def test_the_sequence_level_ratio_clips_whole_completions():
+    """GSPO: every token of a completion gets exp(mean log-ratio of its tokens); on-policy the
+    gradient equals the token level's; off-policy the clip keeps or drops a completion whole."""
+    mask = _lengths_mask([2, 4])  # (B, C)
+    logps = torch.full((2, 4), -1.0, requires_grad=True)  # (B, C)
+    adv = torch.tensor([1.0, 1.0])  # (B,)
+    grads = {}
+    for level in ("token", "sequence"):
+        for old in (None, logps.detach() - torch.tensor([[0.5, -0.3, 0.0, 0.0], [0.0] * 4])):
+            per_token = token_losses(
+                logps, old, adv, importance_sampling_level=level, completion_mask=mask
+            )  # (B, C)
+            loss = aggregate_loss(per_token, mask, loss_type="grpo")
+            grads[level, old is None] = torch.autograd.grad(loss, logps)[0] * mask
+    torch.testing.assert_close(grads["token", True], grads["sequence", True])
+    # off-policy, completion 0: token ratios e^0.5 (clipped) and e^-0.3 (not); sequence ratio
+    # e^0.1 = 1.105 < 1.2, not clipped: both tokens keep a gradient.
+    assert float(grads["token", False][0, 0]) == 0 and float(grads["token", False][0, 1]) < 0
+    assert bool((grads["sequence", False][0, :2] < 0).all())
+    seq_ratio = float(torch.exp(torch.tensor(0.1)))
+    expected = -seq_ratio / (2 * 2)  # ratio * 1/n_i (the mean log-ratio) * 1/B (grpo)
+    assert float(grads["sequence", False][0, 0]) == pytest.approx(expected, rel=1e-5)
+
+
 # ---------------------------------------------------------------------------------------- errors
 
 MASK = _lengths_mask([1, 2, 3, 1])
@@ -232,7 +299,16 @@ BAD = [
         "max_completion_length",
         lambda: token_weights(MASK, loss_type="dr_grpo", max_completion_length=2),
     ),
-    ("num_items_in_batch", lambda: token_weights(MASK, loss_type="dapo", num_items_in_batch=0)),
+    ("num_items_in_batch", lambda: token_weights(MASK, loss_type="dapo", num_items_in_batch=-1)),
+    ("rewards", lambda: rloo_advantages(torch.zeros(6), num_generations=4)),
+    (
+        "importance_sampling_level",
+        lambda: token_losses(LP, None, ADV, importance_sampling_level="seq"),
+    ),
+    (
+        "completion_mask",
+        lambda: token_losses(LP, None, ADV, importance_sampling_level="sequence"),
+    ),
     ("completion_mask", lambda: token_weights(MASK * 2, loss_type="bnpo")),
     ("completion_mask", lambda: token_weights(MASK[0], loss_type="bnpo")),
     ("completion_mask", lambda: token_weights(MASK.tolist(), loss_type="bnpo")),

@@ -14,7 +14,13 @@ import warnings
 import pytest
 import torch
 
-from lmlessons.grpo import LOSS_TYPES, aggregate_loss, group_advantages, token_losses
+from lmlessons.grpo import (
+    LOSS_TYPES,
+    TRL_LOSS_TYPES,
+    aggregate_loss,
+    group_advantages,
+    token_losses,
+)
 from lmlessons.kl import generalized_jsd
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -240,3 +246,71 @@ def test_generalized_jsd_equals_trl(gkd_trainer_class, beta):
         their_grad = torch.autograd.grad(theirs, student)[0]
         our_grad = torch.autograd.grad(ours, student)[0]
         torch.testing.assert_close(our_grad, their_grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_sequence_level_ratio_equals_trl(grpo_trainer, monkeypatch, batch, loss_type):
+    """GSPO (``importance_sampling_level="sequence"``): off-policy, with and without the KL term,
+    the course's loss and gradient equal TRL's."""
+    monkeypatch.setattr(grpo_trainer, "importance_sampling_level", "sequence")
+    monkeypatch.setattr(grpo_trainer, "loss_type", loss_type)
+    num_items = int(batch["mask"].sum()) + OTHER_WINDOW_TOKENS
+    for beta in (0.0, 0.04):
+        monkeypatch.setattr(grpo_trainer, "beta", beta)
+        theirs, their_grad = _trl_loss_and_grad(
+            grpo_trainer, monkeypatch, batch, old=True, ref=beta > 0, num_items=num_items
+        )
+        logps = batch["logps"].clone().requires_grad_()  # (B, C)
+        per_token = token_losses(
+            logps,
+            batch["old"],
+            group_advantages(batch["rewards"], num_generations=G),
+            ref_logps=batch["ref"],
+            beta=beta,
+            importance_sampling_level="sequence",
+            completion_mask=batch["mask"],
+        )  # (B, C)
+        ours = aggregate_loss(
+            per_token, batch["mask"], loss_type=loss_type, num_items_in_batch=num_items
+        )
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+        our_grad = torch.autograd.grad(ours, logps)[0]
+        torch.testing.assert_close(our_grad, their_grad, rtol=0, atol=1e-6)
+        token_level = token_losses(
+            logps,
+            batch["old"],
+            group_advantages(batch["rewards"], num_generations=G),
+            ref_logps=batch["ref"],
+            beta=beta,
+        )  # (B, C)
+        assert not torch.allclose(per_token, token_level)  # the option changes the loss
+
+
+def test_dapo_with_every_completion_masked_is_zero_as_in_trl(grpo_trainer, monkeypatch, batch):
+    """A window whose completions are all masked (``mask_truncated_completions=True`` and every
+    one truncated): TRL clamps ``num_items_in_batch`` 0 to 1 and returns 0; so does the course."""
+    monkeypatch.setattr(grpo_trainer, "loss_type", "dapo")
+    monkeypatch.setattr(grpo_trainer, "beta", 0.0)
+    empty = dict(batch, mask=torch.zeros_like(batch["mask"]))
+    theirs, their_grad = _trl_loss_and_grad(
+        grpo_trainer, monkeypatch, empty, old=True, ref=False, num_items=0
+    )
+    ours, our_grad = _course_loss_and_grad(
+        empty, loss_type="dapo", old=True, beta=0.0, eps=(0.2, 0.2), correction=True, num_items=0
+    )
+    assert float(theirs.detach()) == 0.0 and float(ours.detach()) == 0.0
+    torch.testing.assert_close(our_grad, their_grad, rtol=0, atol=0)
+
+
+def test_trl_accepts_exactly_the_eight_loss_types(grpo_trainer, monkeypatch, batch):
+    """``TRL_LOSS_TYPES``: each computes a finite loss in ``_compute_loss``; another name is
+    refused there."""
+    monkeypatch.setattr(grpo_trainer, "beta", 0.0)
+    for loss_type in TRL_LOSS_TYPES:
+        monkeypatch.setattr(grpo_trainer, "loss_type", loss_type)
+        loss, _ = _trl_loss_and_grad(grpo_trainer, monkeypatch, batch, old=True, ref=False,
+                                     num_items=int(batch["mask"].sum()))  # fmt: skip
+        assert torch.isfinite(loss), loss_type
+    monkeypatch.setattr(grpo_trainer, "loss_type", "ppo")
+    with pytest.raises(ValueError, match="Unknown loss type"):
+        _trl_loss_and_grad(grpo_trainer, monkeypatch, batch, old=True, ref=False, num_items=1)

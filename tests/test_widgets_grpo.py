@@ -89,6 +89,17 @@ def test_run_and_loss_start_figures_draw_one_line_per_run_type():
     assert sum(label.startswith("beta x KL") for label in labels) == 2
 
 
+def test_identical_runs_stay_visible_one_under_the_other():
+    """bnpo and dapo are the same run with one micro-batch a step: bnpo is drawn wider, and
+    their markers sit on different steps, so neither line hides the other."""
+    fig = runs_figure(recorded_runs(), "shorter", ["bnpo", "dapo"])
+    bnpo, dapo = fig.axes[0].lines
+    assert bnpo.get_ydata().tolist() == dapo.get_ydata().tolist()  # the same values...
+    assert bnpo.get_linewidth() > dapo.get_linewidth() + 1  # ...drawn one under the other
+    assert bnpo.get_marker() != dapo.get_marker()
+    assert bnpo.get_markevery() != dapo.get_markevery()
+
+
 @pytest.mark.parametrize(
     ("step1", "answer"),
     [

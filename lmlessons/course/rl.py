@@ -17,6 +17,11 @@
   - :func:`completion_text`: the text of a completion in either of TRL's formats (a string, or a
     list of messages whose last one is the assistant's).
 
+The policy gradient on a toy policy, a softmax over a few actions with a fixed reward per action
+(lesson 12's foundations): :func:`expected_reward_gradient` (exact) and
+:func:`reinforce_estimates` (sampled, with the baselines of :data:`BASELINES`).
+:func:`scaled_loss_updates`: what AdamW and SGD do with a loss multiplied by a constant.
+
 Names are stable: lesson 08's bug zoo uses them too.
 """
 
@@ -28,8 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lmlessons._checks import check_int
+import torch
+
+from lmlessons._checks import check_float_tensor, check_generator, check_int, check_real
 from lmlessons.course.chat import instruction_set
+from lmlessons.grpo import group_advantages, rloo_advantages
 
 __all__ = [
     "rl_prompts",
@@ -46,6 +54,10 @@ __all__ = [
     "RUNS_FILE",
     "recorded_runs",
     "run_summary",
+    "BASELINES",
+    "expected_reward_gradient",
+    "reinforce_estimates",
+    "scaled_loss_updates",
 ]
 
 _WORD = re.compile(r"[a-z']+")
@@ -246,8 +258,6 @@ def grpo_run(output_dir: str, **kwargs: Any) -> dict[str, list[float]]:
     :data:`RUN_METRICS` (``loss`` the logged loss, ``reward`` the mean reward of the step's
     completions, ``mean_length`` their mean length in tokens, ``clipped_ratio`` the share that
     hit ``max_completion_length`` without ``[SEP]``)."""
-    import torch
-
     torch.manual_seed(int(kwargs.get("seed", 0)))  # sampling; TRL's Trainer seeds it too
     trainer = grpo_trainer(output_dir, **kwargs)
     trainer.train()
@@ -341,3 +351,95 @@ def run_summary(
             "per_seed": finals,
         }
     return out
+
+
+# ------------------------------------------------------------------- the policy gradient, on a toy
+
+#: The baselines :func:`reinforce_estimates` knows: none, the true expected reward (a constant),
+#: GRPO's group mean (the completion itself included) and RLOO's mean of the others.
+BASELINES = ("none", "expected", "group", "rloo")
+
+
+def _check_toy(logits: object, rewards: object) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = check_float_tensor("logits", logits)
+    rewards = check_float_tensor("rewards", rewards)
+    if logits.dim() != 1 or logits.shape != rewards.shape:
+        raise ValueError(
+            f"logits and rewards must both have shape (A,), got {tuple(logits.shape)} "
+            f"and {tuple(rewards.shape)}"
+        )
+    return logits.detach().to(torch.float64), rewards.detach().to(torch.float64)
+
+
+def expected_reward_gradient(logits: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """The exact gradient of ``J = sum_a softmax(logits)_a * rewards_a`` with respect to the
+    logits, ``(A,)`` -> ``(A,)`` float64: ``p_a * (r_a - J)`` (the softmax's Jacobian)."""
+    logits, rewards = _check_toy(logits, rewards)
+    p = logits.softmax(-1)  # (A,)
+    return p * (rewards - (p * rewards).sum())  # (A,)
+
+
+def reinforce_estimates(
+    logits: torch.Tensor,
+    rewards: torch.Tensor,
+    *,
+    num_samples: int,
+    baseline: str = "none",
+    num_generations: int = 4,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``num_samples`` score-function (REINFORCE) estimates of :func:`expected_reward_gradient`,
+    ``(num_samples, A)`` float64: for an action ``a`` sampled from ``softmax(logits)``,
+    ``(r_a - b) * grad log p_a`` with ``grad log p_a = onehot(a) - p``.
+
+    ``baseline``: ``"none"`` (``b = 0``), ``"expected"`` (``b = J``, the true mean reward),
+    ``"group"`` (the mean reward of the sample's group of ``num_generations`` samples, itself
+    included: GRPO's baseline without the std division) or ``"rloo"`` (the mean of the group's
+    *other* samples). ``num_samples`` must then be a multiple of ``num_generations``. Sampled
+    with ``generator`` (a ``torch.Generator``)."""
+    logits, rewards = _check_toy(logits, rewards)
+    n = check_int("num_samples", num_samples, minimum=1)
+    g = check_int("num_generations", num_generations, minimum=2)
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    if baseline in ("group", "rloo") and n % g:
+        raise ValueError(f"num_samples must be a multiple of num_generations={g}, got {n}")
+    generator = check_generator(generator)
+    p = logits.softmax(-1)  # (A,)
+    actions = torch.multinomial(p, n, replacement=True, generator=generator)  # (n,)
+    r = rewards[actions]  # (n,)
+    if baseline == "expected":
+        r = r - (p * rewards).sum()  # (n,)
+    elif baseline == "group":
+        r = group_advantages(r, num_generations=g, scale_rewards="none")  # (n,)
+    elif baseline == "rloo":
+        r = rloo_advantages(r, num_generations=g)  # (n,)
+    score = torch.nn.functional.one_hot(actions, p.numel()).to(p.dtype) - p  # (n, A)
+    return r[:, None] * score  # (n, A)
+
+
+def scaled_loss_updates(
+    gradients: torch.Tensor, *, scale: float, optimizer: str, lr: float = 1e-3
+) -> torch.Tensor:
+    """The parameter change of every step, ``(steps, P)``, when the loss whose gradients are
+    ``gradients`` ``(steps, P)`` is multiplied by ``scale`` at every step, under ``"adamw"``
+    (``torch.optim.AdamW``, its default betas, eps 1e-8 and weight decay) or ``"sgd"``.
+
+    The updates depend on the parameters only through the gradients, so feeding the gradients
+    of a trajectory gives the trajectory's updates."""
+    grads = check_float_tensor("gradients", gradients)
+    if grads.dim() != 2:
+        raise ValueError(f"gradients must have shape (steps, P), got {tuple(grads.shape)}")
+    scale = check_real("scale", scale, positive=True)
+    if optimizer not in ("adamw", "sgd"):
+        raise ValueError(f"optimizer must be 'adamw' or 'sgd', got {optimizer!r}")
+    param = torch.nn.Parameter(torch.zeros(grads.shape[1], dtype=grads.dtype))  # (P,)
+    opt_class = torch.optim.AdamW if optimizer == "adamw" else torch.optim.SGD
+    opt = opt_class([param], lr=check_real("lr", lr, positive=True))
+    updates = []
+    for grad in grads:  # (P,) each
+        before = param.detach().clone()  # (P,)
+        param.grad = grad * scale  # (P,)
+        opt.step()
+        updates.append(param.detach() - before)  # (P,)
+    return torch.stack(updates)  # (steps, P)
