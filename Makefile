@@ -174,6 +174,7 @@ record: setup
 	$(ONE_THREAD) $(PY) -m tools.answer_only_seeds --out $(RECORD_DIR)/answer_only
 	$(ONE_THREAD) $(PY) -m tools.preference_runs --out $(RECORD_DIR)/preference
 	$(ONE_THREAD) $(PY) -m tools.grpo_runs --out $(RECORD_DIR)/grpo
+	$(ONE_THREAD) $(PY) -m tools.grpo_learn --out $(RECORD_DIR)/grpo_learn
 
 clean:
 	rm -rf $(VENV) *.egg-info
