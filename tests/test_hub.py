@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -183,7 +182,7 @@ def test_the_command_prints_the_passwords_serves_and_stops_quietly_on_ctrl_c_and
     traceback."""
     teacher, learner_name = "lmlt-prof", "lmlt-cy"
     remove_accounts([teacher, learner_name])
-    hub_dir = Path(tempfile.mkdtemp(prefix="lmlessons-hub-cli-"))
+    hub_dir = hubtool.shared_temp_dir("lmlessons-hub-cli-")
     leftovers.register([teacher, learner_name], [hub_dir])
     settings = {"LMLESSONS_HUB_TEACHER": teacher, "LMLESSONS_HUB_PASSWORD": "a class password"}
     try:

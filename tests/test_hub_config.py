@@ -4,6 +4,7 @@ starting a hub, and the Kubernetes values (hub/z2jh-values.yaml) that must make 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,22 @@ def test_the_spawner_reads_the_limit_as_jupyterhub_parses_it(
     c, names = load(monkeypatch, LMLESSONS_HUB_MEM_LIMIT="1.5G")
     spawner = names["ClassSpawner"](config=c)
     assert spawner.mem_limit == int(1.5 * 1024**3)
+
+
+def test_the_hubs_temp_folder_is_one_every_account_can_enter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where TMPDIR is a folder of root's own (a 0700 TMPDIR, systemd's PrivateTmp), the hub's
+    folder goes where learners can reach its venv and student copies."""
+    from tools.hub import shared_temp_dir
+
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    for tmpdir, inside in ((closed, False), (None, True)):
+        monkeypatch.setattr(tempfile, "tempdir", None if tmpdir is None else str(tmpdir))
+        made = shared_temp_dir("lmlessons-test-")
+        try:
+            assert (closed in made.parents) is False and made.stat().st_mode & 0o777 == 0o755
+            assert (made.parent == Path(tempfile.gettempdir()).resolve()) is inside
+        finally:
+            made.rmdir()

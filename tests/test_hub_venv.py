@@ -46,8 +46,7 @@ def folder(request: pytest.FixtureRequest) -> Iterator[Path]:
 @pytest.fixture
 def hub_dir() -> Iterator[Path]:
     """The hub's folder, as ``tools.hub.install`` leaves it: every account may enter it."""
-    made = Path(tempfile.mkdtemp(prefix="lmlessons-venv-test-hub-"))
-    made.chmod(0o755)
+    made = hubtool.shared_temp_dir("lmlessons-venv-test-hub-")
     yield made
     shutil.rmtree(made, ignore_errors=True)
 

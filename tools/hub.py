@@ -101,6 +101,19 @@ def readable_by_all(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
 
 
+def shared_temp_dir(prefix: str) -> Path:
+    """A new temp folder that every account can enter (0755, each folder above it open to all):
+    in the temp directory, or in ``/tmp`` or ``/var/tmp`` where ``TMPDIR`` is a folder of the
+    caller's own (a 0700 ``TMPDIR``, systemd's ``PrivateTmp``), which learners could not reach."""
+    for parent in (Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp")):
+        parent = parent.resolve()
+        if parent.is_dir() and all(p.stat().st_mode & 0o001 for p in (parent, *parent.parents)):
+            made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+            made.chmod(0o755)
+            return made
+    raise RuntimeError("no temp folder that every account can enter: set TMPDIR to one")
+
+
 def link_venv(hub_dir: Path, env: Path, python: Path) -> Path:
     """A venv of ``python`` that imports the packages of the installed venv ``env`` (the tests' own)
     instead of installing them anew, with a copy of the course; its ``bin``.

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,7 +29,7 @@ import websocket
 
 from tools import leftovers
 from tools.classroom import COURSE_ID
-from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, home, install
+from tools.hub import ROOT, SYSTEM_PYTHON, Hub, free_port, home, install, shared_temp_dir
 from tools.markers import has_solution_region, is_solution_cell
 
 T = TypeVar("T")
@@ -332,7 +331,7 @@ def running_class(
     ``local_config``: the hub's ``local_config.py``, where a teacher's own settings go."""
     accounts = [teacher, *names]
     remove_accounts(accounts)
-    folder = hub_dir or Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
+    folder = hub_dir or shared_temp_dir("lmlessons-hub-")
     leftovers.register(accounts, [] if hub_dir else [folder])
     for kept in ("exchange", "state"):  # an earlier class's submissions, and its users: the hub
         shutil.rmtree(folder / kept, ignore_errors=True)  # would make their accounts again
