@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # the public API, the one list of it: mypy and IDEs read thes
     from lmlessons.perplexity import pseudo_perplexity as pseudo_perplexity
     from lmlessons.shifting import shift_labels as shift_labels
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 #: ``{name: module}``, the names the ``TYPE_CHECKING`` imports above list, in their order: imported
