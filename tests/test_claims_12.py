@@ -13,11 +13,19 @@ import warnings
 
 import pytest
 import torch
+from _grpo_claims import fresh_dapo_trainer, loss_inputs, trl_loss
 
 from lmlessons.course.rl import grpo_trainer, length_reward
-from lmlessons.grpo import LOSS_TYPES, TRL_LOSS_TYPES, aggregate_loss, group_advantages
+from lmlessons.grpo import LOSS_TYPES, TRL_LOSS_TYPES, group_advantages
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.fixture
+def dapo_trainer(trl, tmp_path):
+    """A fresh ``dapo`` trainer per test (``fresh_dapo_trainer``)."""
+    return fresh_dapo_trainer(tmp_path)
+
 
 MAX_LEN = 16  # the lesson's max_completion_length
 
@@ -82,77 +90,13 @@ def test_claim_12_sep_ends_generation(step_one):
     assert short and all(row[-1] == sep and sep not in row[:-1] for row in short)
 
 
-def test_claim_12_dapo_window_rescaled(trl, tmp_path, monkeypatch):
-    """TRL 1.16 divides the dapo sum by num_items_in_batch * GA / steps_per_generation."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = grpo_trainer(str(tmp_path), loss_type="dapo")
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
-    g = torch.Generator().manual_seed(0)
-    b, c = 8, 5
-    mask = (torch.arange(c) < torch.tensor([1, 3, 5, 2, 4, 5, 2, 3])[:, None]).long()  # (B, C)
-    logps = (-torch.rand(b, c, generator=g) * 3).requires_grad_()  # (B, C)
-    monkeypatch.setattr(
-        trainer, "_get_per_token_logps_and_entropies", lambda *a, **k: (logps, logps * 0, None)
-    )
-    adv = torch.randn(b, generator=g)  # (B,)
-    inputs = {
-        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
-        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
-        "completion_ids": torch.zeros(b, c, dtype=torch.long),
-        "completion_mask": mask,
-        "advantages": adv,
-        "num_items_in_batch": torch.tensor(60),
-    }
-    summed = float((-adv[:, None] * mask).sum())
-    for ga, spg in ((2, 2), (2, 4), (4, 2)):
-        monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", ga)
-        monkeypatch.setattr(trainer.args, "steps_per_generation", spg)
-        loss = trainer._compute_loss(trainer.model, inputs)
-        assert float(loss) == pytest.approx(summed / (60 * ga / spg), abs=1e-6)
-
-
-def _loss_inputs(b: int = 8, c: int = 5, *, seed: int = 0) -> dict:
-    """Controlled inputs for ``GRPOTrainer._compute_loss``: lengths 1..5, random advantages."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([1, 3, 5, 2, 4, 5, 2, 3])[:b]  # (B,)
-    return {
-        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
-        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
-        "completion_ids": torch.zeros(b, c, dtype=torch.long),
-        "completion_mask": (torch.arange(c) < lengths[:, None]).long(),  # (B, C)
-        "advantages": torch.randn(b, generator=g),  # (B,)
-        "num_items_in_batch": torch.tensor(int(lengths.sum())),
-        "old_per_token_logps": -torch.rand(b, c, generator=g) * 3,  # (B, C)
-    }
-
-
-@pytest.fixture
-def dapo_trainer(trl, tmp_path):
-    """A fresh trainer per test: another test's ``TrainingArguments`` resets accelerate's state."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = grpo_trainer(str(tmp_path), loss_type="dapo")
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
-    return trainer
-
-
-def _trl_loss(trainer, monkeypatch, inputs, logps):
-    monkeypatch.setattr(
-        trainer, "_get_per_token_logps_and_entropies", lambda *a, **k: (logps, logps * 0, None)
-    )
-    return trainer._compute_loss(trainer.model, inputs)
-
-
 def test_claim_12_eight_loss_types(trl, dapo_trainer, monkeypatch):
     """GRPOConfig names eight loss types; cispo, sapo and vespo change the per-token surrogate,
     luspo sums each completion's token losses (the clipped surrogate) and averages them."""
     help_text = trl.GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
     supported = help_text.split("Supported values are", 1)[1].split(".")[0]
     assert set(re.findall(r"'(\w+)'", supported)) == set(TRL_LOSS_TYPES)
-    inputs = _loss_inputs()
+    inputs = loss_inputs()
     mask, adv = inputs["completion_mask"].float(), inputs["advantages"][:, None]  # (B, C), (B, 1)
     old = inputs["old_per_token_logps"]  # (B, C)
     logps = old + torch.randn(old.shape, generator=torch.Generator().manual_seed(1)) * 0.3
@@ -169,11 +113,11 @@ def test_claim_12_eight_loss_types(trl, dapo_trainer, monkeypatch):
     }
     for loss_type, value in expected.items():
         monkeypatch.setattr(dapo_trainer, "loss_type", loss_type)
-        theirs = _trl_loss(dapo_trainer, monkeypatch, inputs, logps)
+        theirs = trl_loss(dapo_trainer, monkeypatch, inputs, logps)
         assert float(theirs) == pytest.approx(float(value), abs=1e-5), loss_type
     monkeypatch.setattr(dapo_trainer, "loss_type", "vespo")
     leaf = logps.clone().requires_grad_()  # (B, C)
-    grad = torch.autograd.grad(_trl_loss(dapo_trainer, monkeypatch, inputs, leaf), leaf)[0]
+    grad = torch.autograd.grad(trl_loss(dapo_trainer, monkeypatch, inputs, leaf), leaf)[0]
     for row, m in zip(grad, mask.bool()):  # one weight per completion: equal over its tokens
         assert torch.allclose(row[m], row[m][0].expand(int(m.sum())), atol=1e-7)
 
@@ -196,36 +140,6 @@ def test_claim_12_micro_batch_size(trl, tmp_path):
         args = grpo_trainer(str(tmp_path)).args
     assert args.per_device_train_batch_size == 32 == 8 * args.num_generations
     assert args.gradient_accumulation_steps == 1 and args.steps_per_generation == 1
-
-
-def test_claim_12_max_grad_norm(trl, tmp_path):
-    from transformers import TrainingArguments
-
-    args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
-    assert args.max_grad_norm == 1.0 == TrainingArguments(output_dir=str(tmp_path)).max_grad_norm
-    assert args.optim.startswith("adamw")  # TRL's default optimizer is AdamW
-
-
-def test_claim_12_old_dapo_constant_factor(dapo_trainer, monkeypatch):
-    """The pre-1.16 normaliser (the generation batch's count alone) gives every micro-batch TRL
-    1.16's loss times gradient_accumulation_steps / steps_per_generation: one constant."""
-    for seed in (0, 1):  # two micro-batches of different lengths and advantages
-        inputs = _loss_inputs(seed=seed)
-        inputs["completion_mask"] = inputs["completion_mask"].flip(0) if seed else inputs[
-            "completion_mask"]  # fmt: skip
-        inputs["num_items_in_batch"] = torch.tensor(60)
-        logps = inputs.pop("old_per_token_logps")  # on-policy
-        old = aggregate_loss(
-            -inputs["advantages"][:, None].expand_as(logps) + 0 * logps,
-            inputs["completion_mask"],
-            loss_type="dapo",
-            num_items_in_batch=60,
-        )
-        for ga, spg in ((2, 4), (1, 4), (2, 2)):
-            monkeypatch.setattr(dapo_trainer, "current_gradient_accumulation_steps", ga)
-            monkeypatch.setattr(dapo_trainer.args, "steps_per_generation", spg)
-            new = _trl_loss(dapo_trainer, monkeypatch, inputs, logps)
-            assert float(old) == pytest.approx(float(new) * ga / spg, rel=1e-5)
 
 
 def test_claim_quiz_12_group_advantages():

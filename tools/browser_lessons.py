@@ -94,5 +94,7 @@ LESSONS: list[Lesson] = [
            "beta=0.5 loss_types=sigmoid,ipo,hinge"),
     Lesson("12_rl_losses.ipynb",      Toggle("reward", "longer"),  # shorter -> longer
            "experiment=longer loss_types=grpo,bnpo,dr_grpo,dapo"),
+    Lesson("13_rl_accumulation_and_kl.ipynb", Toggle("steps_per_generation", "4"),  # 2 -> 4
+           "steps_per_generation=4 gradient_accumulation_steps=2 windows=2"),
 ]
 # fmt: on

@@ -1,4 +1,4 @@
-"""Lesson 12: the prompts, reward functions and GRPO runs of the RL lesson.
+"""Lessons 12 and 13: the prompts, reward functions and GRPO runs of the RL lessons.
 
 * :func:`rl_prompts`: ``n`` prompts of lesson 10's instruction set
   (:func:`lmlessons.course.chat.instruction_set`), evenly spaced through it, so both tasks

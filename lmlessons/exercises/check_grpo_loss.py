@@ -1,4 +1,4 @@
-"""Checker for ``grpo_loss`` (lesson 12), in the runner's pattern
+"""Checker for ``grpo_loss`` (lesson 13), in the runner's pattern
 (:mod:`lmlessons.exercises._framework`): cases and diagnoses only.
 
 The reference is :func:`lmlessons.exercises.solutions_part3.grpo_loss`, TRL's aggregation in

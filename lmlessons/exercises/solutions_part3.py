@@ -8,7 +8,7 @@ dummy id for the gather and then masked out, the sum (or the mean) over each row
 without any target sums to 0. The core's :func:`lmlessons.preference.sequence_logprobs` gives
 the same numbers on the checker's cases (``tests/test_exercises.py``).
 
-``grpo_loss`` (lesson 12) is the aggregation of TRL's ``GRPOTrainer._compute_loss`` for its four
+``grpo_loss`` (lesson 13) is the aggregation of TRL's ``GRPOTrainer._compute_loss`` for its four
 ``loss_type`` values, one micro-batch: the core's :func:`lmlessons.grpo.aggregate_loss` with the
 exercise's signature (``loss_type`` positional).
 

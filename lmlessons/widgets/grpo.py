@@ -1,5 +1,5 @@
-"""Lesson 12 (RL losses): the token weights of each GRPO ``loss_type``, the accumulation window,
-and the recorded runs.
+"""Lessons 12 and 13 (RL losses): the token weights of each GRPO ``loss_type``, the accumulation
+window, and the recorded runs.
 
 * :func:`token_weight_figure`: for completions of given lengths, the weight one token of each gets
   in the loss under each ``loss_type`` (left) and the weight of the whole completion (right).

@@ -1,4 +1,4 @@
-"""Battery for ``grpo_loss`` (lesson 12): what learners write for the loss of one micro-batch
+"""Battery for ``grpo_loss`` (lesson 13): what learners write for the loss of one micro-batch
 under each of GRPO's ``loss_type`` values.
 
 The statement a learner sees: ``per_token_loss`` and ``completion_mask`` are ``(B, C)`` (1 on a
