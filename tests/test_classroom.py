@@ -43,6 +43,7 @@ GRADED = {
     "09_packing_and_perplexity": ["flatten_documents"],
     "10_answer_only": ["assistant_labels"],
     "11_preference_losses": ["sequence_logprobs"],
+    "12_rl_losses": ["group_advantages"],
     "13_rl_accumulation_and_kl": ["grpo_loss"],
 }
 

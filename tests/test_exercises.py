@@ -32,6 +32,7 @@ from battery._attempt import ATTEMPTS
 from battery.flatten_documents import with_transformers
 from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguageModeling
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
+from trl.trainer.utils import nanstd as trl_nanstd
 
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
@@ -55,12 +56,13 @@ from lmlessons.exercises._loss_checks import batches
 from lmlessons.exercises._memory import LargestTensor
 from lmlessons.exercises._threads import Group, MismatchedAllReduce
 from lmlessons.exercises.check_answer_only import ChatTokenizer
+from lmlessons.exercises.check_group_advantages import cases as group_advantages_cases
 from lmlessons.exercises.check_grpo_loss import cases as grpo_loss_cases
 from lmlessons.exercises.check_grpo_loss import window
 from lmlessons.exercises.check_sequence_logprobs import cases as sequence_logprobs_cases
 from lmlessons.exercises.check_sequence_logprobs import empty_average_case, half_case
 from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
-from lmlessons.grpo import aggregate_loss
+from lmlessons.grpo import aggregate_loss, group_advantages
 from lmlessons.losses import mlm_loss as course_mlm_loss  # bound in globals before any check
 from lmlessons.masking_variants import select_whole_words, word_ids
 from lmlessons.preference import sequence_logprobs
@@ -181,6 +183,23 @@ def core_grpo_loss(
     )
 
 
+def trl_group_advantages(rewards, *, num_generations, scale_rewards="group"):
+    """TRL 1.16's lines in ``GRPOTrainer._generate_and_score_completions`` for one reward function
+    (``trainer/grpo_trainer.py:2765-2788``, ``multi_objective_aggregation="sum_then_normalize"``,
+    no NaN reward), with TRL's own ``nanstd`` (``trainer/utils.py:1021``)."""
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ["group", "none"]:
+        std_rewards = trl_nanstd(rewards.view(-1, num_generations), dim=1)
+        std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
+    else:  # "batch"
+        std_rewards = trl_nanstd(rewards).expand_as(rewards)
+    advantages = rewards - mean_grouped_rewards
+    if scale_rewards != "none":
+        advantages = advantages / (std_rewards + 1e-4)
+    return advantages
+
+
 # Correct implementations that are not the checkers' references: transformers' own code, and the
 # package's functions where the checker tests properties and has no reference to copy
 # (make_nsp_pairs, select_whole_words, truncate_seq_pair) or bounds the memory
@@ -198,6 +217,7 @@ INDEPENDENT = {
     "flatten_documents": with_transformers,
     "assistant_labels": test_check_answer_only.tensor_version,
     "sequence_logprobs": core_sequence_logprobs,
+    "group_advantages": trl_group_advantages,
     "grpo_loss": core_grpo_loss,
 }
 
@@ -344,6 +364,18 @@ PHRASES = {
     "ignores_max_completion_length": "B * max_completion_length",
     "requires_num_items": "num_items_in_batch",
     "dr_grpo_missing_batch_size": "B * max_completion_length",
+    "population_std": "n - 1",
+    "no_std_epsilon": "1e-4",
+    "epsilon_inside_sqrt": "square root",
+    "divides_by_variance": "variance",
+    "wrong_grouping": "consecutive",
+    "missing_keepdim": "keepdim=True",
+    "batch_mean_subtracted": "group's own mean",
+    "batch_std_of_advantages": "*rewards*",
+    "ignores_scale_rewards": "scale_rewards",
+    "none_still_scales": "Dr. GRPO",
+    "none_skips_baseline": "still subtracted",
+    "changes_dtype": "float64",
 }
 
 
@@ -1050,6 +1082,73 @@ def test_grpo_cases_reach_the_types_corners():
             assert core_grpo_loss(*case.arguments()[0], **case.arguments()[1]).item() == 0.0
     assert with_count == {"grpo", "bnpo", "dr_grpo", "dapo"}
     assert holes_float and zero_losses and zero_window
+
+
+def test_group_advantages_reference_equals_trls_lines_and_the_core():
+    """The reference solution gives, on every case its checker runs, the advantages of TRL's own
+    lines with TRL's ``nanstd`` and of the core's ``group_advantages`` (held against the trainer
+    itself in tests/test_grpo_trl.py), in the rewards' dtype."""
+    cases = group_advantages_cases()
+    assert len(cases) >= 20
+    for case in cases:
+        results = []
+        for fn in (solutions_part3.group_advantages, trl_group_advantages, group_advantages):
+            args, kwargs = case.arguments()
+            results.append(fn(*args, **kwargs))
+        mine, trl_lines, core = results
+        assert mine.dtype == trl_lines.dtype == core.dtype == case.args[0].dtype, case.label
+        assert torch.isfinite(mine).all(), case.label
+        torch.testing.assert_close(mine, trl_lines, rtol=1e-5, atol=1e-6, msg=case.label)
+        torch.testing.assert_close(mine, core, rtol=0, atol=0, msg=case.label)
+
+
+def test_trls_sampler_puts_a_prompts_completions_in_consecutive_rows():
+    """TRL's ``RepeatSampler``, as ``GRPOTrainer`` builds it (``mini_repeat_count`` =
+    ``num_generations``), yields each prompt's index ``num_generations`` times in a row: the
+    rewards of a group are consecutive, ``rewards.view(-1, num_generations)``."""
+    from trl.trainer.utils import RepeatSampler
+
+    for g in (2, 4):
+        sampler = RepeatSampler(list(range(6)), mini_repeat_count=g, batch_size=3, seed=0)
+        order = torch.tensor(list(sampler)).view(-1, g)  # (prompts, G)
+        assert bool((order == order[:, :1]).all()) and order.shape[0] == 6
+        assert len(set(order[:, 0].tolist())) == 6  # every prompt once, in one group
+
+
+def test_trl_nanstd_is_bessels():
+    """TRL's ``nanstd`` is the sample standard deviation (n - 1): ``torch.std``'s default, not
+    the population's."""
+    rewards = torch.tensor([[0.0, 1.0], [2.0, 6.0], [1.0, 1.0]])  # (3, 2)
+    torch.testing.assert_close(trl_nanstd(rewards, dim=1), rewards.std(dim=1))
+    assert not torch.allclose(trl_nanstd(rewards, dim=1), rewards.std(dim=1, correction=0))
+    assert trl_nanstd(rewards, dim=1)[0].item() == pytest.approx(math.sqrt(0.5))
+
+
+def test_group_advantages_cases_reach_the_corners():
+    """The checker's cases hold what its docstring promises: every scaling, the default left
+    out, groups of 2, one prompt, as many groups as completions per group, groups without spread
+    under ``"group"`` and a batch without spread under ``"batch"``, a group whose spread is small
+    enough for the 1e-4 to matter by more than 5 %, 0/1 and integer-valued rewards, float64."""
+    scales, shapes, dtypes = set(), set(), set()
+    flat_group = flat_batch = small = zero_one = integers = False
+    for case in group_advantages_cases():
+        rewards, g = case.args[0].double(), case.kwargs["num_generations"]
+        scale = case.kwargs.get("scale_rewards", "default")
+        scales.add(scale)
+        dtypes.add(case.args[0].dtype)
+        grouped = rewards.view(-1, g)  # (P, G)
+        shapes.add((grouped.shape[0] == 1, g == 2, grouped.shape[0] == g))
+        spread = grouped.std(dim=1)  # (P,)
+        flat_group |= scale in ("group", "default") and bool((spread == 0).any())
+        flat_batch |= scale == "batch" and float(rewards.std()) == 0
+        small |= scale in ("group", "default") and bool(((spread > 0) & (spread < 2e-3)).any())
+        zero_one |= set(rewards.tolist()) == {0.0, 1.0}
+        integers |= bool((rewards == rewards.round()).all()) and float(rewards.max()) > 1
+    assert scales == {"group", "batch", "none", "default"}
+    assert any(one for one, _, _ in shapes) and any(two for _, two, _ in shapes)
+    assert any(square for _, _, square in shapes)
+    assert dtypes == {torch.float32, torch.float64}
+    assert flat_group and flat_batch and small and zero_one and integers
 
 
 def test_sequence_logprobs_float16_and_an_average_without_targets():

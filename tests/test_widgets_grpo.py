@@ -1,6 +1,8 @@
-"""Lesson 12's widgets and plots: the token weights, the accumulation table, the recorded runs."""
+"""Lessons 12 and 13: the token-weight plot, the accumulation table and widget, the runs."""
 
 from __future__ import annotations
+
+import html
 
 import matplotlib
 from _widgets import marker_fields, shown_html, shown_marker, shown_png
@@ -13,6 +15,7 @@ from lmlessons.course.rl import recorded_runs
 from lmlessons.grpo import LOSS_TYPES
 from lmlessons.widgets.grpo import (
     accumulation_table,
+    accumulation_widget,
     grpo_runs_widget,
     loss_start_figure,
     runs_figure,
@@ -129,3 +132,22 @@ def test_zero_reveal_names_no_choice_for_an_unforeseen_set() -> None:
 
     with pytest.raises(ValueError, match="no choice describes"):
         zero_reveal({"grpo": 0.1, "bnpo": 0.0, "dr_grpo": -0.1, "dapo": -0.2})
+
+
+def test_accumulation_widget_redraws_the_table_for_each_steps_per_generation():
+    lengths = [2, 4, 8, 16, 3, 5, 7, 9]
+    box = accumulation_widget(lengths)
+    assert marker_fields(shown_marker(box)) == {
+        "steps_per_generation": "2", "gradient_accumulation_steps": "2", "windows": "1"
+    }  # fmt: skip
+    box.controls["steps_per_generation"].value = 8
+    assert marker_fields(shown_marker(box))["windows"] == "4"
+    table = accumulation_table(
+        lengths, gradient_accumulation_steps=2, steps_per_generation=8, max_completion_length=16
+    )
+    assert html.unescape(shown_html(box)) == f"<pre>{table}</pre>"
+    assert len(_table(table)["dapo"]) == 4
+    with pytest.raises(ValueError, match="divide"):
+        accumulation_widget(lengths[:6])
+    with pytest.raises(ValueError, match="multiples"):
+        accumulation_widget(lengths, gradient_accumulation_steps=4)

@@ -69,6 +69,7 @@ POINTS: dict[str, int] = {
     "flatten_documents": 2,
     "assistant_labels": 2,
     "sequence_logprobs": 2,
+    "group_advantages": 1,
     "grpo_loss": 2,
 }
 

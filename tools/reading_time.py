@@ -64,6 +64,7 @@ EXERCISE_MINUTES = {
     "flatten_documents": (10, 20),
     "assistant_labels": (10, 20),
     "sequence_logprobs": (8, 15),
+    "group_advantages": (5, 10),
     "grpo_loss": (10, 20),
 }
 DEFAULT_EXERCISE_MINUTES = (10, 20)

@@ -12,6 +12,12 @@ the same numbers on the checker's cases (``tests/test_exercises.py``).
 ``loss_type`` values, one micro-batch: the core's :func:`lmlessons.grpo.aggregate_loss` with the
 exercise's signature (``loss_type`` positional).
 
+``group_advantages`` (lesson 12) is GRPO's group-normalised advantage as TRL's
+``GRPOTrainer._generate_and_score_completions`` computes it with one reward function: the
+group's mean subtracted, then (``scale_rewards``) divided by the group's or the whole batch's
+standard deviation (Bessel's, as TRL's ``nanstd``) plus 1e-4, or not divided. The core's
+:func:`lmlessons.grpo.group_advantages` without its input validation.
+
 (Transformers writes -100 for "no target"; the package's one spelling of that number is
 ``IGNORE_INDEX``.)
 """
@@ -56,3 +62,17 @@ def grpo_loss(
         # at least 1, as TRL clamps it: a window whose completions were all truncated gives 0
         return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
     return masked.sum() / mask.sum().clamp(min=1.0)  # bnpo (and dapo alone): this batch's tokens
+
+
+def group_advantages(
+    rewards: torch.Tensor, *, num_generations: int, scale_rewards: str = "group"
+) -> torch.Tensor:
+    grouped = rewards.view(-1, num_generations)  # (B / G, G): a prompt's completions in a row
+    mean = grouped.mean(dim=1, keepdim=True)  # (B / G, 1): each group's baseline
+    advantages = (grouped - mean).view(-1)  # (B,): above or below its own group
+    if scale_rewards == "group":  # every group gets unit spread
+        std = grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)  # (B,), n - 1
+        return advantages / (std + 1e-4)  # a group of equal rewards: 0 / 1e-4 = 0, not NaN
+    if scale_rewards == "batch":  # one spread for the batch; the baseline stays the group's
+        return advantages / (rewards.std() + 1e-4)  # (B,)
+    return advantages  # "none" (Dr. GRPO): not divided

@@ -6,7 +6,8 @@ window, and the recorded runs.
 * :func:`accumulation_table`: a generation batch split into micro-batches and optimizer windows
   (``gradient_accumulation_steps``, ``steps_per_generation``): the total weight each window's
   tokens get under each ``loss_type`` as TRL 1.16 scales them, and under the ``dapo`` scaling of
-  older TRL (``num_items_in_batch`` of the whole generation batch).
+  older TRL (``num_items_in_batch`` of the whole generation batch); :func:`accumulation_widget`
+  toggles its ``steps_per_generation``.
 * :func:`runs_figure` and :func:`grpo_runs_widget`: the recorded runs of
   :func:`lmlessons.course.rl.recorded_runs`, mean completion length and logged loss against the
   step, the mean over seeds and the range; the widget picks the experiment and the loss types
@@ -43,6 +44,7 @@ __all__ = [
     "zero_reveal",
     "token_weight_figure",
     "accumulation_table",
+    "accumulation_widget",
     "runs_figure",
     "grpo_runs_widget",
     "loss_start_figure",
@@ -145,6 +147,44 @@ def accumulation_table(
         )
         lines.append(f"{name:18s} " + "  ".join(f"{t:.4f}" for t in totals))
     return "\n".join(lines)
+
+
+def accumulation_widget(
+    lengths: Sequence[int],
+    *,
+    gradient_accumulation_steps: int = 2,
+    max_completion_length: int = 16,
+    options: Sequence[int] = (2, 4, 8),
+) -> LessonWidget:
+    """A ``steps_per_generation`` toggle over :func:`accumulation_table`. Its hidden state:
+    ``steps_per_generation=4 gradient_accumulation_steps=2 windows=2`` (``windows``: the
+    optimizer steps one generation batch serves)."""
+    ga = check_int("gradient_accumulation_steps", gradient_accumulation_steps, minimum=1)
+    choices = [check_int("options", o, minimum=1) for o in options]
+    if not choices or any(o % ga or len(lengths) % o for o in choices):
+        raise ValueError(
+            f"options must be multiples of gradient_accumulation_steps={ga} that divide "
+            f"len(lengths)={len(lengths)}"
+        )
+    toggle = widgets.ToggleButtons(
+        options=choices,
+        value=choices[0],
+        description="steps_per_generation",
+        style={"button_width": "50px", "description_width": "150px"},
+    )
+
+    def draw() -> tuple[OutputRecord, ...]:
+        spg = int(toggle.value)
+        table = accumulation_table(
+            lengths,
+            gradient_accumulation_steps=ga,
+            steps_per_generation=spg,
+            max_completion_length=max_completion_length,
+        )
+        state = f"steps_per_generation={spg} gradient_accumulation_steps={ga} windows={spg // ga}"
+        return state_output(state), html_output(f"<pre>{html.escape(table)}</pre>", table)
+
+    return LessonWidget({"steps_per_generation": toggle}, draw)
 
 
 def _runs_by_type(data: Mapping[str, Any], experiment: str) -> dict[str, list[dict[str, Any]]]:
