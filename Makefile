@@ -18,10 +18,9 @@ NBVAL := --nbval --nbval-sanitize-with tests/sanitize.cfg
 XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 # Two workers on two cores: one torch thread per process (and per lesson kernel), not two each.
 ONE_THREAD := OMP_NUM_THREADS=1
-# The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and oneDNN
-# held to SSE4.1. Its float sums run in another order than the SIMD kernels a CPU picks by itself,
-# so strict nbval under both proves that no stored output depends on that order.
-SCALAR_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+# Strict nbval in make test starts each lesson's kernel with the scalar kernels (--scalar-kernels,
+# conftest.py): their float sums run in another order than the SIMD kernels that make execute
+# stored the outputs with, so a stored output that depended on that order fails.
 # axe-core (the site's accessibility check) from npm, into the venv: only make test-site needs it.
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
@@ -67,8 +66,7 @@ lint: setup
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
 test: setup lint
-	$(ONE_THREAD) $(PYTEST) tests notebooks -m "not hub_faults" $(NBVAL) $(XDIST)
-	$(MAKE) --no-print-directory test-portable
+	$(ONE_THREAD) $(PYTEST) tests notebooks -m "not hub_faults" $(NBVAL) --scalar-kernels $(XDIST)
 	$(MAKE) --no-print-directory test-site
 
 # The edit loop: unit, property, oracle and static tests, nothing marked slow (under 60 s), one
@@ -79,12 +77,13 @@ test-fast: setup
 test-unit: setup
 	$(PYTEST) tests -m "not browser and not classroom and not hub_faults" $(XDIST)
 
+# Strict nbval with the kernels this CPU picks (make test uses the scalar ones).
 test-notebooks: setup
-	$(PYTEST) notebooks $(NBVAL) $(XDIST)
+	$(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) $(XDIST)
 
-# Strict nbval again, with the scalar kernels (see SCALAR_KERNELS).
+# Strict nbval of the lessons alone, with the scalar kernels, as make test runs them.
 test-portable: setup
-	$(SCALAR_KERNELS) $(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) $(XDIST)
+	$(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) --scalar-kernels $(XDIST)
 
 test-browser: setup
 	$(PYTEST) tests -m browser
@@ -115,9 +114,10 @@ test-hub: setup
 site: setup
 	$(PY) site/build.py _build/site
 
-# The built site in Chromium: every lesson page loads offline, with its figures, math and links.
+# The built site in Chromium: every lesson page loads offline, with its figures, math and links
+# (two workers, each with its own Chromium and server).
 test-site: site $(AXE)
-	LMLESSONS_SITE_DIR=_build/site LMLESSONS_AXE=$(AXE) $(PYTEST) tests/test_site.py
+	LMLESSONS_SITE_DIR=_build/site LMLESSONS_AXE=$(AXE) $(PYTEST) tests/test_site.py -n 2 --dist load
 
 # Re-execute every lesson in a fresh kernel, store its outputs (no timestamps), regenerate student/.
 execute: setup

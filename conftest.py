@@ -1,5 +1,6 @@
-"""Order the test files longest first, so that two xdist workers finish together; and fail a
-session that leaves a hub, a server, a kernel, an account or a hub folder behind.
+"""Order the test files longest first, so that two xdist workers finish together; start the
+notebooks' kernels with the scalar kernels when asked (``--scalar-kernels``); and fail a session
+that leaves a hub, a server, a kernel, an account or a hub folder behind.
 
 ``make test`` runs with ``-n 2 --dist loadscope --no-loadscope-reorder``: each test file (and each
 lesson's notebook) goes whole to one worker, in the order collected. Started last, a long file
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +25,21 @@ ROOT = Path(__file__).resolve().parent
 #: Seconds of the longest test files on 2 cores (``pytest tests -m "slow or browser or
 #: classroom" -n 2 --durations=45``); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
-    "tests/test_browser.py": 300.0,
-    "tests/test_classroom.py": 130.0,
-    "tests/test_bugzoo.py": 100.0,
-    "tests/test_hub.py": 70.0,
-    "tests/test_install.py": 20.0,
+    "tests/test_browser.py": 280.0,
+    "tests/test_hub.py": 150.0,
+    "tests/test_classroom.py": 115.0,
+    "tests/test_bugzoo.py": 45.0,
+    "tests/test_grpo_learn.py": 35.0,
+    "tests/test_install.py": 30.0,
+}
+#: The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and
+#: oneDNN held to SSE4.1. Their float sums run in another order than the SIMD kernels that
+#: ``make execute`` stored the outputs with, so strict nbval under them proves that no stored
+#: output depends on that order. Read by torch, MKL and oneDNN when a kernel starts.
+SCALAR_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
 }
 KERNEL_START_SECONDS = 8.0
 
@@ -46,6 +58,34 @@ def cost(nodeid: str, costs: dict[str, float]) -> float:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     costs = {**FILE_SECONDS, **_lesson_seconds()}
     items.sort(key=lambda item: -cost(item.nodeid, costs))  # stable: files keep their order
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--scalar-kernels",
+        action="store_true",
+        help="start the notebooks' kernels (nbval) with the scalar kernels (SCALAR_KERNELS); "
+        "the tests' own process keeps the kernels its CPU picks",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """nbval starts a notebook's kernel in the setup of its first cell: with ``--scalar-kernels``
+    that kernel inherits SCALAR_KERNELS, set for that setup only."""
+    if not item.config.getoption("scalar_kernels") or not type(item).__module__.startswith("nbval"):
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in SCALAR_KERNELS}
+    os.environ.update(SCALAR_KERNELS)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # Nothing left behind: the processes a session started, and the accounts and hub folders it made,

@@ -216,7 +216,9 @@ def _nbgrader_cli(
 def classroom_dir(tmp_path_factory) -> Path:
     pytest.importorskip("nbgrader", reason="nbgrader is in the teach extra")
     root = tmp_path_factory.mktemp("classroom")
-    classroom.build(ROOT / "notebooks", root, timeout=30)
+    # 15 s a cell: lesson 01's slowest cell takes about 5 s on a loaded 2-core machine, and the
+    # endless loop below runs until this timeout stops it.
+    classroom.build(ROOT / "notebooks", root, timeout=15)
     run = _nbgrader_cli(root, "generate_assignment", "*")  # every lesson, in one run
     assert run.returncode == 0, run.stderr[-3000:]
     return root

@@ -2,8 +2,9 @@
 
 The output policy (README, "For contributors"): an output is either exact, or printed far above
 float noise, or its cell is tagged ``nbval-ignore-output`` with a one-line comment saying why.
-``make test`` runs strict nbval twice: with the kernels the CPU picks, then with the scalar
-kernels (``make test-portable``). These tests check that set-up and the policy's static rules.
+``make execute`` stores the outputs with the SIMD kernels the CPU picks; ``make test`` runs strict
+nbval with each lesson's kernel started on the scalar kernels (``--scalar-kernels``, conftest.py),
+whose sums run in another order. These tests check that set-up and the policy's static rules.
 """
 
 from __future__ import annotations
@@ -23,13 +24,6 @@ MAX_IGNORED_SHARE = 0.25
 # A fixed-point number with 5 or more decimals: float32 carries about 7 significant digits, so
 # such a digit of a loss near 10 is float noise that moves with the order of a sum.
 TOO_PRECISE = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?![\de])")
-
-
-def _makefile_variable(name: str) -> dict[str, str]:
-    text = (ROOT / "Makefile").read_text(encoding="utf-8")
-    line = re.search(rf"^{name} := (.*)$", text, re.M)
-    assert line, f"the Makefile defines {name}"
-    return dict(item.split("=", 1) for item in line.group(1).split())
 
 
 def _code_cells() -> list[tuple[str, int, dict]]:
@@ -59,15 +53,22 @@ def test_no_cpu_pins_on_the_learners_route(name: str) -> None:
             assert not re.match(rf"\s*export {variable}\b", line), f"{name} exports {variable}"
 
 
-def test_make_test_runs_the_portable_pass_after_the_default_one() -> None:
+def _nbval_runs(target: str) -> list[str]:
     out = subprocess.run(
-        ["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    runs = [line for line in out.splitlines() if "-m pytest" in line and "--nbval" in line]
-    assert len(runs) == 2, out
-    assert not any(v in runs[0] for v in CPU_VARIABLES), "the first pass uses the CPU's own kernels"
-    for variable, value in _makefile_variable("SCALAR_KERNELS").items():
-        assert f"{variable}={value}" in runs[1], f"the portable pass sets {variable}"
+    return [line for line in out.splitlines() if "-m pytest" in line and "--nbval" in line]
+
+
+def test_make_test_checks_every_lesson_once_with_the_scalar_kernels() -> None:
+    (run,) = _nbval_runs("test")
+    assert " notebooks " in run and "--scalar-kernels" in run, run
+    # only the lessons' kernels: the tests' own process keeps the kernels its CPU picks
+    assert not any(variable in run for variable in CPU_VARIABLES), run
+    (portable,) = _nbval_runs("test-portable")
+    assert "--scalar-kernels" in portable, portable
+    (simd,) = _nbval_runs("test-notebooks")
+    assert "--scalar-kernels" not in simd, simd
 
 
 def _capability(env: dict[str, str]) -> str:
@@ -89,13 +90,53 @@ def _has_avx2() -> bool:
     not _has_avx2(), reason="needs an x86-64 CPU with AVX2 (and Linux /proc/cpuinfo)"
 )
 @pytest.mark.slow
-def test_the_two_passes_really_run_different_kernels() -> None:
-    """A renamed or misspelt variable would silently do nothing, and the second pass would prove
-    nothing: a kernel started with SCALAR_KERNELS runs torch's scalar code, one without a SIMD
-    one."""
+def test_scalar_kernels_reach_the_lessons_kernel_and_only_it(tmp_path: Path) -> None:
+    """A renamed or misspelt variable, or a hook that never ran, would silently do nothing, and
+    the check would prove nothing: a notebook whose stored output is what torch, MKL and oneDNN
+    read in a scalar kernel passes strict nbval with ``--scalar-kernels`` and fails without; the
+    test process itself keeps a SIMD kernel."""
+    import nbformat
+
+    source = (
+        "import os, torch\n"
+        "print(torch.backends.cpu.get_cpu_capability(), os.environ['MKL_CBWR'],"
+        " os.environ['ONEDNN_MAX_CPU_ISA'])"
+    )
+    cell = nbformat.v4.new_code_cell(source, execution_count=1)
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="DEFAULT COMPATIBLE SSE41\n")
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "scalar.ipynb"
+    nbformat.write(notebook, path)
     plain = {k: v for k, v in os.environ.items() if k not in CPU_VARIABLES}
+    for flag, expected in (["--scalar-kernels"], 0), ([], 1):
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(path),
+            "--nbval",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
+        # the repo's conftest.py (where the option lives) as a plugin: the notebook is outside it
+        result = subprocess.run(
+            [*command, "-p", "conftest", *flag],
+            cwd=ROOT,
+            env=plain,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == expected, result.stdout[-2000:]
     assert _capability(plain) != "DEFAULT"
-    assert _capability({**plain, **_makefile_variable("SCALAR_KERNELS")}) == "DEFAULT"
 
 
 def test_every_ignored_cell_says_why_on_its_first_line() -> None:
