@@ -11,11 +11,14 @@ of the log-probabilities of its completion tokens (:func:`sequence_logprobs`), a
    stacked over the rejected ones, right-padded (TRL's ``DataCollatorForPreference``), with labels
    -100 on the prompt and the padding (``input_ids.masked_fill(completion_mask == 0, -100)``);
 2. :func:`sequence_logprobs` of the policy's and of the reference's logits on that batch, then
-   ``.chunk(2)`` into chosen and rejected;
+   ``.chunk(2)`` into chosen and rejected (:func:`completion_logps`: the model's forward pass
+   and that, in one call);
 3. :func:`dpo_loss` (the per-pair losses and the rewards) and, without a reference,
    :func:`simpo_loss`;
 4. what TRL logs about the rewards: :func:`reward_accuracies`, :func:`reward_margins` and
-   :func:`preference_metrics` (its ``rewards/*`` and ``logps/*`` keys).
+   :func:`preference_metrics` (its ``rewards/*`` and ``logps/*`` keys); :func:`preference_probe`:
+   per pair, what a run of the course watches (log-probabilities, the policy's own preference,
+   the reward accuracy).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from lmlessons._checks import (
     IGNORE_INDEX,
     check_float_tensor,
     check_int,
+    check_int_tensor,
     check_logits_labels,
+    check_model,
     check_real,
 )
 from lmlessons.answer_only import completion_only_labels
@@ -41,6 +46,8 @@ __all__ = [
     "LENGTH_NORMALISED_LOSS_TYPES",
     "preference_batch",
     "sequence_logprobs",
+    "completion_logps",
+    "preference_probe",
     "dpo_loss",
     "simpo_loss",
     "reward_accuracies",
@@ -74,12 +81,7 @@ def _check_per_pair(values: Mapping[str, object]) -> list[torch.Tensor]:
 
 def _check_lengths(name: str, value: object, batch: int) -> torch.Tensor:
     """Completion token counts: an integer tensor ``(B,)``, every count >= 1."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of token counts, got {type(value).__name__}"
-        )
-    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token counts, got dtype {value.dtype}")
+    value = check_int_tensor(name, value)
     if tuple(value.shape) != (batch,):
         raise ValueError(f"{name} must have shape ({batch},), got {tuple(value.shape)}")
     if bool((value < 1).any()):
@@ -340,3 +342,48 @@ def preference_metrics(
             (checked,) = _check_per_pair({name: value})
             metrics[key] = float(checked.detach().mean())
     return metrics
+
+
+def completion_logps(
+    model: torch.nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    labels: torch.Tensor | None = None,
+    *,
+    average: bool = False,
+) -> torch.Tensor:
+    """``(2B,)``: :func:`sequence_logprobs` of ``model``'s logits on ``batch``'s ``input_ids``
+    and ``attention_mask`` (a :func:`preference_batch`, chosen rows first), against ``labels``
+    (default ``batch["labels"]``): each completion's summed log-probability (``average=True``:
+    per target). Gradients flow; wrap the call in ``torch.no_grad()`` to measure only."""
+    model = check_model(model)
+    if not isinstance(batch, Mapping) or not {"input_ids", "attention_mask"} <= set(batch):
+        raise TypeError("batch must be a mapping with 'input_ids' and 'attention_mask'")
+    labels = batch["labels"] if labels is None else labels
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return sequence_logprobs(logits, labels, average=average)  # (2B, T, V) -> (2B,)
+
+
+@torch.no_grad()
+def preference_probe(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], reference_logps: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per pair of ``batch`` (chosen rows first), ``(B,)`` each: ``chosen_logps`` and
+    ``rejected_logps`` (:func:`completion_logps` of ``model``), ``policy_prefers_chosen`` (1.0
+    where the policy itself gives the chosen completion the higher summed log-probability) and
+    ``reward_accuracy`` (:func:`reward_accuracies` of the log-ratios against the reference's
+    ``reference_logps`` ``(2B,)``: TRL's ``rewards/accuracies`` for any ``beta > 0``; a tie is
+    no win). Measured without gradients; the means over pairs are what a run logs."""
+    reference = check_float_tensor("reference_logps", reference_logps)
+    chosen, rejected = completion_logps(model, batch).chunk(2)  # (B,) each
+    if reference.shape != (2 * chosen.shape[0],):
+        raise ValueError(
+            f"reference_logps must have shape ({2 * chosen.shape[0]},), one value per row of "
+            f"batch, got {tuple(reference.shape)}"
+        )
+    ref_chosen, ref_rejected = reference.chunk(2)  # (B,) each
+    return {
+        "chosen_logps": chosen,
+        "rejected_logps": rejected,
+        "policy_prefers_chosen": (chosen > rejected).float(),  # (B,)
+        "reward_accuracy": reward_accuracies(chosen - ref_chosen, rejected - ref_rejected),
+    }

@@ -26,3 +26,15 @@ def shift_labels(labels: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torc
     out = torch.full_like(labels, ignore_index)  # (B, T)
     out[..., :-1] = labels[..., 1:]
     return out
+
+
+def num_targets(labels: torch.Tensor, *, shift: bool = False) -> torch.Tensor:
+    """The number of targets of each row of ``labels`` ``(B, T)`` -> ``(B,)`` int64 (``(T,)`` ->
+    ``()``): the labels that are not -100, counted after :func:`shift_labels` when ``shift=True``
+    (a causal LM's labels: the first is never a target). ``int(num_targets(...).sum())`` is a
+    batch's count, the ``num_items_in_batch`` of transformers' ``Trainer``."""
+    labels = check_int_tensor("labels", labels)
+    if labels.dim() == 0:
+        raise ValueError("labels must have at least 1 dimension (..., T), got a scalar")
+    targets = shift_labels(labels) if shift else labels  # (B, T)
+    return (targets != IGNORE_INDEX).sum(dim=-1)  # (B,)

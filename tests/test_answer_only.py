@@ -14,7 +14,7 @@ from lmlessons.answer_only import (
     assistant_only_labels,
     completion_only_labels,
     per_example_mean_loss,
-    per_token_loss,
+    per_token_mean_loss,
 )
 from lmlessons.packing import flatten_documents
 from lmlessons.shifting import shift_labels
@@ -206,9 +206,9 @@ def test_completion_only_trains_on_the_last_answer_only(chat_tok):
 def test_per_token_loss_is_clm_loss():
     logits, labels = _logits(2, 6, V), torch.randint(0, V, (2, 6))
     labels[0, :4] = -100
-    torch.testing.assert_close(per_token_loss(logits, labels), clm_loss(logits, labels))
+    torch.testing.assert_close(per_token_mean_loss(logits, labels), clm_loss(logits, labels))
     torch.testing.assert_close(
-        per_token_loss(logits, labels, num_items_in_batch=20),
+        per_token_mean_loss(logits, labels, num_items_in_batch=20),
         clm_loss(logits, labels, num_items_in_batch=20),
     )
 
@@ -232,7 +232,7 @@ def test_per_example_mean_loss_weighs_every_example_the_same():
     assert len(means) == 2
     loss = per_example_mean_loss(logits, labels)
     assert loss.item() == pytest.approx(sum(means) / 2, rel=1e-6)
-    assert loss.item() != pytest.approx(per_token_loss(logits, labels).item(), rel=1e-3)
+    assert loss.item() != pytest.approx(per_token_mean_loss(logits, labels).item(), rel=1e-3)
     loss.backward()
     assert logits.grad is not None and torch.count_nonzero(logits.grad[2]) == 0
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from _tiny import transformers_log
 
-from lmlessons.answer_only import assistant_only_labels, per_token_loss
+from lmlessons.answer_only import assistant_only_labels, per_token_mean_loss
 from lmlessons.course.chat import CHAT_TEMPLATE, chat_tokenizer
 from lmlessons.exercises.check_answer_only import ChatTokenizer, _cases, _expected
 
@@ -112,7 +112,7 @@ def test_claim_10_per_token_default(sft_trainer):
     theirs = trainer.compute_loss(model, dict(batch), num_items_in_batch=torch.tensor(n))
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    ours = per_token_loss(logits, batch["labels"], num_items_in_batch=n)
+    ours = per_token_mean_loss(logits, batch["labels"], num_items_in_batch=n)
     assert torch.allclose(theirs.detach(), ours, atol=1e-5)
 
 

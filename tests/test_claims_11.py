@@ -15,9 +15,9 @@ import torch
 
 from lmlessons.course.chat import chat_tokenizer
 from lmlessons.course.checkpoints import load_checkpoint
-from lmlessons.course.preferences import encode_pair, preference_set
+from lmlessons.course.preferences import encode_pair, preference_set, step_loss
+from lmlessons.course.preferences import run_logps as logps
 from lmlessons.preference import preference_batch
-from tools.preference_runs import logps, step_loss
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -36,17 +36,16 @@ def grpo_trainer(trl, tmp_path_factory):
     ``train()`` step begins (``current_gradient_accumulation_steps`` is set by the loop)."""
     import datasets
 
+    from lmlessons.course.chat import sep_eos_tokenizer
     from lmlessons.course.models import tiny_gpt2
-    from lmlessons.course.tokenizer import load_tokenizer
 
     def no_reward(completions, **kwargs):
         return [0.0] * len(completions)
 
-    tok = load_tokenizer()
     # The course tokenizer names no EOS token; TRL 1.16 then puts None among the ids that end a
     # generation (``GRPOTrainer.__init__``) and ``generate`` fails. [SEP] ends a sequence in the
     # course GPT-2's config (its ``eos_token_id``): name it.
-    tok.eos_token = tok.sep_token
+    tok = sep_eos_tokenizer()
     args = trl.GRPOConfig(
         output_dir=str(tmp_path_factory.mktemp("grpo")),
         report_to="none",

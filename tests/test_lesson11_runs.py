@@ -58,15 +58,19 @@ def test_every_run_starts_from_the_same_pairs_and_weights(record):
 
 
 def test_the_runs_settings_are_the_ones_the_lesson_states(record, prose):
-    from tools import preference_runs as tool
+    from lmlessons.course.preferences import RUN_SETTINGS
 
-    assert record["batch_size"] == tool.BATCH_SIZE and record["num_pairs"] == tool.NUM_PAIRS
-    assert f"one micro-batch of **{tool.BATCH_SIZE} pairs** ({2 * tool.BATCH_SIZE} rows)" in prose
-    assert f"trains on the same {tool.NUM_PAIRS} pairs for {tool.STEPS} steps" in prose
-    passes = tool.STEPS * tool.BATCH_SIZE // tool.NUM_PAIRS
-    assert f"no gradient accumulation ({passes} passes)" in prose
-    assert f"AdamW at a constant {_lr(tool.LEARNING_RATE)}" in prose
-    assert all(len(r["loss"]) == tool.STEPS for r in record["runs"])
+    size, pairs, steps = (RUN_SETTINGS[k] for k in ("batch_size", "num_pairs", "steps"))
+    assert record["batch_size"] == size and record["num_pairs"] == pairs
+    assert record["every"] == RUN_SETTINGS["every"]
+    assert record["simpo_gamma"] == RUN_SETTINGS["simpo_gamma"]
+    assert f"one micro-batch of **{size} pairs** ({2 * size} rows)" in prose
+    assert f"trains on the same {pairs} pairs for {steps} steps" in prose
+    assert f"no gradient accumulation ({steps * size // pairs} passes)" in prose
+    assert f"AdamW at a constant {_lr(RUN_SETTINGS['learning_rate'])}" in prose
+    assert all(len(r["loss"]) == steps for r in record["runs"])
+    assert {r["beta"] for r in record["runs"]} == set(RUN_SETTINGS["betas"])
+    assert {r["seed"] for r in record["runs"]} == set(RUN_SETTINGS["seeds"])
 
 
 def test_at_beta_01_every_run_ends_above_its_start(record, prose):
@@ -136,8 +140,10 @@ def test_chosen_course_reads_each_run(record):
         assert (c["start"], c["lowest"], c["peak"], c["end"]) == (
             chosen[0], min(chosen), max(chosen), chosen[-1],
         )  # fmt: skip
-    with pytest.raises(TypeError, match="record"):
+    with pytest.raises(ValueError, match="runs"):  # lesson 11's one schema check
         chosen_course({"probes": []})
+    with pytest.raises(TypeError, match="record"):
+        chosen_course([])  # type: ignore[arg-type]
 
 
 def test_bradley_terry_is_the_ratio_of_exponentials():

@@ -115,6 +115,20 @@ def test_shift_labels():
     assert shift_labels(labels, ignore_index=-1)[:, -1].tolist() == [-1, -1]
 
 
+def test_num_targets_counts_the_labels_a_loss_scores():
+    from lmlessons.shifting import num_targets
+
+    labels = torch.tensor([[-100, 2, 3, -100], [4, 5, -100, -100]])
+    assert num_targets(labels).tolist() == [2, 2]
+    assert num_targets(labels, shift=True).tolist() == [2, 1]  # the first label is never a target
+    assert num_targets(labels[0], shift=True).item() == 2
+    logits = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(0))  # (B, T, V)
+    _, has_target = token_nll(logits, labels)  # the loss's own count, after the shift
+    assert num_targets(labels, shift=True).tolist() == has_target.sum(dim=1).tolist()
+    with pytest.raises(TypeError, match=r"^labels"):
+        num_targets(labels.float())
+
+
 def test_nsp_loss_convention_and_value():
     logits = torch.tensor([[3.0, -3.0], [-3.0, 3.0]])
     assert nsp_loss(logits, torch.tensor([0, 1])).item() < 0.01  # 0 = IsNext scored by column 0

@@ -21,9 +21,11 @@ from lmlessons.packing import pad
 from lmlessons.preference import (
     LENGTH_NORMALISED_LOSS_TYPES,
     LOSS_TYPES,
+    completion_logps,
     dpo_loss,
     preference_batch,
     preference_metrics,
+    preference_probe,
     reward_accuracies,
     reward_margins,
     sequence_logprobs,
@@ -409,3 +411,52 @@ def test_every_loss_type_runs_and_backpropagates():
         assert losses.shape == (5,) and torch.isfinite(losses).all()
         (grad,) = torch.autograd.grad(losses.sum(), pc)
         assert grad.abs().sum() > 0, loss_type
+
+
+class _Bigram(torch.nn.Module):
+    """A causal LM whose logits at t depend on the token at t only (a bigram table), with an
+    ``attention_mask`` it ignores; enough to check what a wrapper feeds it."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(V, V, generator=_gen(seed)))
+
+    def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+        return type("Out", (), {"logits": self.table[input_ids]})()  # (B, T, V)
+
+
+def test_completion_logps_is_sequence_logprobs_of_the_models_logits():
+    batch = preference_batch(_examples([(2, 3, 1), (1, 2, 4)], seed=3), pad_token_id=0)
+    model = _Bigram(0)
+    logits = model.table[batch["input_ids"]]  # (2B, T, V)
+    summed = completion_logps(model, batch)  # (2B,)
+    assert torch.equal(summed, sequence_logprobs(logits, batch["labels"]))
+    every = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)  # (2B, T)
+    assert torch.equal(completion_logps(model, batch, every), sequence_logprobs(logits, every))
+    average = completion_logps(model, batch, average=True)
+    assert torch.allclose(average, sequence_logprobs(logits, batch["labels"], average=True))
+    (grad,) = torch.autograd.grad(summed.sum(), model.table)  # gradients flow to the model
+    assert grad.abs().sum() > 0
+    with pytest.raises(TypeError, match=r"^model"):
+        completion_logps(lambda **kw: None, batch)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^batch"):
+        completion_logps(model, {"input_ids": batch["input_ids"]})
+
+
+def test_preference_probe_reads_each_pair_against_the_reference():
+    batch = preference_batch(_examples([(2, 3, 1), (1, 2, 4), (3, 1, 1)], seed=4), pad_token_id=0)
+    policy, reference = _Bigram(1), _Bigram(2)
+    with torch.no_grad():
+        chosen, rejected = completion_logps(policy, batch).chunk(2)  # (3,) each
+        ref = completion_logps(reference, batch)  # (6,)
+    probe = preference_probe(policy, batch, ref)
+    assert torch.equal(probe["chosen_logps"], chosen)
+    assert torch.equal(probe["rejected_logps"], rejected)
+    assert torch.equal(probe["policy_prefers_chosen"], (chosen > rejected).float())
+    _, rewards_c, rewards_r = dpo_loss(chosen, rejected, *ref.chunk(2), beta=0.1)
+    assert torch.equal(probe["reward_accuracy"], reward_accuracies(rewards_c, rewards_r))
+    assert not probe["chosen_logps"].requires_grad  # measured, not trained on
+    same = preference_probe(policy, batch, torch.cat([chosen, rejected]))
+    assert same["reward_accuracy"].sum() == 0  # policy = reference: ties, no win
+    with pytest.raises(ValueError, match=r"^reference_logps"):
+        preference_probe(policy, batch, ref[:4])

@@ -49,11 +49,9 @@ METRICS = (
 def _dpo_tokenizer():
     """The course tokenizer with ``eos_token = "[SEP]"``: it has no end-of-text token, and TRL
     appends ``eos_token`` as text to every chosen and rejected completion (``add_eos``)."""
-    from lmlessons.course.tokenizer import load_tokenizer
+    from lmlessons.course.chat import sep_eos_tokenizer
 
-    tok = load_tokenizer()
-    tok.eos_token = tok.sep_token
-    return tok
+    return sep_eos_tokenizer()
 
 
 @pytest.fixture(scope="module")

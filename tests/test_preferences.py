@@ -107,9 +107,9 @@ def test_preference_runs_names_a_missing_file(tmp_path):
 
 
 def test_one_recorded_run_moves_the_policy():
-    from tools.preference_runs import run
+    from lmlessons.course.preferences import preference_run
 
-    record = run("sigmoid", 0.5, 0, steps=4)
+    record = preference_run("sigmoid", 0.5, 0, steps=4)
     assert record["steps"] == [0, 4] and len(record["loss"]) == 4
     assert record["loss"][0] == pytest.approx(0.6931, abs=1e-4)  # policy = reference at step 1
     before, after = record["probes"]

@@ -10,11 +10,10 @@ matplotlib.use("Agg")
 
 import pytest
 
-from lmlessons.course.preferences import RUN_LOSS_TYPES
+from lmlessons.course.preferences import RUN_LOSS_TYPES, preference_summary
 from lmlessons.widgets.preference import (
     plot_preference_runs,
     preference_runs_widget,
-    run_summary,
     summary_table,
 )
 
@@ -46,7 +45,7 @@ def _record() -> dict:
 
 
 def test_summary_reads_means_spreads_and_peaks():
-    summary = run_summary(_record(), 0.1)
+    summary = preference_summary(_record(), 0.1)
     assert list(summary) == list(RUN_LOSS_TYPES)
     hinge = summary["hinge"]  # index 2: ends 4 nats below its start
     assert hinge["start_chosen_logps"] == (-20.0, 0.0)
@@ -56,17 +55,26 @@ def test_summary_reads_means_spreads_and_peaks():
     assert hinge["policy_prefers_chosen"] == (1.0, 0.0)
 
 
+def test_summary_spread_is_the_std_over_seeds_not_the_half_range():
+    record = _record()
+    for run in record["runs"]:  # seeds end at -20, -19, -14: std 3.214..., half-range 3.0
+        run["probes"][-1]["chosen_logps"] = [-20.0, -19.0, -14.0][run["seed"]]
+    mean, spread = preference_summary(record, 0.1)["ipo"]["chosen_logps"]
+    assert mean == pytest.approx(-53.0 / 3) and spread == pytest.approx((31 / 3) ** 0.5)
+    assert "± 3.2" in summary_table(record, 0.1).splitlines()[2 + RUN_LOSS_TYPES.index("ipo")]
+
+
 def test_table_has_a_row_per_loss_type():
     text = summary_table(_record(), 0.5)
     lines = text.splitlines()
-    assert lines[0].startswith("beta=0.5") and "3 seeds" in lines[0]
+    assert lines[0].startswith("beta=0.5") and "mean ± std over 3 seeds" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == list(RUN_LOSS_TYPES)
     assert "-24.0 ± 0.0" in lines[2 + RUN_LOSS_TYPES.index("hinge")]
 
 
 def test_unknown_run_raises():
     with pytest.raises(ValueError, match=r"beta=0\.3"):
-        run_summary(_record(), 0.3)
+        preference_summary(_record(), 0.3)
 
 
 def test_plot_draws_three_panels():

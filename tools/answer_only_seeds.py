@@ -17,55 +17,15 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from lmlessons.course._cache import user_cache_dir
-from lmlessons.course.chat import (
-    SEED_RUN_SETTINGS,
-    SEED_RUNS_FILE,
-    answer_metrics,
-    chat_tokenizer,
-    fine_tune,
-    instruction_set,
-)
-from lmlessons.course.checkpoints import load_checkpoint
-
-
-def record(seeds: list[int], *, max_steps: int = 100, eval_every: int = 25) -> dict[str, Any]:
-    """``{"settings": {name: {"seeds": [...], "answer_loss": [...], ...}}, ...}``, one value per
-    seed in each list, rounded to 4 decimals."""
-    tokenizer = chat_tokenizer()
-    train_set, heldout = instruction_set("train"), instruction_set("validation")
-    runs: dict[str, dict[str, list[float]]] = {}
-    for name, options in SEED_RUN_SETTINGS.items():
-        row: dict[str, list[float]] = {}
-        for seed in seeds:
-            model = load_checkpoint("gpt2")
-            history, _ = fine_tune(
-                model,
-                train_set,
-                tokenizer,
-                heldout=heldout,
-                max_steps=max_steps,
-                eval_every=eval_every,
-                seed=seed,
-                **options,
-            )
-            metrics = answer_metrics(model, heldout, tokenizer, max_new_tokens=6)
-            values = {"reported_loss": history.final(window=10), **metrics}
-            for key in ("reported_loss", "answer_loss", "greedy_answer_accuracy", "stop_rate"):
-                row.setdefault(key, []).append(round(float(values[key]), 4))
-            print(
-                f"{name:24s} seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in row.items()),
-                flush=True,
-            )
-        runs[name] = row
-    return {"seeds": seeds, "max_steps": max_steps, "num_heldout": len(heldout), "settings": runs}
+from lmlessons.course.chat import SEED_RUNS_FILE, record_seed_runs
+from lmlessons.course.records import write_record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,11 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    data = record(args.seeds)
+    data = record_seed_runs(args.seeds, log=partial(print, flush=True))
     folder = args.out if args.out is not None else user_cache_dir() / "answer_only"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / SEED_RUNS_FILE
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    path = write_record(data, folder, SEED_RUNS_FILE)
     print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -16,28 +16,28 @@ every run against it).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lmlessons.bugzoo.records import RECORDS_FILE, save_records
-from lmlessons.bugzoo.runs import RUNS, run
-
-COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
+from lmlessons.bugzoo.records import COMMAND, RECORD_KEYS, RECORDS_FILE, save_records
+from lmlessons.bugzoo.runs import RUNS, record_runs
+from lmlessons.course.records import load_record
 
 
 def _existing(out: Path) -> tuple[dict[str, Any], dict[str, float]]:
-    """The runs already recorded in ``out/runs.json`` and the seconds each took."""
-    path = out / RECORDS_FILE
-    if not path.is_file():
+    """The runs already recorded in ``out/runs.json`` (as stored: NaN as ``null``) and the
+    seconds each took."""
+    if not (out / RECORDS_FILE).is_file():
         return {}, {}
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    return stored.get("runs", {}), stored.get("about", {}).get("seconds", {})
+    stored = load_record(
+        RECORDS_FILE, folder="bugzoo", keys=RECORD_KEYS, command=COMMAND, directory=out
+    )
+    return stored["runs"], stored["about"].get("seconds", {})
 
 
 def record(run_ids: list[str], out: Path, threads: int) -> Path:
@@ -46,21 +46,18 @@ def record(run_ids: list[str], out: Path, threads: int) -> Path:
 
     hf_logging.set_verbosity_error()  # config notes, and the leaky decoder's warning on purpose
     torch.set_num_threads(threads)
-    records, seconds = _existing(out) if set(run_ids) != set(RUNS) else ({}, {})
-    for run_id in run_ids:
-        start = time.perf_counter()
-        records[run_id] = run(run_id)
-        seconds[run_id] = round(time.perf_counter() - start, 1)
-        print(f"{run_id:28s} {seconds[run_id]:6.1f} s", flush=True)
+    recorded, seconds = _existing(out) if set(run_ids) != set(RUNS) else ({}, {})
+    log = partial(print, flush=True)
+    records, seconds = record_runs(run_ids, recorded=recorded, seconds=seconds, log=log)
     return save_records(
-        {k: records[k] for k in RUNS if k in records},
+        records,
         out,
         command=COMMAND,
         torch_threads=threads,
         torch_version=torch.__version__,
         python=platform.python_version(),
         machine=platform.machine(),
-        seconds={k: seconds[k] for k in RUNS if k in seconds},
+        seconds=seconds,
     )
 
 

@@ -20,44 +20,15 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
-import time
-import warnings
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from lmlessons.course._cache import user_cache_dir
-from lmlessons.course.grpo_learn import LEARN_REWARDS, LEARN_SETTINGS, learn_run, sample_stats
+from lmlessons.course.grpo_learn import LEARN_REWARDS, LEARN_SETTINGS, record_learn_runs
+from lmlessons.course.records import write_record
 from lmlessons.course.rl import RUNS_FILE
-
-
-def record(experiment: str, *, seeds: list[int], max_steps: int) -> list[dict[str, Any]]:
-    """Every seed's run of ``experiment``, its per-step metrics rounded to 4 decimals."""
-    runs = []
-    for seed in seeds:
-        start = time.time()
-        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run = learn_run(tmp, experiment, seed=seed, max_steps=max_steps)
-        for name, values in run.items():
-            if isinstance(values, list) and values and isinstance(values[0], float):
-                run[name] = [round(v, 4) for v in values]
-        runs.append(run)
-        reward, before, after = (
-            run["reward"],
-            sample_stats(run["before"]),
-            sample_stats(run["after"]),
-        )
-        print(
-            f"{experiment:7s} seed={seed} reward {reward[0]:.2f} -> {reward[-1]:.2f}, samples: "
-            f"word count {before['word_count']:.2f} -> {after['word_count']:.2f} "
-            f"({time.time() - start:.0f} s)",
-            flush=True,
-        )
-    return runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,23 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiments", nargs="+", default=list(LEARN_REWARDS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    log = partial(print, flush=True)
+    data = record_learn_runs(args.experiments, seeds=args.seeds, max_steps=args.steps, log=log)
     out = args.out if args.out is not None else user_cache_dir() / "grpo_learn"
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    experiments = {
-        name: {
-            "reward": LEARN_REWARDS[name].__name__,
-            "runs": record(name, seeds=args.seeds, max_steps=args.steps),
-        }
-        for name in args.experiments
-    }
-    data = {
-        "settings": {**LEARN_SETTINGS, "max_steps": args.steps, "seeds": args.seeds},
-        "seconds": round(time.time() - start),
-        "experiments": experiments,
-    }
-    path = out / RUNS_FILE
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    path = write_record(data, out, RUNS_FILE)
     print(f"wrote {path} ({data['seconds']} s)")
 
 

@@ -20,48 +20,14 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
-import time
-import warnings
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from lmlessons.course._cache import user_cache_dir
-from lmlessons.course.rl import EXPERIMENTS, REWARDS, RUN_DEFAULTS, RUNS_FILE, grpo_run
-
-
-def record(
-    experiment: str, *, seeds: list[int], max_steps: int, log: bool = True
-) -> list[dict[str, Any]]:
-    """Every run of ``experiment`` for every seed: its settings and TRL's metrics per step."""
-    spec = EXPERIMENTS[experiment]
-    runs = []
-    for loss_type, beta in spec["runs"]:
-        for seed in seeds:
-            start = time.time()
-            with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                metrics = grpo_run(
-                    tmp,
-                    loss_type=loss_type,
-                    beta=beta,
-                    seed=seed,
-                    max_steps=max_steps,
-                    reward_funcs=REWARDS[spec["reward"]],
-                )
-            rounded = {k: [round(v, 4) for v in values] for k, values in metrics.items()}
-            runs.append({"loss_type": loss_type, "beta": beta, "seed": seed, **rounded})
-            if log:
-                length = rounded["mean_length"]
-                print(
-                    f"{experiment:10s} {loss_type:8s} beta={beta:<5} seed={seed} "
-                    f"length {length[0]:.1f} -> {length[-1]:.1f} ({time.time() - start:.0f} s)",
-                    flush=True,
-                )
-    return runs
+from lmlessons.course.records import write_record
+from lmlessons.course.rl import EXPERIMENTS, RUNS_FILE, record_runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,20 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    log = partial(print, flush=True)
+    data = record_runs(args.experiments, seeds=args.seeds, max_steps=args.steps, log=log)
     out = args.out if args.out is not None else user_cache_dir() / "grpo"
-    out.mkdir(parents=True, exist_ok=True)
-    data = {
-        "settings": {**RUN_DEFAULTS, "max_steps": args.steps, "seeds": args.seeds},
-        "experiments": {
-            name: {
-                "reward": EXPERIMENTS[name]["reward"],
-                "runs": record(name, seeds=args.seeds, max_steps=args.steps),
-            }
-            for name in args.experiments
-        },
-    }
-    path = out / RUNS_FILE
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    path = write_record(data, out, RUNS_FILE)
     print(f"wrote {path}")
 
 

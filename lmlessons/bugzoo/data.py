@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
-
-import torch
+from typing import Any, NamedTuple
 
 from lmlessons.course.batches import tokenize_documents
 from lmlessons.course.chat import (
@@ -44,7 +41,6 @@ __all__ = [
     "chat_data",
     "preference_data",
     "sentence_rows",
-    "row_batches",
     "split_by_length",
 ]
 
@@ -52,8 +48,6 @@ SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
 BETA = 0.1  # DPO's beta in every DPO run and measurement (DPOConfig's default)
-
-Row = TypeVar("Row")
 
 
 class Rendered(NamedTuple):
@@ -116,16 +110,6 @@ def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]
     """``[CLS] sentence [SEP]`` token ids, one row per sentence, in corpus order."""
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     return [[cls, *s, sep] for doc in tokenize_documents(documents, tokenizer) for s in doc]
-
-
-def row_batches(
-    rows: Sequence[Row], batch_size: int, generator: torch.Generator
-) -> Iterator[list[Row]]:
-    """Endless batches of ``batch_size`` rows, in a new random order every epoch."""
-    while True:
-        order = torch.randperm(len(rows), generator=generator).tolist()
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield [rows[i] for i in order[start : start + batch_size]]
 
 
 def split_by_length(rows: list[list[int]], k: int) -> list[list[list[int]]]:

@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lmlessons._checks import IGNORE_INDEX
 from lmlessons.bugzoo import bugs
-from lmlessons.bugzoo.data import EVAL_SEED, SEED, row_batches, sentence_rows
+from lmlessons.bugzoo.data import EVAL_SEED, SEED, sentence_rows
+from lmlessons.course.batches import row_batches
 from lmlessons.course.trainer_ga import (
     compare,
     quiet_and_seeded,
     reference_gradient,
     trainer_gradient,
 )
+from lmlessons.shifting import num_targets
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -89,7 +90,7 @@ def _mlm_collator(tokenizer: Any, g: torch.Generator, counts: list[int]) -> Call
     def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         rows = [f["input_ids"] for f in features]
         batch = bugs.masked_batch(rows, tokenizer, bugs.mask_fixed, g)  # (b, T) each
-        counts.append(int((batch["labels"] != IGNORE_INDEX).sum()))
+        counts.append(int(num_targets(batch["labels"]).sum()))
         return batch
 
     return collate

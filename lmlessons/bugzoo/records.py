@@ -12,15 +12,18 @@ symptoms, rounded to 5 significant digits, to ``runs.json``. The package ships t
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from pathlib import Path
 from typing import Any
+
+from lmlessons.course.records import DATA_DIR as _DATA_DIR
+from lmlessons.course.records import load_record, write_record
 
 __all__ = [
     "DATA_DIR",
     "RECORDS_FILE",
+    "RECORD_KEYS",
+    "COMMAND",
     "FINAL_WINDOW",
     "rounded",
     "save_records",
@@ -28,7 +31,7 @@ __all__ = [
     "summary",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "bugzoo"
+DATA_DIR = _DATA_DIR / "bugzoo"
 RECORDS_FILE = "runs.json"
 FINAL_WINDOW = 20  # "final" = the mean of the last 20 steps
 SIGNIFICANT_DIGITS = 5
@@ -54,32 +57,26 @@ def _nan_for_none(value: Any) -> Any:
     return math.nan if value is None else value
 
 
-_FLAT_LIST = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")  # a list holding no list or dict
-
-
-def _one_line(match: re.Match[str]) -> str:
-    """A list of numbers or strings written one item a line, as one line."""
-    return "[" + re.sub(r",\n\s*", ", ", match.group(1)) + "]"
+#: The command that records the shipped file (named when a file is missing).
+COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
+#: The top-level keys of a bug-zoo recording.
+RECORD_KEYS = ("about", "runs")
 
 
 def save_records(records: dict[str, dict[str, Any]], directory: str | Path, **about: Any) -> Path:
-    """Write ``{"about": about, "runs": records}`` (rounded) to ``directory/runs.json``."""
-    path = Path(directory).expanduser() / RECORDS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"about": about, "runs": rounded(records)}, indent=1, sort_keys=True)
-    path.write_text(_FLAT_LIST.sub(_one_line, text) + "\n", encoding="utf-8")
-    return path
+    """Write ``{"about": about, "runs": records}`` (rounded) to ``directory/runs.json``
+    (:func:`lmlessons.course.records.write_record`: sorted keys, lists of numbers on one line)."""
+    record = {"about": about, "runs": rounded(records)}
+    return write_record(record, directory, RECORDS_FILE, sort_keys=True, one_line_lists=True)
 
 
 def load_records(directory: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """The recorded runs by run id (default: the ones shipped in the package)."""
-    path = (DATA_DIR if directory is None else Path(directory).expanduser()) / RECORDS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no bug-zoo records at {str(path)!r}; record them with `python -m tools.bugzoo`"
-        )
-    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
-    return {run_id: _nan_for_none(record) for run_id, record in runs.items()}
+    """The recorded runs by run id (default: the ones shipped in the package), read by
+    :func:`lmlessons.course.records.load_record`, each ``null`` back to NaN."""
+    record = load_record(
+        RECORDS_FILE, folder="bugzoo", keys=RECORD_KEYS, command=COMMAND, directory=directory
+    )
+    return {run_id: _nan_for_none(run) for run_id, run in record["runs"].items()}
 
 
 def _tail_mean(values: list[float]) -> float:

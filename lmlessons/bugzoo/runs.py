@@ -36,13 +36,14 @@ tools.bugzoo --out lmlessons/data/bugzoo`` records every run.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lmlessons._checks import IGNORE_INDEX, check_int
+from lmlessons._checks import check_int
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
     BETA,
@@ -50,19 +51,18 @@ from lmlessons.bugzoo.data import (
     chat_data,
     course_data,
     preference_data,
-    row_batches,
     sentence_rows,
     split_by_length,
 )
 from lmlessons.bugzoo.loops import StepFn, train_loop, train_with_trainer, trainer_one_step_check
 from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure
-from lmlessons.course.batches import nsp_batches
+from lmlessons.course.batches import nsp_batches, row_batches
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.course.trainer_ga import TrainerFactory
 from lmlessons.losses import nsp_loss
-from lmlessons.preference import dpo_loss, reward_accuracies, sequence_logprobs
-from lmlessons.shifting import shift_labels
+from lmlessons.preference import completion_logps, dpo_loss, reward_accuracies
+from lmlessons.shifting import num_targets
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -75,6 +75,7 @@ __all__ = [
     "MODEL_FAMILIES",
     "CHECK_MICRO_BATCHES",
     "run",
+    "record_runs",
     "model_family",
 ]
 
@@ -236,7 +237,7 @@ def _mlm_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
         logits = model(**batch).logits  # (B, T, V)
         loss = spec.mlm_loss(logits, labels)
         loss.backward()
-        return {"loss": loss.item(), "num_items": int((labels != IGNORE_INDEX).sum())}
+        return {"loss": loss.item(), "num_items": int(num_targets(labels).sum())}
 
     return step
 
@@ -250,7 +251,7 @@ def _clm_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
             spec.clm_batch(r, tokenizer) for r in split_by_length(next(stream), spec.micro_batches)
         ]
         loss = spec.accumulate(model, micro)
-        n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro)
+        n = sum(int(num_targets(b["labels"], shift=True).sum()) for b in micro)
         return {"loss": loss, "num_items": n}
 
     return step
@@ -283,7 +284,7 @@ def _pretraining_step(
             "mlm_loss": mlm.item(),
             "nsp_loss": nsp.item(),
             "nsp_accuracy": correct.item(),
-            "num_items": int((labels != IGNORE_INDEX).sum()),
+            "num_items": int(num_targets(labels).sum()),
         }
 
     return step
@@ -299,7 +300,7 @@ def _chat_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.G
             rows.append((r.input_ids, labels.tolist()))
         micro = spec.chat_batch(rows, tokenizer)  # one padded batch, or one batch per pack
         loss = spec.accumulate(model, micro)
-        n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro)
+        n = sum(int(num_targets(b["labels"], shift=True).sum()) for b in micro)
         return {"loss": loss, "num_items": n}
 
     return step
@@ -311,8 +312,7 @@ def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
 
     def step() -> dict[str, float]:
         batch = spec.preference_rows(next(stream), tokenizer)  # (2B, T) each
-        logits = bugs.model_logits(model, bugs.preference_inputs(batch))  # (2B, T, V)
-        logps = sequence_logprobs(logits, batch["labels"])  # (2B,)
+        logps = completion_logps(model, batch)  # (2B,): the model's summed log-probs
         ref_logps = spec.reference_logps(reference, model, batch)  # (2B,)
         losses, chosen, rejected = dpo_loss(*logps.chunk(2), *ref_logps.chunk(2), beta=BETA)
         loss = losses.mean()
@@ -320,7 +320,7 @@ def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
         return {
             "loss": loss.item(),
             "reward_accuracy": reward_accuracies(chosen, rejected).mean().item(),
-            "num_items": int((shift_labels(batch["labels"]) != IGNORE_INDEX).sum()),
+            "num_items": int(num_targets(batch["labels"], shift=True).sum()),
         }
 
     return step
@@ -377,3 +377,26 @@ def _one_step_check(
     first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
     micro_rows = split_by_length(first, CHECK_MICRO_BATCHES)
     return first_step_gradient_errors(model, tokenizer, micro_rows, spec.clm_batch, spec.accumulate)
+
+
+def record_runs(
+    run_ids: Sequence[str],
+    *,
+    recorded: Mapping[str, Any] | None = None,
+    seconds: Mapping[str, float] | None = None,
+    log: Callable[[str], None] | None = print,
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Train each of ``run_ids`` (:func:`run`), timed: ``(records, seconds)`` by run id in the
+    order of :data:`RUNS`, with those of an earlier recording (``recorded``, ``seconds``) kept
+    for the runs not trained again. ``log``: called with one line per run (None: silent)."""
+    unknown = [r for r in run_ids if r not in RUNS]
+    if unknown:
+        raise ValueError(f"unknown runs {unknown}; choose from {', '.join(RUNS)}")
+    records, times = dict(recorded or {}), dict(seconds or {})
+    for run_id in run_ids:
+        start = time.perf_counter()
+        records[run_id] = run(run_id)
+        times[run_id] = round(time.perf_counter() - start, 1)
+        if log is not None:
+            log(f"{run_id:28s} {times[run_id]:6.1f} s")
+    return {k: records[k] for k in RUNS if k in records}, {k: times[k] for k in RUNS if k in times}

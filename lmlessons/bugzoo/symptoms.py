@@ -33,7 +33,6 @@ import torch
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
-    BETA,
     EVAL_BATCH_SIZE,
     EVAL_SEED,
     Rendered,
@@ -48,7 +47,7 @@ from lmlessons.course.chat import greedy_answers
 from lmlessons.course.training import evaluate
 from lmlessons.losses import token_nll
 from lmlessons.packing import pad, pad_documents
-from lmlessons.preference import dpo_loss, reward_accuracies, sequence_logprobs
+from lmlessons.preference import preference_probe
 
 __all__ = [
     "FILL_MASK_PROBES",
@@ -224,21 +223,14 @@ def _dpo_symptoms(
 ) -> dict[str, Any]:
     record = _chat_symptoms(model, chat_data()[1], tokenizer)
     pairs = preference_data()[1]
-    chosen, rejected, rewards = [], [], []
+    probes = []
     for start in range(0, len(pairs), EVAL_BATCH_SIZE):
         batch = bugs.preference_rows_fixed(pairs[start : start + EVAL_BATCH_SIZE], tokenizer)
-        logits = bugs.model_logits(model, bugs.preference_inputs(batch))  # (2b, T, V)
-        logps = sequence_logprobs(logits, batch["labels"]).chunk(2)  # (b,) each
-        ref_logps = bugs.reference_logps_fixed(reference, model, batch).chunk(2)  # (b,) each
-        _, chosen_rewards, rejected_rewards = dpo_loss(*logps, *ref_logps, beta=BETA)
-        chosen.append(logps[0])
-        rejected.append(logps[1])
-        rewards.append(reward_accuracies(chosen_rewards, rejected_rewards))
-    record["heldout"].update(
-        policy_prefers_chosen=float((torch.cat(chosen) > torch.cat(rejected)).float().mean()),
-        reward_accuracy=float(torch.cat(rewards).mean()),
-        chosen_logps=float(torch.cat(chosen).mean()),
-    )
+        ref_logps = bugs.reference_logps_fixed(reference, model, batch)  # (2b,)
+        probes.append(preference_probe(model, batch, ref_logps))  # (b,) each
+    pair = {k: torch.cat([p[k] for p in probes]) for k in probes[0]}  # (P,) each
+    keys = ("policy_prefers_chosen", "reward_accuracy", "chosen_logps")
+    record["heldout"].update({k: float(pair[k].mean()) for k in keys})
     return record
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -46,9 +46,11 @@ __all__ = [
     "sop_batches",
     "clm_batches",
     "pair_token_ids",
+    "row_batches",
 ]
 
 Batch = dict[str, torch.Tensor]
+Row = TypeVar("Row")
 MaskProbs = tuple[float, float, float]  # (mlm_probability, mask_replace_prob, random_replace_prob)
 
 
@@ -149,6 +151,29 @@ def _epochs(epochs: int | None) -> Iterator[int]:
         e += 1
 
 
+def row_batches(
+    rows: Sequence[Row],
+    batch_size: int,
+    generator: torch.Generator | None,
+    *,
+    epochs: int | None = None,
+    drop_last: bool = True,
+) -> Iterator[list[Row]]:
+    """Batches of ``batch_size`` of ``rows``, in a new random order every pass (a
+    ``torch.randperm`` from ``generator``): endless with ``epochs=None``, else ``epochs`` passes.
+    ``drop_last``: a pass's incomplete last batch is dropped (every batch has ``batch_size``
+    rows); else it is yielded, smaller."""
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    generator = check_generator(generator)
+    if drop_last and len(rows) < batch_size:
+        raise ValueError(f"rows must hold at least batch_size={batch_size} rows, got {len(rows)}")
+    last = len(rows) - batch_size + 1 if drop_last else len(rows)
+    for _ in _epochs(epochs):
+        order = torch.randperm(len(rows), generator=generator).tolist()
+        for start in range(0, last, batch_size):
+            yield [rows[i] for i in order[start : start + batch_size]]
+
+
 def _packed(
     documents: Corpus | Sequence[Sequence[str]], tokenizer: Any, max_length: int
 ) -> list[list[int]]:
@@ -172,11 +197,8 @@ def _shuffled_batches(
     """``make_batch`` of every ``batch_size`` sequences padded by
     :func:`lmlessons.packing.pad_documents` (``input_ids``, ``attention_mask`` and ``labels``,
     ``(B, T)`` each), in a new random order every epoch."""
-    for _ in _epochs(epochs):
-        order = torch.randperm(len(sequences), generator=generator).tolist()
-        for start in range(0, len(order), batch_size):
-            rows = [sequences[i] for i in order[start : start + batch_size]]
-            yield make_batch(pad_documents(rows, pad_token_id=pad_token_id))
+    for rows in row_batches(sequences, batch_size, generator, epochs=epochs, drop_last=False):
+        yield make_batch(pad_documents(rows, pad_token_id=pad_token_id))
 
 
 def _pair_rows(pairs: Batch, batch_size: int) -> Iterator[tuple[slice, Batch]]:

@@ -5,7 +5,8 @@
   token included, sits inside ``{% generation %}`` ... ``{% endgeneration %}``, so transformers'
   ``apply_chat_template(..., return_assistant_tokens_mask=True)`` can say which tokens the
   assistant wrote.
-* :func:`chat_tokenizer`: the course tokenizer with that template. It reuses two of its own
+* :func:`sep_eos_tokenizer`: the course tokenizer with ``eos_token = [SEP]``, what TRL needs;
+  :func:`chat_tokenizer`: that tokenizer with the chat template. It reuses two of its own
   special tokens instead of adding turn tokens: ``[CLS]`` as ``bos_token`` and ``[SEP]`` as
   ``eos_token``, the ids the course GPT-2 checkpoint was trained with as its ``bos_token_id``
   and ``eos_token_id``. New tokens would need new embedding rows (``resize_token_embeddings``),
@@ -26,16 +27,16 @@
   with the right answer (``greedy_answer_accuracy``), how often it stops (``stop_rate``).
 * :func:`fine_tune`: one fine-tuning run of lesson 10 (the course's ``train`` loop), with the
   held-out answer loss measured along the way.
-* :data:`SEED_RUN_SETTINGS`, :func:`load_seed_runs`: lesson 10's three runs repeated over seeds
-  by ``python -m tools.answer_only_seeds``, replayed from ``data/answer_only/``.
+* :data:`SEED_RUN_SETTINGS`, :func:`record_seed_runs`, :func:`load_seed_runs`: lesson 10's three
+  runs repeated over seeds (recorded by ``python -m tools.answer_only_seeds``), replayed from
+  ``data/answer_only/`` through :func:`lmlessons.course.records.load_record`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,9 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX, check_generator, check_int, check_model
 from lmlessons.answer_only import assistant_only_labels, completion_only_labels
+from lmlessons.course.batches import row_batches
 from lmlessons.course.corpus import Corpus, load_corpus
+from lmlessons.course.records import load_record
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import History, train
 from lmlessons.losses import clm_loss
@@ -57,6 +60,7 @@ __all__ = [
     "CHAT_TEMPLATE",
     "TASKS",
     "TRAIN_ON",
+    "sep_eos_tokenizer",
     "chat_tokenizer",
     "instruction_set",
     "conversation_labels",
@@ -69,6 +73,7 @@ __all__ = [
     "fine_tune",
     "SEED_RUN_SETTINGS",
     "SEED_RUNS_FILE",
+    "record_seed_runs",
     "load_seed_runs",
 ]
 
@@ -99,13 +104,22 @@ _WORD = re.compile(r"[a-z']+")
 MIN_WORDS, MAX_WORDS = 4, 14  # sentences of the instruction set: short, so sequences stay short
 
 
-def chat_tokenizer() -> BertTokenizer:
-    """The course tokenizer with :data:`CHAT_TEMPLATE`, ``bos_token = [CLS]`` and
-    ``eos_token = [SEP]`` (the course GPT-2's ``bos_token_id`` and ``eos_token_id``); its pad
-    token stays ``[PAD]``, so padding never hides an end-of-turn token."""
+def sep_eos_tokenizer() -> BertTokenizer:
+    """The course tokenizer with ``eos_token = [SEP]`` (its own ``sep_token``, the course
+    GPT-2's ``eos_token_id``), nothing else changed. The course tokenizer names no end-of-text
+    token, and TRL needs one: ``GRPOTrainer`` stops a generation at ``eos_token_id`` and
+    ``DPOTrainer`` appends ``eos_token`` to every completion."""
     tokenizer = load_tokenizer()
-    tokenizer.bos_token = tokenizer.cls_token
     tokenizer.eos_token = tokenizer.sep_token
+    return tokenizer
+
+
+def chat_tokenizer() -> BertTokenizer:
+    """:func:`sep_eos_tokenizer` with :data:`CHAT_TEMPLATE` and ``bos_token = [CLS]`` (the course
+    GPT-2's ``bos_token_id``); its pad token stays ``[PAD]``, so padding never hides an
+    end-of-turn token."""
+    tokenizer = sep_eos_tokenizer()
+    tokenizer.bos_token = tokenizer.cls_token
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -267,11 +281,8 @@ def sft_batches(
     encoded = [
         encode_example(tokenizer, e, train_on=train_on, pad_is_eos=pad_is_eos) for e in examples
     ]
-    while True:
-        order = torch.randperm(len(encoded), generator=generator).tolist()
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            rows = [encoded[i] for i in order[start : start + batch_size]]
-            yield _batch(rows, tokenizer.pad_token_id)
+    for rows in row_batches(encoded, batch_size, generator):  # endless; incomplete ones dropped
+        yield _batch(rows, tokenizer.pad_token_id)
 
 
 @torch.no_grad()
@@ -441,7 +452,55 @@ SEED_RUN_SETTINGS: dict[str, dict[str, Any]] = {
     "answers only, pad = eos": {"train_on": "assistant only", "pad_is_eos": True},
 }
 SEED_RUNS_FILE = "seed_runs.json"  # made by python -m tools.answer_only_seeds
-_SEED_RUNS_DIR = Path(__file__).resolve().parent.parent / "data" / "answer_only"
+SEED_RUNS_COMMAND = "python -m tools.answer_only_seeds --out lmlessons/data/answer_only"
+
+
+def _seed_run(
+    name: str, seed: int, data: tuple[list[Any], list[Any]], max_steps: int, eval_every: int
+) -> dict[str, float]:
+    """One run of :data:`SEED_RUN_SETTINGS` ``name`` with ``seed``: its metrics, 4 decimals."""
+    from lmlessons.course.checkpoints import load_checkpoint
+
+    tokenizer, (train_set, heldout) = chat_tokenizer(), data
+    model = load_checkpoint("gpt2")
+    history, _ = fine_tune(
+        model, train_set, tokenizer, heldout=heldout, max_steps=max_steps,
+        eval_every=eval_every, seed=seed, **SEED_RUN_SETTINGS[name],
+    )  # fmt: skip
+    metrics = answer_metrics(model, heldout, tokenizer, max_new_tokens=6)
+    values = {"reported_loss": history.final(window=10), **metrics}
+    keys = ("reported_loss", "answer_loss", "greedy_answer_accuracy", "stop_rate")
+    return {k: round(float(values[k]), 4) for k in keys}
+
+
+def record_seed_runs(
+    seeds: Sequence[int],
+    *,
+    max_steps: int = 100,
+    eval_every: int = 25,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """The record :func:`load_seed_runs` reads: every run of :data:`SEED_RUN_SETTINGS` for every
+    seed (:func:`fine_tune` of the course GPT-2, then :func:`answer_metrics` on the held-out
+    questions), one value per seed in each list, rounded to 4 decimals. ``log``: called with one
+    line per run (None: silent)."""
+    data = (instruction_set("train"), instruction_set("validation"))
+    runs: dict[str, dict[str, list[float]]] = {}
+    for name in SEED_RUN_SETTINGS:
+        row: dict[str, list[float]] = {}
+        for seed in seeds:
+            for key, value in _seed_run(name, seed, data, max_steps, eval_every).items():
+                row.setdefault(key, []).append(value)
+            if log is not None:
+                log(f"{name:24s} seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in row.items()))
+        runs[name] = row
+    num_heldout = len(data[1])
+    return {
+        "seeds": list(seeds),
+        "max_steps": max_steps,
+        "num_heldout": num_heldout,
+        "settings": runs,
+    }
 
 
 def load_seed_runs(directory: str | Path | None = None) -> dict[str, Any]:
@@ -450,8 +509,10 @@ def load_seed_runs(directory: str | Path | None = None) -> dict[str, Any]:
     {name: {"answer_loss": [...], "greedy_answer_accuracy": [...], "stop_rate": [...],
     "reported_loss": [...]}}}``, one value per seed. ``directory`` defaults to the shipped
     ``data/answer_only/``."""
-    path = Path(directory if directory is not None else _SEED_RUNS_DIR) / SEED_RUNS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no recorded seed runs at {str(path)!r}")
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return load_record(
+        SEED_RUNS_FILE,
+        folder="answer_only",
+        keys=("seeds", "settings"),
+        command=SEED_RUNS_COMMAND,
+        directory=directory,
+    )

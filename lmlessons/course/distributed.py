@@ -25,7 +25,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.linear_ce import linear_cross_entropy
-from lmlessons.shifting import shift_labels
+from lmlessons.shifting import num_targets, shift_labels
 
 __all__ = ["DistributedDemoResult", "demo_batch", "demo_parameters", "run_distributed_demo"]
 
@@ -148,7 +148,7 @@ def _rank_step(
 
     count = None
     if fix:
-        count = (shift_labels(labels) != IGNORE_INDEX).sum()  # () this rank's targets
+        count = num_targets(labels, shift=True).sum()  # () this rank's targets
         dist.all_reduce(count, op=dist.ReduceOp.SUM)  # () all ranks' targets
     params = demo_parameters()
     loss = _loss(params, ids, labels, num_items_in_batch=count)
@@ -182,7 +182,7 @@ def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], que
         queue.put(
             {
                 "rank": rank,
-                "tokens": int((shift_labels(labels) != IGNORE_INDEX).sum()),
+                "tokens": int(num_targets(labels, shift=True).sum()),
                 "rank_mean": rank_mean.item(),
                 "naive_loss": naive_loss,
                 "fixed_loss": fixed_loss,

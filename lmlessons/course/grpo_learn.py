@@ -14,14 +14,17 @@ instruction set's prompts), rewarded for one word of the course corpus, :data:`T
 :func:`learn_run` trains one run and keeps TRL's logged reward, loss and mean completion length
 step by step, with completions sampled before and after training (:func:`policy_samples`, seeded,
 on held-out prompts). ``python -m tools.grpo_learn`` records every experiment and seed into
-``data/grpo_learn/``; :func:`recorded_learn_runs` loads that record, :func:`reward_rise`
-summarises each seed's start and end, :func:`sample_stats` measures the samples and
-:func:`learn_figure` draws the mean reward beside the logged loss.
+``data/grpo_learn/`` (:func:`record_learn_runs`); :func:`recorded_learn_runs` loads that record,
+:func:`reward_rise` summarises each seed's start and end, :func:`sample_stats` measures the
+samples and :func:`learn_figure` draws the mean reward beside the logged loss.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
+import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +32,13 @@ from typing import Any
 import torch
 
 from lmlessons._checks import check_generator, check_int, check_model
+from lmlessons.course.records import DATA_DIR, load_record
 from lmlessons.course.rl import (
     RUN_DEFAULTS,
+    RUNS_FILE,
+    RUNS_KEYS,
     completion_text,
     grpo_trainer,
-    recorded_runs,
     rl_prompts,
     run_summary,
 )
@@ -49,6 +54,7 @@ __all__ = [
     "LEARN_METRICS",
     "policy_samples",
     "learn_run",
+    "record_learn_runs",
     "LEARN_DIR",
     "recorded_learn_runs",
     "reward_rise",
@@ -200,7 +206,61 @@ def learn_run(
     return {**run, **metrics, "before": before, "after": after}
 
 
-LEARN_DIR = Path(__file__).resolve().parent.parent / "data" / "grpo_learn"
+def _learn_runs(
+    experiment: str, seeds: Sequence[int], max_steps: int, log: Callable[[str], None] | None
+) -> list[dict[str, Any]]:
+    """Every seed's :func:`learn_run` of ``experiment``, its per-step metrics to 4 decimals."""
+    runs = []
+    for seed in seeds:
+        start = time.time()
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run = learn_run(tmp, experiment, seed=seed, max_steps=max_steps)
+        for name, values in run.items():
+            if isinstance(values, list) and values and isinstance(values[0], float):
+                run[name] = [round(v, 4) for v in values]
+        runs.append(run)
+        if log is not None:
+            before, after = sample_stats(run["before"]), sample_stats(run["after"])
+            log(
+                f"{experiment:7s} seed={seed} reward {run['reward'][0]:.2f} -> "
+                f"{run['reward'][-1]:.2f}, samples: word count {before['word_count']:.2f} -> "
+                f"{after['word_count']:.2f} ({time.time() - start:.0f} s)"
+            )
+    return runs
+
+
+def record_learn_runs(
+    experiments: Sequence[str],
+    *,
+    seeds: Sequence[int],
+    max_steps: int,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """The record :func:`recorded_learn_runs` reads: ``settings`` (:data:`LEARN_SETTINGS` with
+    ``max_steps`` and ``seeds``), ``seconds`` (the recording's wall time) and, per experiment,
+    its ``reward`` (the function's name) and its seeds' :func:`learn_run`, per-step metrics
+    rounded to 4 decimals. ``log``: called with one line per run (None: silent)."""
+    unknown = [e for e in experiments if e not in LEARN_REWARDS]
+    if unknown:
+        raise ValueError(f"experiments must be among {sorted(LEARN_REWARDS)}, got {unknown}")
+    start = time.time()
+    recorded = {
+        name: {
+            "reward": LEARN_REWARDS[name].__name__,
+            "runs": _learn_runs(name, seeds, max_steps, log),
+        }
+        for name in experiments
+    }
+    return {
+        "settings": {**LEARN_SETTINGS, "max_steps": max_steps, "seeds": list(seeds)},
+        "seconds": round(time.time() - start),
+        "experiments": recorded,
+    }
+
+
+LEARN_DIR = DATA_DIR / "grpo_learn"
+LEARN_COMMAND = "OMP_NUM_THREADS=1 python -m tools.grpo_learn --out lmlessons/data/grpo_learn"
 
 
 def recorded_learn_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
@@ -208,7 +268,9 @@ def recorded_learn_runs(*, directory: str | Path | None = None) -> dict[str, Any
     file name in ``directory``): ``settings`` (:data:`LEARN_SETTINGS` with ``seeds``),
     ``seconds`` (the recording's wall time) and ``experiments``, ``learns`` and ``games``: each
     its ``reward`` (the function's name) and ``runs``, as :func:`learn_run` returns them."""
-    return recorded_runs(directory=LEARN_DIR if directory is None else directory)
+    return load_record(
+        RUNS_FILE, folder="grpo_learn", keys=RUNS_KEYS, command=LEARN_COMMAND, directory=directory
+    )
 
 
 def reward_rise(

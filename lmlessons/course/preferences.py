@@ -11,13 +11,17 @@
 * DPO's foundations on a toy with a handful of completions (section 2 of lesson 11):
   :func:`bradley_terry`, :func:`kl_objective` (``E_pi[r] - beta KL(pi || pi_ref)``) and its
   closed-form maximiser :func:`kl_optimal_policy`;
+* :func:`preference_run`: one run of ``python -m tools.preference_runs`` (:data:`RUN_SETTINGS`;
+  :func:`run_logps`, :func:`step_loss` and :func:`probe_means` are its pieces);
 * :func:`chosen_course`: per recorded run, the chosen answer's log-probability at the start, its
-  lowest, its highest and its last value, for the claims the lesson makes about the runs.
+  lowest, its highest and its last value, for the claims the lesson makes about the runs;
+  :func:`preference_summary`: per loss type at one ``beta``, the mean and the spread over the
+  seeds (:func:`lmlessons.course.records.seed_spread`) of what the runs end with.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,16 @@ import torch
 from lmlessons._checks import check_float_tensor, check_int, check_real
 from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
 from lmlessons.course.corpus import Corpus, load_corpus
+from lmlessons.course.records import check_record, load_record, seed_spread
 from lmlessons.kl import kl_divergence
+from lmlessons.preference import (
+    completion_logps,
+    dpo_loss,
+    preference_batch,
+    preference_probe,
+    simpo_loss,
+)
+from lmlessons.shifting import num_targets
 
 __all__ = [
     "KINDS",
@@ -40,6 +53,14 @@ __all__ = [
     "kl_objective",
     "kl_optimal_policy",
     "chosen_course",
+    "select_runs",
+    "probe_series",
+    "preference_summary",
+    "RUN_SETTINGS",
+    "run_logps",
+    "step_loss",
+    "probe_means",
+    "preference_run",
 ]
 
 #: The kinds of rejected answer: another topic (a topic question), another sentence's first word
@@ -141,7 +162,7 @@ def encode_pair(tokenizer: Any, pair: dict[str, Any]) -> dict[str, list[int]]:
 #: The loss types of lesson 11's recorded runs: four of TRL's ``DPOConfig.loss_type`` and SimPO.
 RUN_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "ipo", "hinge", "sigmoid_norm", "simpo")
 PREFERENCE_RUNS_FILE = "preference_runs.json"  # made by python -m tools.preference_runs
-RUNS_DIR = Path(__file__).resolve().parents[1] / "data" / "preference"
+PREFERENCE_RUNS_COMMAND = "python -m tools.preference_runs --out lmlessons/data/preference"
 
 
 def preference_sample(split: str, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -160,11 +181,13 @@ def preference_runs(directory: str | Path | None = None) -> dict[str, Any]:
     ``runs``, each ``{"loss_type", "beta", "seed", "loss", "steps", "probes"}``, a probe being
     ``chosen_logps``, ``rejected_logps``, ``policy_prefers_chosen`` and ``reward_accuracy``
     (means over the training pairs)."""
-    path = (RUNS_DIR if directory is None else Path(directory)) / PREFERENCE_RUNS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run python -m tools.preference_runs --out ...")
-    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return record
+    return load_record(
+        PREFERENCE_RUNS_FILE,
+        folder="preference",
+        keys=("runs",),
+        command=PREFERENCE_RUNS_COMMAND,
+        directory=directory,
+    )
 
 
 def bradley_terry(reward_chosen: torch.Tensor, reward_rejected: torch.Tensor) -> torch.Tensor:
@@ -219,8 +242,7 @@ def chosen_course(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Per run of :func:`preference_runs`' record: ``loss_type``, ``beta``, ``seed`` and the mean
     summed log-probability of the chosen answers at the ``start`` (before the first step), its
     ``lowest`` and ``peak`` over the probes, and at the ``end``."""
-    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
-        raise TypeError("record must be the dict of preference_runs(), with a 'runs' list")
+    check_record(record, ("runs",), name="record (preference_runs())")
     out = []
     for run in record["runs"]:
         chosen = [float(p["chosen_logps"]) for p in run["probes"]]
@@ -236,3 +258,151 @@ def chosen_course(record: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def select_runs(record: dict[str, Any], loss_type: str, beta: float) -> list[dict[str, Any]]:
+    """The runs of :func:`preference_runs`' ``record`` with ``loss_type`` and ``beta``, one per
+    seed; a :class:`ValueError` when there is none."""
+    check_record(record, ("runs",), name="record (preference_runs())")
+    runs = [r for r in record["runs"] if r["loss_type"] == loss_type and r["beta"] == beta]
+    if not runs:
+        raise ValueError(f"no recorded run of loss_type={loss_type!r} with beta={beta}")
+    return runs
+
+
+def probe_series(runs: Sequence[dict[str, Any]], key: str) -> list[list[float]]:
+    """``key`` of every probe, one list per run; ``"margin"`` is the log-prob gap, the chosen
+    minus the rejected summed log-probability (the reference's own gap included)."""
+    if key == "margin":
+        return [[p["chosen_logps"] - p["rejected_logps"] for p in r["probes"]] for r in runs]
+    return [[p[key] for p in r["probes"]] for r in runs]
+
+
+def preference_summary(
+    record: dict[str, Any], beta: float
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per loss type of :data:`RUN_LOSS_TYPES` at ``beta``: ``{quantity: (mean, std)}`` over the
+    seeds (:func:`lmlessons.course.records.seed_spread`) at the last probe: ``chosen_logps``,
+    ``rejected_logps``, ``margin``, ``policy_prefers_chosen``, ``reward_accuracy``; and
+    ``start_chosen_logps`` (before the first step) and ``peak_chosen_logps`` (the highest chosen
+    log-probability of the run)."""
+    out = {}
+    for loss_type in RUN_LOSS_TYPES:
+        runs = select_runs(record, loss_type, beta)
+        chosen = probe_series(runs, "chosen_logps")
+        values = {
+            "start_chosen_logps": [c[0] for c in chosen],
+            "peak_chosen_logps": [max(c) for c in chosen],
+            "chosen_logps": [c[-1] for c in chosen],
+        }
+        for key in ("rejected_logps", "margin", "policy_prefers_chosen", "reward_accuracy"):
+            values[key] = [s[-1] for s in probe_series(runs, key)]
+        out[loss_type] = {k: seed_spread(v) for k, v in values.items()}
+    return out
+
+
+#: The settings of lesson 11's recorded runs (``python -m tools.preference_runs``): the pairs of
+#: the training split, pairs per batch, optimizer steps, a probe every ``every`` steps, AdamW's
+#: learning rate, the betas and seeds, and SimPO's ``simpo_gamma`` (``CPOConfig``'s default).
+RUN_SETTINGS: dict[str, Any] = {
+    "num_pairs": 64,
+    "batch_size": 8,
+    "steps": 64,
+    "every": 4,
+    "learning_rate": 5e-4,
+    "betas": (0.1, 0.5),
+    "seeds": (0, 1, 2),
+    "simpo_gamma": 0.5,
+}
+
+
+def run_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Summed (``sum``) and averaged (``avg``, per target) log-probabilities of each completion
+    and its token count (``len``, the row sum of ``completion_mask``), each ``(2B,)`` (chosen
+    rows first): TRL's ``DPOTrainer`` sums, ``CPOTrainer`` averages for SimPO."""
+    summed = completion_logps(model, batch)  # (2B,)
+    return {
+        "sum": summed,  # (2B,)
+        "avg": summed / num_targets(batch["labels"], shift=True),  # (2B,)
+        "len": batch["completion_mask"].sum(dim=1),  # (2B,)
+    }
+
+
+def step_loss(
+    policy: dict[str, torch.Tensor], ref_sum: torch.Tensor, loss_type: str, beta: float
+) -> torch.Tensor:
+    """The batch's loss (mean over pairs) of one of :data:`RUN_LOSS_TYPES` from :func:`run_logps`
+    of the policy and the reference's summed log-probabilities ``(2B,)``: the core's
+    :func:`lmlessons.preference.dpo_loss`, or :func:`lmlessons.preference.simpo_loss` on the
+    averages (no reference) for ``"simpo"``."""
+    if loss_type == "simpo":
+        chosen, rejected = policy["avg"].chunk(2)  # (B,) each
+        gamma = RUN_SETTINGS["simpo_gamma"]
+        return simpo_loss(chosen, rejected, beta=beta, simpo_gamma=gamma)[0].mean()
+    c_pol, r_pol = policy["sum"].chunk(2)  # (B,) each
+    c_ref, r_ref = ref_sum.chunk(2)  # (B,) each
+    c_len, r_len = policy["len"].chunk(2)  # (B,) each
+    losses, _, _ = dpo_loss(
+        c_pol, r_pol, c_ref, r_ref, beta=beta, loss_type=loss_type,
+        chosen_lengths=c_len, rejected_lengths=r_len,
+    )  # fmt: skip
+    return losses.mean()
+
+
+def probe_means(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], ref_sum: torch.Tensor
+) -> dict[str, float]:
+    """The means over the pairs of :func:`lmlessons.preference.preference_probe`: what the
+    recorded runs keep at each probe."""
+    return {k: float(v.mean()) for k, v in preference_probe(model, batch, ref_sum).items()}
+
+
+def _subset(batch: dict[str, torch.Tensor], rows: list[int], n: int) -> dict[str, torch.Tensor]:
+    """The chosen and rejected rows of pairs ``rows`` (of ``n``), trimmed of all-padding columns."""
+    index = torch.tensor(rows + [i + n for i in rows])  # (2b,)
+    sub = {k: v[index] for k, v in batch.items()}  # (2b, T) each
+    width = int(sub["attention_mask"].sum(dim=1).max())
+    return {k: v[:, :width] for k, v in sub.items()}  # (2b, T')
+
+
+def preference_run(
+    loss_type: str, beta: float, seed: int, *, steps: int | None = None
+) -> dict[str, Any]:
+    """One recorded run of lesson 11: the course GPT-2 trained with :func:`step_loss` on
+    ``num_pairs`` pairs of :func:`preference_sample`, batches of ``batch_size`` pairs in an order
+    drawn from ``seed``, AdamW, against a frozen copy of the checkpoint (:data:`RUN_SETTINGS`);
+    :func:`probe_means` on every training pair before the first step and every ``every`` steps.
+    Returns ``{"loss_type", "beta", "seed", "loss", "steps", "probes"}``, rounded to 4 decimals."""
+    from lmlessons.course.chat import chat_tokenizer
+    from lmlessons.course.checkpoints import load_checkpoint
+
+    cfg = RUN_SETTINGS
+    n, size = cfg["num_pairs"], cfg["batch_size"]
+    steps = check_int("steps", cfg["steps"] if steps is None else steps, minimum=1)
+    tokenizer = chat_tokenizer()
+    examples = [encode_pair(tokenizer, p) for p in preference_sample("train", n)]
+    batch = preference_batch(examples, pad_token_id=tokenizer.pad_token_id)  # (2P, T)
+    policy = load_checkpoint("gpt2")  # eval mode: no dropout, as TRL's disable_dropout
+    with torch.no_grad():
+        ref_sum = completion_logps(copy.deepcopy(policy), batch)  # (2P,)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"])
+    g = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    losses, probes, probed = [], [probe_means(policy, batch, ref_sum)], [0]
+    for step in range(1, steps + 1):
+        if len(order) < size:
+            order += torch.randperm(n, generator=g).tolist()
+        rows, order = order[:size], order[size:]
+        ref_rows = ref_sum[torch.tensor(rows + [i + n for i in rows])]  # (2b,)
+        loss = step_loss(run_logps(policy, _subset(batch, rows, n)), ref_rows, loss_type, beta)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step % cfg["every"] == 0:
+            probed.append(step)
+            probes.append(probe_means(policy, batch, ref_sum))
+    rounded = [{k: round(v, 4) for k, v in p.items()} for p in probes]
+    losses = [round(v, 4) for v in losses]
+    run = {"loss_type": loss_type, "beta": beta, "seed": seed}
+    return {**run, "loss": losses, "steps": probed, "probes": rounded}

@@ -22,14 +22,21 @@ The policy gradient on a toy policy, a softmax over a few actions with a fixed r
 :func:`reinforce_estimates` (sampled, with the baselines of :data:`BASELINES`).
 :func:`scaled_loss_updates`: what AdamW and SGD do with a loss multiplied by a constant.
 
+The recorded runs of lesson 12 (``python -m tools.grpo_runs``): :func:`record_runs` trains and
+collects them (the tool writes the file), :func:`recorded_runs` reads them back
+(:func:`lmlessons.course.records.load_record`) and :func:`run_summary` gives each group's mean and
+spread over the seeds (:func:`lmlessons.course.records.seed_spread`).
+
 Names are stable: lesson 08's bug zoo uses them too.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ import torch
 
 from lmlessons._checks import check_float_tensor, check_generator, check_int, check_real
 from lmlessons.course.chat import instruction_set
+from lmlessons.course.records import load_record, seed_spread
 from lmlessons.grpo import group_advantages, rloo_advantages
 
 __all__ = [
@@ -52,6 +60,8 @@ __all__ = [
     "REWARDS",
     "EXPERIMENTS",
     "RUNS_FILE",
+    "record_experiment",
+    "record_runs",
     "recorded_runs",
     "run_summary",
     "BASELINES",
@@ -294,7 +304,66 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
 }
 
 RUNS_FILE = "runs.json"  # in lmlessons/data/grpo/, made by python -m tools.grpo_runs
-RUNS_DIR = Path(__file__).resolve().parent.parent / "data" / "grpo"
+RUNS_COMMAND = "OMP_NUM_THREADS=1 python -m tools.grpo_runs --out lmlessons/data/grpo"
+#: The top-level keys of a recording of GRPO runs (``tools.grpo_runs``, ``tools.grpo_learn``).
+RUNS_KEYS = ("settings", "experiments")
+
+
+def record_experiment(
+    experiment: str,
+    *,
+    seeds: Sequence[int],
+    max_steps: int,
+    log: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
+    """Every run of ``EXPERIMENTS[experiment]`` for every seed: :func:`grpo_run` in a temporary
+    folder (TRL's warnings silenced), ``{"loss_type", "beta", "seed", <metric>: [...]}`` with
+    every metric rounded to 4 decimals. ``log``: called with one line per run (None: silent)."""
+    spec = EXPERIMENTS[experiment]
+    runs = []
+    for loss_type, beta in spec["runs"]:
+        for seed in seeds:
+            start = time.time()
+            with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                metrics = grpo_run(
+                    tmp, loss_type=loss_type, beta=beta, seed=seed, max_steps=max_steps,
+                    reward_funcs=REWARDS[spec["reward"]],
+                )  # fmt: skip
+            rounded = {k: [round(v, 4) for v in values] for k, values in metrics.items()}
+            runs.append({"loss_type": loss_type, "beta": beta, "seed": seed, **rounded})
+            if log is not None:
+                length = rounded["mean_length"]
+                log(
+                    f"{experiment:10s} {loss_type:8s} beta={beta:<5} seed={seed} length "
+                    f"{length[0]:.1f} -> {length[-1]:.1f} ({time.time() - start:.0f} s)"
+                )
+    return runs
+
+
+def record_runs(
+    experiments: Sequence[str],
+    *,
+    seeds: Sequence[int],
+    max_steps: int,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """The record :func:`recorded_runs` reads: ``settings`` (:data:`RUN_DEFAULTS`,
+    ``max_steps``, ``seeds``) and, per experiment, its ``reward`` and
+    :func:`record_experiment`'s ``runs``."""
+    unknown = [e for e in experiments if e not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"experiments must be among {sorted(EXPERIMENTS)}, got {unknown}")
+    return {
+        "settings": {**RUN_DEFAULTS, "max_steps": max_steps, "seeds": list(seeds)},
+        "experiments": {
+            name: {
+                "reward": EXPERIMENTS[name]["reward"],
+                "runs": record_experiment(name, seeds=seeds, max_steps=max_steps, log=log),
+            }
+            for name in experiments
+        },
+    }
 
 
 def recorded_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
@@ -302,11 +371,9 @@ def recorded_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     :data:`RUN_DEFAULTS`, ``max_steps``, ``seeds``) and ``experiments``, by name (see
     :data:`EXPERIMENTS`): each its ``reward`` and ``runs``, a list of ``{"loss_type", "beta",
     "seed", "loss", "reward", "mean_length", "clipped_ratio"[, "kl"]}``, one value per step."""
-    path = (RUNS_DIR if directory is None else Path(directory)) / RUNS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no recorded GRPO runs at {str(path)!r}")
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return load_record(
+        RUNS_FILE, folder="grpo", keys=RUNS_KEYS, command=RUNS_COMMAND, directory=directory
+    )
 
 
 def run_summary(
@@ -322,7 +389,8 @@ def run_summary(
     ..., "std": ..., "per_seed": [...], "beta": ...}, ...}`` (keyed ``"dapo, beta=0.04"`` when one
     loss type runs with several betas). ``first`` is the mean over seeds of step 1's ``metric``;
     ``final`` the mean over seeds of each seed's mean over its ``last`` steps, ``std`` their
-    standard deviation (Bessel's; 0 for one seed), ``per_seed`` those per-seed values.
+    spread (:func:`lmlessons.course.records.seed_spread`: the standard deviation with Bessel's
+    correction, 0 for one seed), ``per_seed`` those per-seed values.
     ``steps=(a, b)``: over steps ``a`` to ``b`` (1-based, both included) instead of the last."""
     if experiment not in data.get("experiments", {}):
         raise ValueError(f"experiment must be one of {sorted(data.get('experiments', {}))}")
@@ -340,14 +408,13 @@ def run_summary(
     for key, group in groups.items():
         window = slice(-last, None) if steps is None else slice(steps[0] - 1, steps[1])
         finals = [sum(r[metric][window]) / len(r[metric][window]) for r in group]
-        mean = sum(finals) / len(finals)
-        var = sum((f - mean) ** 2 for f in finals) / max(len(finals) - 1, 1)
+        mean, std = seed_spread(finals)
         out[key] = {
             "loss_type": group[0]["loss_type"],
             "beta": group[0]["beta"],
             "first": sum(r[metric][0] for r in group) / len(group),
             "final": mean,
-            "std": var**0.5,
+            "std": std,
             "per_seed": finals,
         }
     return out

@@ -41,6 +41,7 @@ import torch
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
 from lmlessons.masking import mask_tokens
+from lmlessons.shifting import num_targets
 
 if TYPE_CHECKING:  # importing transformers' Trainer takes seconds: imported on first use
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
@@ -143,7 +144,7 @@ def model_inputs(model_name: str, batch: dict[str, torch.Tensor]) -> dict[str, t
 
 def _scored(model_name: str, labels: torch.Tensor) -> int:
     """Labels the loss really scores: after the shift for a causal model."""
-    return int((labels[:, 1:] if model_name in CAUSAL else labels).ne(IGNORE_INDEX).sum())
+    return int(num_targets(labels, shift=model_name in CAUSAL).sum())
 
 
 def reference_gradient(

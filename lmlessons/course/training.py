@@ -51,9 +51,9 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from lmlessons._checks import IGNORE_INDEX, check_int
-from lmlessons.losses import clm_loss, mlm_loss, nsp_loss
-from lmlessons.shifting import shift_labels
+from lmlessons._checks import IGNORE_INDEX, check_int, check_model
+from lmlessons.losses import clm_loss, mlm_loss, nsp_loss, token_nll
+from lmlessons.shifting import num_targets, shift_labels
 
 __all__ = [
     "History",
@@ -248,8 +248,7 @@ def infer_objective(model: torch.nn.Module) -> str:
 
 def _check_model(model: object, objective: str | None) -> str:
     """The objective to train or evaluate ``model`` with (inferred when None)."""
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model = check_model(model)
     if objective is None:
         objective = infer_objective(model)
     if objective not in OBJECTIVES:
@@ -259,10 +258,7 @@ def _check_model(model: object, objective: str | None) -> str:
 
 def _num_targets(batch: dict[str, torch.Tensor], objective: str) -> int:
     """The labels that are not -100; for CLM counted after the shift (the first is never one)."""
-    labels = batch["labels"]
-    if objective == "clm":
-        labels = shift_labels(labels)  # (B, T)
-    return int((labels != IGNORE_INDEX).sum())
+    return int(num_targets(batch["labels"], shift=objective == "clm").sum())
 
 
 def _forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
@@ -571,11 +567,11 @@ def _batch_sums(
         labels, nsp_logits = shift_labels(batch["labels"]), None  # (B, T): position t -> t + 1
     else:
         logits, labels, nsp_logits = _mlm_logits(model, batch, objective, _supports_sparse(model))
-    keep = labels != IGNORE_INDEX
-    rows, gold = logits[keep].float(), labels[keep]  # (N, V), (N,)
+    nll, keep = token_nll(logits, labels, shift=False)  # (B, T) each; the labels are aligned
+    gold = labels[keep]  # (N,)
     sums = {
-        "ce": F.cross_entropy(rows, gold, reduction="sum").item(),
-        "correct": int((rows.argmax(-1) == gold).sum()),
+        "ce": nll[keep].sum().item(),
+        "correct": int((logits[keep].argmax(-1) == gold).sum()),
         "targets": int(keep.sum()),
         "sequences": batch["input_ids"].shape[0],
     }

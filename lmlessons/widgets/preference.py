@@ -1,10 +1,9 @@
 """Lesson 11: the recorded preference runs (:func:`lmlessons.course.preferences.preference_runs`).
 
-* :func:`run_summary`: per loss type at one ``beta``, the mean and the spread over the seeds of
-  what a run ends with: the chosen and rejected log-probabilities, their gap, the highest
-  chosen log-probability along the way, the policy's own preference and TRL's
-  ``rewards/accuracies``;
-* :func:`summary_table`: the same as aligned text;
+* :func:`summary_table`: per loss type at one ``beta``, the mean and the spread over the seeds
+  (:func:`lmlessons.course.preferences.preference_summary`) of what a run ends with, as aligned
+  text: the chosen and rejected log-probabilities, their gap, the highest chosen
+  log-probability along the way, the policy's own preference and TRL's ``rewards/accuracies``;
 * :func:`plot_preference_runs`: three panels against the optimizer step (the chosen
   log-probability, the log-prob gap chosen minus rejected, the policy's own preference beside the
   reward accuracy), one line per loss type, the seeds' range shaded;
@@ -19,7 +18,12 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from lmlessons.course.preferences import RUN_LOSS_TYPES
+from lmlessons.course.preferences import (
+    RUN_LOSS_TYPES,
+    preference_summary,
+    probe_series,
+    select_runs,
+)
 from lmlessons.widgets.base import LessonWidget
 from lmlessons.widgets.display import (
     OutputRecord,
@@ -33,7 +37,6 @@ from lmlessons.widgets.display import (
 __all__ = [
     "PREFER_CHOICES",
     "prefer_reveal",
-    "run_summary",
     "summary_table",
     "plot_preference_runs",
     "preference_runs_widget",
@@ -47,53 +50,11 @@ LINE_STYLES = {"sigmoid": "-", "ipo": "--", "hinge": "-.", "sigmoid_norm": ":", 
 MARKERS = {"sigmoid": "o", "ipo": "s", "hinge": "^", "sigmoid_norm": "D", "simpo": "x"}
 
 
-def _runs(record: Mapping[str, Any], loss_type: str, beta: float) -> list[Mapping[str, Any]]:
-    runs = [r for r in record["runs"] if r["loss_type"] == loss_type and r["beta"] == beta]
-    if not runs:
-        raise ValueError(f"no recorded run of loss_type={loss_type!r} with beta={beta}")
-    return runs
-
-
-def _series(runs: Sequence[Mapping[str, Any]], key: str) -> list[list[float]]:
-    """``key`` at each probe, one list per run; ``margin`` is the log-prob gap, the chosen minus
-    the rejected summed log-probability (the reference's own gap included)."""
-    if key == "margin":
-        return [[p["chosen_logps"] - p["rejected_logps"] for p in r["probes"]] for r in runs]
-    return [[p[key] for p in r["probes"]] for r in runs]
-
-
-def _mean_spread(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half the range (max - min) / 2 over the seeds."""
-    return statistics.fmean(values), (max(values) - min(values)) / 2
-
-
-def run_summary(
-    record: Mapping[str, Any], beta: float
-) -> dict[str, dict[str, tuple[float, float]]]:
-    """Per loss type: ``{quantity: (mean over seeds, half-range over seeds)}`` at the last probe
-    (``peak_chosen_logps``: the highest chosen log-probability of the run, ``start_chosen_logps``:
-    before the first step)."""
-    out = {}
-    for loss_type in RUN_LOSS_TYPES:
-        runs = _runs(record, loss_type, beta)
-        chosen = _series(runs, "chosen_logps")
-        values = {
-            "start_chosen_logps": [c[0] for c in chosen],
-            "peak_chosen_logps": [max(c) for c in chosen],
-            "chosen_logps": [c[-1] for c in chosen],
-            "rejected_logps": [r[-1] for r in _series(runs, "rejected_logps")],
-            "margin": [m[-1] for m in _series(runs, "margin")],
-            "policy_prefers_chosen": [p[-1] for p in _series(runs, "policy_prefers_chosen")],
-            "reward_accuracy": [a[-1] for a in _series(runs, "reward_accuracy")],
-        }
-        out[loss_type] = {k: _mean_spread(v) for k, v in values.items()}
-    return out
-
-
 def summary_table(record: Mapping[str, Any], beta: float) -> str:
-    """:func:`run_summary` as aligned text: mean ± half-range over the seeds."""
-    summary = run_summary(record, beta)
-    seeds = len(_runs(record, RUN_LOSS_TYPES[0], beta))
+    """:func:`lmlessons.course.preferences.preference_summary` as aligned text: mean ± std over
+    the seeds."""
+    summary = preference_summary(dict(record), beta)
+    seeds = len(select_runs(dict(record), RUN_LOSS_TYPES[0], beta))
     columns = (
         ("peak_chosen_logps", "chosen: peak", ".1f"),
         ("chosen_logps", "chosen: end", ".1f"),
@@ -104,7 +65,7 @@ def summary_table(record: Mapping[str, Any], beta: float) -> str:
     )
     head = f"{'loss type':13s}" + "".join(f"{title:>17s}" for _, title, _ in columns)
     lines = [
-        f"beta={beta}, mean ± half-range over {seeds} seeds; start: chosen "
+        f"beta={beta}, mean ± std over {seeds} seeds; start: chosen "
         f"{summary['sigmoid']['start_chosen_logps'][0]:.1f}",
         head,
     ]
@@ -129,11 +90,11 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
         "policy prefers chosen (solid),\nrewards/accuracies (dotted)",
     )
     for loss_type in loss_types:
-        runs = _runs(record, loss_type, beta)
+        runs = select_runs(dict(record), loss_type, beta)
         steps, color = runs[0]["steps"], f"C{RUN_LOSS_TYPES.index(loss_type)}"
         keys = ("chosen_logps", "margin", "policy_prefers_chosen")
         for ax, key in zip(axes, keys):
-            series = _series(runs, key)
+            series = probe_series(runs, key)
             mean = [statistics.fmean(v) for v in zip(*series)]
             ax.fill_between(
                 steps,
@@ -153,7 +114,7 @@ def plot_preference_runs(record: Mapping[str, Any], loss_types: Sequence[str], b
                 ms=4,
                 label=loss_type,
             )
-        accuracy = [statistics.fmean(v) for v in zip(*_series(runs, "reward_accuracy"))]
+        accuracy = [statistics.fmean(v) for v in zip(*probe_series(runs, "reward_accuracy"))]
         axes[2].plot(steps, accuracy, color=color, ls=":", lw=1.2)
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=8)

@@ -22,7 +22,7 @@ import ipywidgets as widgets
 import torch
 from transformers import PreTrainedModel
 
-from lmlessons._checks import IGNORE_INDEX
+from lmlessons._checks import IGNORE_INDEX, check_real
 from lmlessons.course.palette import ink_on
 from lmlessons.losses import mlm_loss, nsp_loss
 from lmlessons.widgets.base import LessonWidget, float_slider
@@ -123,14 +123,6 @@ def term_gradients(
     )
 
 
-def _check_weight(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return float(value)
-
-
 def weighted_terms(terms: TermGradients, mlm_weight: float, nsp_weight: float) -> dict[str, float]:
     """Loss and gradient norms for ``mlm_weight * MLM + nsp_weight * NSP``.
 
@@ -138,7 +130,7 @@ def weighted_terms(terms: TermGradients, mlm_weight: float, nsp_weight: float) -
     sum), ``mlm_grad_norm`` / ``nsp_grad_norm`` (of each weighted term) and ``mlm_grad_share``
     = ``|a g_mlm| / (|a g_mlm| + |b g_nsp|)`` (0.5 when both are zero), ``nsp_grad_share`` = 1 - it.
     """
-    a, b = _check_weight("mlm_weight", mlm_weight), _check_weight("nsp_weight", nsp_weight)
+    a, b = check_real("mlm_weight", mlm_weight), check_real("nsp_weight", nsp_weight)
     m_norm, n_norm = a * math.sqrt(terms.mlm_sq), b * math.sqrt(terms.nsp_sq)
     total_sq = a * a * terms.mlm_sq + 2 * a * b * terms.dot + b * b * terms.nsp_sq
     share = m_norm / (m_norm + n_norm) if m_norm + n_norm > 0 else 0.5
@@ -296,10 +288,10 @@ def loss_weights_widget(
         raise TypeError(
             f"terms must be a TermGradients (from term_gradients), got {type(terms).__name__}"
         )
-    mlm_weight = _check_weight("mlm_weight", mlm_weight)
-    nsp_weight = _check_weight("nsp_weight", nsp_weight)
-    max_weight = _check_weight("max_weight", max_weight)
-    max_nsp_weight = _check_weight("max_nsp_weight", max_nsp_weight)
+    mlm_weight = check_real("mlm_weight", mlm_weight)
+    nsp_weight = check_real("nsp_weight", nsp_weight)
+    max_weight = check_real("max_weight", max_weight)
+    max_nsp_weight = check_real("max_nsp_weight", max_nsp_weight)
     if not max_weight >= max(mlm_weight, 0.1):
         raise ValueError(f"max_weight must be >= mlm_weight and 0.1, got {max_weight}")
     if not MIN_NSP_WEIGHT <= nsp_weight <= max_nsp_weight or max_nsp_weight <= MIN_NSP_WEIGHT:

@@ -1,0 +1,107 @@
+"""The course's recorded runs: one place that reads, checks and writes them, and one spread.
+
+Some runs take minutes, too long for a lesson, so a maintainer tool (``python -m tools.<name>``)
+trains them once and writes a small JSON file that the package ships under
+``lmlessons/data/<folder>/``; the lessons replay it.
+
+* :func:`load_record`: read one recording (the shipped one, or the same file in ``directory``),
+  a :class:`FileNotFoundError` naming the command that records it when it is missing, and
+  :func:`check_record` on what it read.
+* :func:`check_record`: the one schema check: a JSON object with the keys its kind needs.
+* :func:`write_record`: write a recording as the tools do (``indent=1``, a final newline;
+  optionally sorted keys and lists of numbers on one line).
+* :func:`seed_spread`: the mean over seeds and the spread around it, the sample standard deviation
+  with Bessel's correction (0 for a single seed): the one definition of "mean ± spread over the
+  seeds" that every summary of recorded runs states.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DATA_DIR",
+    "check_record",
+    "load_record",
+    "write_record",
+    "seed_spread",
+]
+
+#: The package's data folder: each recording lives in a folder of its own under it.
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+_FLAT_LIST = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")  # a list holding no list or dict
+
+
+def check_record(record: object, keys: Sequence[str], *, name: str = "record") -> dict[str, Any]:
+    """``record`` itself when it is a dict holding every one of ``keys`` (the top-level keys a
+    recording of its kind has); a :class:`TypeError` when it is no dict, a :class:`ValueError`
+    naming the missing keys otherwise. ``name`` names it in the message."""
+    if not isinstance(record, dict):
+        raise TypeError(f"{name} must be a JSON object (dict), got {type(record).__name__}")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise ValueError(f"{name} lacks the keys {missing} of its kind of recording")
+    return record
+
+
+def load_record(
+    file: str,
+    *,
+    folder: str,
+    keys: Sequence[str],
+    command: str,
+    directory: str | Path | None = None,
+) -> dict[str, Any]:
+    """The recording ``file`` shipped in ``lmlessons/data/<folder>/`` (or the file of that name in
+    ``directory``), checked by :func:`check_record` against ``keys``. A missing file raises a
+    :class:`FileNotFoundError` that names ``command``, the one that records it."""
+    base = DATA_DIR / folder if directory is None else Path(directory).expanduser()
+    path = base / file
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded runs at {str(path)!r}; record them with `{command}`")
+    return check_record(json.loads(path.read_text(encoding="utf-8")), keys, name=str(path))
+
+
+def _one_line(match: re.Match[str]) -> str:
+    """A list of numbers or strings written one item a line, as one line."""
+    return "[" + re.sub(r",\n\s*", ", ", match.group(1)) + "]"
+
+
+def write_record(
+    record: Mapping[str, Any],
+    directory: str | Path,
+    file: str,
+    *,
+    sort_keys: bool = False,
+    one_line_lists: bool = False,
+) -> Path:
+    """Write ``record`` as JSON (``indent=1``, a final newline) to ``directory/file``, the
+    folder made if needed, and return the path. ``sort_keys``: keys in sorted order;
+    ``one_line_lists``: each list that holds no list or dict on one line."""
+    if not isinstance(record, Mapping):
+        raise TypeError(f"record must be a mapping, got {type(record).__name__}")
+    path = Path(directory).expanduser() / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=1, sort_keys=sort_keys)
+    if one_line_lists:
+        text = _FLAT_LIST.sub(_one_line, text)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def seed_spread(values: Sequence[float]) -> tuple[float, float]:
+    """``(mean, std)`` of one value per seed: the mean, and the sample standard deviation with
+    Bessel's correction (divided by ``n - 1``; 0.0 for a single seed)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError("values must be a sequence of numbers, one per seed")
+    if not values:
+        raise ValueError("values must hold at least one value (one per seed)")
+    numbers = [float(v) for v in values]
+    mean = sum(numbers) / len(numbers)
+    var = sum((v - mean) ** 2 for v in numbers) / max(len(numbers) - 1, 1)
+    return mean, var**0.5

@@ -1,0 +1,182 @@
+"""The course's one loader, writer and schema check of recorded runs, and its one spread over
+seeds (``lmlessons.course.records``), and that every recording the package ships goes through
+them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmlessons.course.records import (
+    DATA_DIR,
+    check_record,
+    load_record,
+    seed_spread,
+    write_record,
+)
+
+
+def test_check_record_names_what_is_wrong():
+    record = {"runs": [], "about": {}}
+    assert check_record(record, ("runs",)) is record
+    with pytest.raises(ValueError, match=r"\['settings'\]"):
+        check_record(record, ("runs", "settings"), name="x.json")
+    with pytest.raises(TypeError, match=r"x\.json"):
+        check_record([1, 2], ("runs",), name="x.json")
+
+
+def test_write_then_load_round_trips(tmp_path):
+    data = {"b": [1.5, 2.0], "a": {"c": [1, [2, 3]]}}
+    path = write_record(data, tmp_path / "new", "r.json", sort_keys=True, one_line_lists=True)
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("}\n") and text.index('"a"') < text.index('"b"')
+    assert '"b": [1.5, 2.0]' in text and '"c": [\n' in text  # a list of lists stays open
+    back = load_record("r.json", folder="-", keys=("a", "b"), command="x", directory=path.parent)
+    assert back == data
+    plain = write_record(data, tmp_path, "p.json").read_text(encoding="utf-8")
+    assert plain == json.dumps(data, indent=1) + "\n"
+    with pytest.raises(TypeError, match="record"):
+        write_record([1], tmp_path, "q.json")  # type: ignore[arg-type]
+
+
+def test_load_record_names_the_recording_command_and_checks_keys(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"python -m tools\.thing"):
+        load_record(
+            "r.json",
+            folder="x",
+            keys=(),
+            command="python -m tools.thing",
+            directory=tmp_path,
+        )
+    (tmp_path / "r.json").write_text('{"runs": []}', encoding="utf-8")
+    with pytest.raises(ValueError, match="settings"):
+        load_record("r.json", folder="x", keys=("settings",), command="c", directory=tmp_path)
+
+
+def test_seed_spread_is_the_mean_and_bessels_std():
+    assert seed_spread([1.0, 2.0, 6.0]) == (3.0, pytest.approx(7**0.5))  # half-range: 2.5
+    assert seed_spread([4.0]) == (4.0, 0.0)
+    with pytest.raises(ValueError, match="values"):
+        seed_spread([])
+    with pytest.raises(TypeError, match="values"):
+        seed_spread("12")  # type: ignore[arg-type]
+
+
+def test_every_shipped_recording_loads_through_the_one_loader():
+    from lmlessons.bugzoo.records import load_records
+    from lmlessons.course.chat import load_seed_runs
+    from lmlessons.course.grpo_learn import recorded_learn_runs
+    from lmlessons.course.preferences import preference_runs
+    from lmlessons.course.rl import recorded_runs
+
+    shipped = {p.parent.name for p in DATA_DIR.glob("*/*.json") if "runs" in p.name}
+    assert shipped == {"answer_only", "bugzoo", "grpo", "grpo_learn", "preference"}
+    assert load_records() and load_seed_runs()["settings"] and preference_runs()["runs"]
+    assert recorded_runs()["experiments"] and recorded_learn_runs()["experiments"]
+
+
+@pytest.mark.parametrize(
+    ("loader", "command"),
+    [
+        ("lmlessons.bugzoo.records:load_records", "tools.bugzoo"),
+        ("lmlessons.course.chat:load_seed_runs", "tools.answer_only_seeds"),
+        ("lmlessons.course.preferences:preference_runs", "tools.preference_runs"),
+    ],
+)
+def test_each_loader_names_its_own_tool(tmp_path, loader, command):
+    import importlib
+
+    module, name = loader.split(":")
+    with pytest.raises(FileNotFoundError, match=command.replace(".", r"\.")):
+        getattr(importlib.import_module(module), name)(tmp_path)
+
+
+def test_the_grpo_loaders_name_their_own_tools(tmp_path):
+    from lmlessons.course.grpo_learn import recorded_learn_runs
+    from lmlessons.course.rl import recorded_runs
+
+    with pytest.raises(FileNotFoundError, match=r"tools\.grpo_runs"):
+        recorded_runs(directory=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"tools\.grpo_learn"):
+        recorded_learn_runs(directory=tmp_path)
+
+
+# The recording tools are thin: what they record is built by the course's record_* functions ----
+
+
+def test_record_runs_builds_the_grpo_record_the_loader_reads(tmp_path, monkeypatch):
+    from lmlessons.course import rl
+
+    calls = []
+
+    def fake_grpo_run(output_dir, **kwargs):
+        calls.append(kwargs)
+        return {"loss": [0.123456, 1 / 3], "mean_length": [12.0, 9.87654]}
+
+    monkeypatch.setattr(rl, "grpo_run", fake_grpo_run)
+    data = rl.record_runs(["loss_start"], seeds=[0, 5], max_steps=2, log=None)
+    assert data["settings"]["max_steps"] == 2 and data["settings"]["seeds"] == [0, 5]
+    runs = data["experiments"]["loss_start"]["runs"]
+    assert [(r["loss_type"], r["beta"], r["seed"]) for r in runs] == [
+        (t, b, s) for t, b in rl.EXPERIMENTS["loss_start"]["runs"] for s in (0, 5)
+    ]
+    assert runs[0]["loss"] == [0.1235, 0.3333] and runs[0]["mean_length"] == [12.0, 9.8765]
+    assert {c["max_steps"] for c in calls} == {2}
+    write_record(data, tmp_path, rl.RUNS_FILE)
+    assert rl.recorded_runs(directory=tmp_path) == data
+    with pytest.raises(ValueError, match="experiments"):
+        rl.record_runs(["nope"], seeds=[0], max_steps=1)
+
+
+def test_record_learn_runs_keeps_every_seed_and_the_samples(monkeypatch):
+    from lmlessons.course import grpo_learn
+
+    def fake_learn_run(output_dir, experiment, *, seed, max_steps):
+        before = [{"completions": ["the sea"]}]
+        after = [{"completions": ["water water"]}]
+        return {"seed": seed, "reward": [0.04444, 1.0], "before": before, "after": after}
+
+    monkeypatch.setattr(grpo_learn, "learn_run", fake_learn_run)
+    lines: list[str] = []
+    data = grpo_learn.record_learn_runs(["games"], seeds=[1, 2], max_steps=2, log=lines.append)
+    runs = data["experiments"]["games"]["runs"]
+    assert [r["seed"] for r in runs] == [1, 2] and runs[0]["reward"] == [0.0444, 1.0]
+    assert runs[0]["after"] == [{"completions": ["water water"]}]  # samples kept as they are
+    assert data["experiments"]["games"]["reward"] == "word_count_reward"
+    assert data["settings"]["max_steps"] == 2 and isinstance(data["seconds"], int)
+    assert len(lines) == 2 and "word count 0.00 -> 2.00" in lines[0]
+
+
+def test_record_seed_runs_holds_one_value_per_seed(monkeypatch):
+    from lmlessons.course import chat
+
+    def fake_run(name, seed, data, max_steps, eval_every):
+        return {"answer_loss": float(seed), "stop_rate": 0.5}
+
+    monkeypatch.setattr(chat, "_seed_run", fake_run)
+    data = chat.record_seed_runs([3, 4], max_steps=7, log=None)
+    assert data["seeds"] == [3, 4] and data["max_steps"] == 7
+    assert data["num_heldout"] == len(chat.instruction_set("validation"))
+    assert set(data["settings"]) == set(chat.SEED_RUN_SETTINGS)
+    assert all(
+        r == {"answer_loss": [3.0, 4.0], "stop_rate": [0.5, 0.5]} for r in data["settings"].values()
+    )
+
+
+def test_bugzoo_record_runs_trains_the_named_runs_and_keeps_the_others(monkeypatch):
+    from lmlessons.bugzoo import runs
+
+    first, second, third = list(runs.RUNS)[:3]
+    monkeypatch.setattr(runs, "run", lambda run_id: {"trained": run_id})
+    lines: list[str] = []
+    earlier = ({third: {"old": 1}, first: {"old": 2}}, {third: 9.0, first: 8.0})
+    records, seconds = runs.record_runs(
+        [second, first], recorded=earlier[0], seconds=earlier[1], log=lines.append
+    )
+    assert list(records) == [first, second, third]  # the order of RUNS
+    assert records[first] == {"trained": first} and records[third] == {"old": 1}
+    assert seconds[third] == 9.0 and list(seconds) == [first, second, third]
+    assert [line.split()[0] for line in lines] == [second, first]
+    with pytest.raises(ValueError, match="no_such_run"):
+        runs.record_runs(["no_such_run"])
