@@ -131,11 +131,6 @@ def per_token_mean_loss(
     return clm_loss(logits, labels, num_items_in_batch=num_items_in_batch)
 
 
-#: The old name of :func:`per_token_mean_loss`, kept as an import path only until the callers
-#: that another change is writing move to the new one; not part of the API (not in ``__all__``).
-per_token_loss = per_token_mean_loss
-
-
 def per_example_mean_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
