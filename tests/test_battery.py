@@ -1,11 +1,16 @@
-"""The corpus of learners' attempts at the checked exercises (``tests/battery/``), run through
-``check``.
+"""The corpus of learners' attempts at the checked exercises, run through ``check``: the
+catalogue of known mistakes in the package, and the battery (``tests/battery/``).
 
-Every module ``tests/battery/<exercise>.py`` holds attempts marked ``@wrong(code)``,
-``@wrong(says=...)`` or ``@correct`` (``battery/_attempt.py``). A correct attempt must pass; a
-wrong one must fail, be named by its mistake code and/or carry its words, and point to the first
-hint. The attempts were written from what a learner sees (the lessons, the exercises README, the
-package functions), not from the checkers.
+Each checker's module catalogues its known mistakes as small wrong implementations, each with its
+mistake code (``known = known_mistakes(exercise)``, ``@known("code")``): submitted as a learner's
+answer, every entry must be named by its own code. Every module ``tests/battery/<exercise>.py``
+holds the other attempts, marked ``@wrong(code)``, ``@wrong(says=...)`` or ``@correct``
+(``battery/_attempt.py``): realistic attempts that are not a catalogue entry (other ways to make
+a catalogued mistake, structural mistakes the runner names), correct alternatives and attempts
+that delegate to the course. A correct attempt must pass; a wrong one must fail, be named by its
+mistake code and/or carry its words, and point to the first hint. The attempts were written from
+what a learner sees (the lessons, the exercises README, the package functions), not from the
+checkers.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from battery._attempt import ATTEMPTS, CORRECT, Attempt
 
 from lmlessons.course.content import load
 from lmlessons.exercises import EXERCISES, check
+from lmlessons.exercises._framework import KNOWN, Known
 
 BATTERY = Path(__file__).parent / "battery"
 for _module in pkgutil.iter_modules([str(BATTERY)]):
@@ -30,21 +36,116 @@ CASES = [
     for exercise, attempts in sorted(ATTEMPTS.items())
     for attempt in attempts
 ]
+ENTRIES = [
+    pytest.param(exercise, entry, id=f"{exercise}-known-{entry.fn.__name__}")
+    for exercise, entries in sorted(KNOWN.items())
+    for entry in entries
+]
+
+#: Every mistake each exercise's checker names on the catalogue and the battery together: a
+#: mistake dropped from both (or one added to neither list) fails here.
+NAMED = {
+    "assistant_labels": "delegates_to_course drops_end_of_turn hard_coded_special_ids "
+    "labels_are_boolean_mask labels_not_ignored labels_shifted last_answer_only modifies_input "
+    "no_targets trains_on_prompt wrong_dtype wrong_shape wrong_type",
+    "bert_pretraining_loss": "averages_losses class_dim counts_unmasked_positions "
+    "delegates_to_course detached missing_mlm missing_nsp misweighted nan_when_no_targets "
+    "per_row_mean returns_tuple skips_target_zero sum_not_mean swapped_nsp_labels unweighted",
+    "chunked_cross_entropy": "averages_chunk_means builds_full_logits chunk_too_large "
+    "counts_padding_positions delegates_to_course detached drops_last_chunk "
+    "ignores_num_items_in_batch keeps_chunks_for_backward modifies_input nan_on_ignored_chunk "
+    "nan_when_no_targets not_a_tensor num_items_divides_mean wrong_gradient",
+    "clm_loss": "class_dim counts_before_shift counts_padding_positions delegates_to_course "
+    "ignores_num_items_in_batch minus100_not_ignored modifies_input nan_when_no_targets "
+    "not_scalar not_shifted num_items_divides_mean per_row_mean returns_tuple "
+    "scores_last_position shifted_twice shifted_wrong_way shifts_across_rows skips_target_zero "
+    "nll_without_log_softmax sum_not_mean",
+    "flatten_documents": "delegates_to_course flatten_shifts_labels flatten_wrong_ids "
+    "ignores_separator_id modifies_input no_separator positions_from_one "
+    "positions_not_restarted raised_exception separator_at_end wrong_dtype wrong_keys "
+    "wrong_shape wrong_type",
+    "group_advantages": "batch_mean_subtracted batch_std_of_advantages changes_dtype "
+    "delegates_to_course divides_by_variance epsilon_inside_sqrt ignores_scale_rewards "
+    "missing_keepdim modifies_input no_std_epsilon none_skips_baseline none_still_scales "
+    "population_std wrong_grouping wrong_shape",
+    "grpo_loss": "completion_mean_for_token_type counts_nonzero_losses delegates_to_course "
+    "detached divides_by_completion_width dr_grpo_missing_batch_size empty_completion_skipped "
+    "empty_detached ignores_max_completion_length ignores_num_items_in_batch modifies_input "
+    "nan_on_empty_completion not_a_tensor not_scalar num_items_divides_mean "
+    "num_items_outside_dapo padding_in_denominator padding_losses_count requires_num_items "
+    "token_mean_for_grpo zero_count_not_clamped",
+    "make_nsp_pairs": "attention_mask_wrong delegates_to_course empty_segment "
+    "hard_coded_special_ids ignores_max_length ignores_nsp_probability missing_cls "
+    "modifies_input negative_random_ids negative_same_document padding_wrong "
+    "positive_from_other_document positive_not_continuation raised_exception sep_wrong "
+    "swapped_nsp_labels uses_global_rng wrong_dtype wrong_keys wrong_segment_ids",
+    "mask_tokens": "delegates_to_course divides_by_zero fails_when_nothing_selected "
+    "hard_coded_special_ids ignores_generator ignores_mlm_probability ignores_replace_probs "
+    "int_mask_not_bool labels_are_boolean_mask labels_are_corrupted_ids labels_not_ignored "
+    "masks_special_tokens modifies_input random_ids_not_uniform random_ids_out_of_range "
+    "random_not_conditional replacement_rates_off selects_exact_count special_tokens_mask_none "
+    "swapped_outputs uses_global_rng wrong_dtype wrong_shape wrong_type",
+    "mlm_loss": "class_dim counts_unmasked_positions delegates_to_course detached "
+    "empty_detached ignores_num_items_in_batch minus100_not_ignored modifies_input "
+    "nan_when_no_targets nll_without_log_softmax not_a_tensor not_scalar num_items_divides_mean "
+    "per_row_mean returns_tuple shifts_labels skips_target_zero sum_not_mean",
+    "rank_loss": "all_reduce_needs_tensor counts_before_shift counts_padding_positions "
+    "delegates_to_course detached divides_by_local_count mismatched_all_reduce "
+    "missing_world_size modifies_input nan_when_no_targets not_shifted",
+    "select_whole_words": "attention_mask_none count_from_padded_length count_not_exact "
+    "counts_words delegates_to_course ignores_max_predictions masks_special_tokens "
+    "modifies_input not_random_order orphan_piece overshoots_count selects_padding splits_words "
+    "stops_at_first_long_word uses_global_rng weights_words_by_length wrong_count_formula "
+    "wrong_dtype",
+    "sequence_logprobs": "argmax_not_label average_of_no_targets counts_before_shift "
+    "counts_padding_positions delegates_to_course detached gathers_raw_logits ignores_average "
+    "log_of_softmax mask_not_shifted mean_over_positions minus100_not_ignored modifies_input "
+    "nan_when_no_targets negated_logprobs not_per_sequence not_shifted not_upcast "
+    "probs_not_logprobs returns_tuple scores_last_position shifted_twice shifted_wrong_way "
+    "shifts_across_rows "
+    "skips_target_zero softmax_wrong_dim wrong_type",
+    "truncate_seq_pair": "always_trims_end always_trims_front delegates_to_course "
+    "ignores_generator longer_decided_once modifies_input off_by_one one_end_per_call "
+    "removes_from_middle repeats_per_call returns_same_lists trims_both_sides "
+    "trims_shorter_side uses_global_rng wrong_total wrong_type",
+}
 
 
 def test_every_exercise_has_a_battery_of_documented_attempts():
-    """Each checked exercise has at least 12 wrong and 3 correct attempts, each with a docstring,
-    each expected code is in the mistake catalogue, and no two attempts share an id."""
+    """Each checked exercise has at least 12 wrong attempts (catalogue entries and battery
+    attempts) and 3 correct ones, each with a docstring, each expected code is in the mistake
+    catalogue, and no two attempts share a name."""
     codes = set(load("mistakes"))
     assert set(ATTEMPTS) == set(EXERCISES) - {"bug_zoo"}, set(ATTEMPTS) ^ set(EXERCISES)
     for exercise, attempts in ATTEMPTS.items():
+        entries = KNOWN.get(exercise, [])
         wrong = [a for a in attempts if a.expect != CORRECT]
-        assert len(wrong) >= 12 and len(attempts) - len(wrong) >= 3, exercise
-        assert len({a.id for a in attempts}) == len(attempts), exercise
+        assert len(wrong) + len(entries) >= 12 and len(attempts) - len(wrong) >= 3, exercise
+        names = [a.id for a in attempts] + [k.fn.__name__ for k in entries]
+        assert len(set(names)) == len(names), exercise
         for a in attempts:
             assert a.does.strip(), f"{exercise}.{a.id} has no docstring"
             assert a.expect in codes | {CORRECT, None}, f"{exercise}.{a.id}: {a.expect}"
             assert a.says is None or a.says.lower() != "expected", f"{exercise}.{a.id}"
+        for k in entries:
+            assert k.what and k.code in codes, f"{exercise}.{k.fn.__name__}"
+
+
+@pytest.mark.parametrize("exercise", sorted(NAMED))
+def test_every_mistake_is_still_named(exercise: str) -> None:
+    """The codes the catalogue and the battery expect of ``exercise`` are the listed ones."""
+    expected = {a.expect for a in ATTEMPTS[exercise] if a.expect not in (CORRECT, None)}
+    expected |= {k.code for k in KNOWN.get(exercise, [])}
+    assert expected == set(NAMED[exercise].split())
+
+
+@pytest.mark.parametrize(("exercise", "entry"), ENTRIES)
+def test_each_known_mistake_is_named_by_its_code(exercise: str, entry: Known) -> None:
+    """A catalogue entry, submitted as a learner's answer, is named by its own code."""
+    result = check(exercise, entry.fn)
+    seen = f"{entry.what}\n-> [{result.mistake}] {result.title}: {result.message}"
+    assert result.status == "failed" and result.mistake == entry.code, seen
+    assert f'hint("{exercise}", 1)' in str(result), seen
 
 
 @pytest.mark.parametrize(("exercise", "attempt"), CASES)

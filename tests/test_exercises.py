@@ -20,7 +20,6 @@ import traceback
 from pathlib import Path
 
 import battery.mask_tokens
-import battery.mlm_loss
 import battery.select_whole_words
 import numpy as np
 import pytest
@@ -42,6 +41,7 @@ from lmlessons.exercises import (
     EXERCISES,
     _check,
     check,
+    check_losses,
     hint,
     quiz,
     solution,
@@ -51,7 +51,14 @@ from lmlessons.exercises import (
 )
 from lmlessons.exercises._cases import random_word_rows, word_batch
 from lmlessons.exercises._delegation import Delegation, delegation
-from lmlessons.exercises._framework import TIME_LIMIT, Case, Mistake, Runner, tokenizer_state
+from lmlessons.exercises._framework import (
+    KNOWN,
+    TIME_LIMIT,
+    Case,
+    Mistake,
+    Runner,
+    tokenizer_state,
+)
 from lmlessons.exercises._loss_checks import batches
 from lmlessons.exercises._memory import LargestTensor
 from lmlessons.exercises._threads import Group, MismatchedAllReduce
@@ -380,11 +387,15 @@ PHRASES = {
 
 
 def _first_attempts() -> dict[str, tuple[str, object]]:
-    """For each mistake code, the first attempt of the battery (``tests/battery``, whose
-    ``tests/test_battery.py`` checks every attempt's code) that makes it, and its exercise."""
+    """For each mistake code, the first catalogue entry or attempt of the battery
+    (``tests/battery``; ``tests/test_battery.py`` checks every one's code) that makes it, and
+    its exercise."""
     for path in sorted((Path(__file__).parent / "battery").glob("[a-z]*.py")):
         importlib.import_module(f"battery.{path.stem}")
     first: dict[str, tuple[str, object]] = {}
+    for exercise, entries in KNOWN.items():
+        for entry in entries:
+            first.setdefault(entry.code, (exercise, entry.fn))
     for exercise, attempts in ATTEMPTS.items():
         for attempt in attempts:
             first.setdefault(str(attempt.expect), (exercise, attempt.fn))
@@ -493,7 +504,7 @@ def test_numbers_in_messages():
     """The factor the 'counts unmasked positions' message states is 1 / mlm_probability at
     transformers' default rate, and dividing by every position really shrinks the loss by it."""
     p = _collator_default("mlm_probability")
-    divides_by_every_position = battery.mlm_loss.divides_by_every_position
+    divides_by_every_position = check_losses.divides_by_every_position
     message = check("mlm_loss", divides_by_every_position).message
     assert f"{1 / p:.1f} times too small at {p:.0%}" in message
     g = torch.Generator().manual_seed(0)
@@ -921,7 +932,7 @@ def test_quiz_numbers():
     logits = torch.randn(2, 100, 7, generator=torch.Generator().manual_seed(2))
     labels = torch.full((2, 100), -100)
     labels[:, :15] = 3
-    every = battery.mlm_loss.divides_by_every_position
+    every = check_losses.divides_by_every_position
     shrink = float(lmlessons.mlm_loss(logits, labels) / every(logits, labels))
     assert f"200/30, about {shrink:.1f}x" in text
     # 07.1: a micro-batch of 1 token with loss 2.0, one of 99 tokens with loss 1.0 each

@@ -27,7 +27,10 @@ case observed and name the mistake). Everything else is here:
   ``wrong_gradient``: the gradients of the learner's result with respect to the arguments of the
   last call, :attr:`Runner.last`, against the reference's on the same case);
 - ``run.call(case, via=...)`` calls the learner through a wrapper (threads for simulated ranks,
-  a dispatch mode that watches memory), inside the same plumbing.
+  a dispatch mode that watches memory), inside the same plumbing;
+- the catalogue of known mistakes (:class:`Known`, :func:`known_mistakes`): small wrong
+  implementations, each with its code; :func:`known_outputs` runs them on a failing case and
+  :func:`which_known` names the one whose result the learner's equals.
 
 Every mistake's title and explanation come from one catalogue, ``data/content/mistakes.toml``;
 a :class:`Mistake` adds only what the case observed (``detail``).
@@ -115,6 +118,84 @@ class Case:
         if self.seed is not None:
             kwargs["generator"] = torch.Generator().manual_seed(self.seed)
         return [_copy(a) for a in self.args], kwargs
+
+
+# --------------------------------------------------------------------------- known mistakes
+
+
+@dataclass(frozen=True)
+class Known:
+    """A catalogued mistake: a small wrong implementation, with the exercise's signature, as a
+    learner writes it, and the code of the mistake it makes. Its docstring's first line says
+    what it computes, as a message quotes it ("Divided by the group's variance + 1e-4.")."""
+
+    exercise: str
+    code: str
+    fn: Callable[..., Any]
+
+    @property
+    def what(self) -> str:
+        line = (inspect.getdoc(self.fn) or "").split("\n\n")[0].replace("\n", " ").strip()
+        word = line.split(" ", 1)[0]
+        first = line[:1] if len(word) > 1 and word.isupper() else line[:1].lower()  # not "mLM"
+        return (first + line[1:]).rstrip(".")
+
+
+#: Each exercise's catalogue of known mistakes, in the order they are written (the checkers'
+#: modules fill it with :func:`known_mistakes`; ``tests/test_battery.py`` submits every entry).
+KNOWN: dict[str, list[Known]] = {}
+
+
+def known_mistakes(exercise: str) -> Callable[[str], Callable[[Any], Any]]:
+    """The decorator ``known(code)`` that catalogues a function as ``exercise``'s mistake
+    ``code`` (and returns it unchanged): ``known = known_mistakes("mlm_loss")``."""
+
+    def known(code: str) -> Callable[[Any], Any]:
+        def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+            KNOWN.setdefault(exercise, []).append(Known(exercise, code, fn))
+            return fn
+
+        return mark
+
+    return known
+
+
+def known_outputs(
+    exercise: str,
+    case: Case,
+    convert: Callable[[Any], Any] = lambda out: out,
+    via: Callable[..., Any] | None = None,
+    **fields: object,
+) -> list[tuple[str, str, Any]]:
+    """``(code, what, convert(output))`` of every catalogued mistake of ``exercise`` on copies of
+    ``case``'s arguments (called through ``via``, as :meth:`Runner.call` calls the learner's),
+    ``what`` with the case's ``fields`` filled in (a docstring's ``{count}``); an entry that
+    raises, or gives nothing ``convert`` takes, is left out."""
+    out = []
+    for entry in KNOWN.get(exercise, []):
+        args, kwargs = case.arguments()
+        fn = entry.fn if via is None else functools.partial(via, entry.fn)
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = convert(fn(*args, **kwargs))
+        except Exception:  # a mistake that fails on this case is not the one it shows
+            continue
+        out.append((entry.code, entry.what.format(**fields) if fields else entry.what, result))
+    return out
+
+
+def which_known(
+    candidates: Iterable[tuple[str, str, Any]],
+    got: Any,
+    expected: Any,
+    same: Callable[[Any, Any], bool],
+) -> tuple[str, str] | None:
+    """The ``(code, what)`` of the candidate (``(code, what, output)``, e.g. from
+    :func:`known_outputs`) whose output is ``same`` as ``got`` and not as ``expected``; None if
+    none is, or candidates of two codes are (the case cannot tell them apart)."""
+    found = [(c, w) for c, w, out in candidates if same(got, out) and not same(out, expected)]
+    return found[0] if len({code for code, _ in found}) == 1 else None
 
 
 # --------------------------------------------------------------------------- exceptions, RNG

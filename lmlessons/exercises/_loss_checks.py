@@ -8,10 +8,12 @@ exercise's diagnosis, else ``wrong_value``) and the reference's gradients (``det
 (``nan_when_no_targets``, ``empty_not_zero``, ``empty_detached``, ``fails_when_nothing_masked``).
 :func:`named` picks the known mistake whose value, computed on the case, the learner's loss
 equals (none if two mistakes give it); :func:`moves` asks whether the loss depends on scores it
-must ignore. :func:`batches` and :func:`with_num_items` make cases; :func:`check_token_loss` is
-the pipeline of ``mlm_loss`` and ``clm_loss``. The references are the exercises' solutions
-(``solutions.py``), which ``tests/test_exercises.py`` holds against transformers'
-``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``.
+must ignore. :func:`token_loss_mistakes` catalogues the mistakes every token loss can make, each
+written once (``mlm_loss``, ``clm_loss``); :func:`mlm_outputs` evaluates ``mlm_loss``'s on the
+MLM part of another loss. :func:`batches` and :func:`with_num_items` make cases;
+:func:`check_token_loss` is the pipeline of ``mlm_loss`` and ``clm_loss``. The references are
+the exercises' solutions (``solutions.py``), which ``tests/test_exercises.py`` holds against
+transformers' ``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN, gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, close
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    close,
+    known_mistakes,
+    known_outputs,
+    which_known,
+)
 
 #: A known mistake: (code, what its value is, in words, the value it gives on the case).
 Candidate = tuple[str, str, float]
@@ -93,16 +104,20 @@ def as_loss(case: Case, out: object) -> torch.Tensor:
 
 
 def named(
-    case: Case, got: float, expected: float, candidates: list[Candidate], subject: str = "the loss"
+    case: Case,
+    got: float,
+    expected: float,
+    candidates: list[Candidate],
+    subject: str = "the loss",
 ) -> Mistake | None:
-    """The candidate whose value ``got`` (``subject``) equals, and the right value not; None if
-    none does, or if candidates of different codes do (the case cannot tell them apart)."""
-    found = [c for c in candidates if close(got, c[2]) and not close(c[2], expected)]
-    if len({code for code, _, _ in found}) != 1:
+    """The candidate (e.g. a catalogued mistake's value, :func:`known_outputs`) whose value
+    ``got`` (``subject``) equals, and the right value not; None if none does, or if candidates
+    of different codes do (the case cannot tell them apart)."""
+    found = which_known(candidates, got, expected, close)
+    if found is None:
         return None
-    code, what, _ = found[0]
-    detail = f"On {case.label}, {subject} is {got:.4f}, {what}; expected {expected:.4f}."
-    return Mistake(code, detail)
+    detail = f"On {case.label}, {subject} is {got:.4f}, {found[1]}; expected {expected:.4f}."
+    return Mistake(found[0], detail)
 
 
 def check_loss(
@@ -176,49 +191,6 @@ def shift(labels: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
-def mean_candidates(logits: torch.Tensor, targets: torch.Tensor) -> list[Candidate]:
-    """The values of the averaging mistakes any token loss can make, ``targets`` as scored."""
-    ce = token_ce(logits, targets)
-    keep = targets != IGNORE_INDEX
-    total = float(ce.sum())
-    count = int(keep.sum())
-    rows = keep.any(-1)
-    per_row = ce.sum(-1)[rows] / keep.sum(-1)[rows]
-    zero = keep & (targets != 0)
-    raw = -logits.detach().double().gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return [
-        ("per_row_mean", "the mean of the per-sequence means", float(per_row.mean())),
-        ("per_row_mean", "the mean of the per-sequence means", float(per_row.sum() / len(rows))),
-        ("sum_not_mean", f"the sum over the {count} targets", total),
-        (
-            "skips_target_zero",
-            "the mean over the targets that are not id 0",
-            float(ce[zero].sum() / max(int(zero.sum()), 1)),
-        ),
-        (
-            "nll_without_log_softmax",
-            "the mean of the negated raw scores at the targets",
-            float(raw[keep].mean()),
-        ),
-        (
-            "class_dim",
-            "with the softmax over the positions, not the vocabulary",
-            float(token_ce(logits, targets, dim=-2)[keep].mean()),
-        ),
-    ]
-
-
-def num_items_candidates(logits: torch.Tensor, targets: torch.Tensor, n: int) -> list[Candidate]:
-    """The values of the mistakes with ``num_items_in_batch=n``."""
-    ce = token_ce(logits, targets)
-    count = int((targets != IGNORE_INDEX).sum())
-    mean = float(ce.sum()) / max(count, 1)
-    return [
-        ("ignores_num_items_in_batch", f"the mean over this batch's {count} targets", mean),
-        ("num_items_divides_mean", f"that mean ({mean:.4f}) divided by {n}", mean / n),
-    ]
-
-
 def batches(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The first ``n`` batches of :data:`LOSS_BATCHES`, ``(logits (B, T, V), labels (B, T))``,
     drawn from one generator seeded ``seed`` (every row draws a shape, used or not)."""
@@ -262,24 +234,33 @@ def mean_ce(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float(token_ce(logits, targets).sum()) / count
 
 
-def token_diagnose(
-    run: Runner, shifted: int, known: Callable[[torch.Tensor, torch.Tensor], list[Candidate]]
-) -> Diagnose:
+def token_fields(logits: torch.Tensor, labels: torch.Tensor, k: int, n: object) -> dict[str, Any]:
+    """The numbers the token losses' catalogue quotes, for targets the labels shifted by ``k``:
+    ``count`` targets, their ``mean`` loss, ``positions`` B*T, ``shifted`` B*(T - 1), ``n``
+    (``num_items_in_batch``)."""
+    B, T = labels.shape
+    targets = shift(labels, k)
+    count = int((targets != IGNORE_INDEX).sum())
+    mean = float(token_ce(logits, targets).sum()) / max(count, 1)
+    return {"count": count, "mean": mean, "positions": B * T, "shifted": B * (T - 1), "n": n}
+
+
+def token_diagnose(run: Runner, shifted: int) -> Diagnose:
     """The diagnosis of a wrong ``(logits, labels)`` loss whose targets are the labels shifted
-    by ``shifted``: ``num_items_in_batch`` mistakes, the ``known(logits, labels)`` ones, the
-    averaging ones, then whether the loss moves with scores it must ignore."""
+    by ``shifted``: the catalogued mistake its value equals, then whether the loss moves with
+    scores it must ignore."""
 
     def diagnose(case: Case, got: float, expected: float) -> Mistake | None:
-        logits = case.args[0].detach()
-        labels = case.args[1]
+        logits, labels = case.args[0].detach(), case.args[1]
         targets = shift(labels, shifted)
         n = case.kwargs.get("num_items_in_batch")
-        if n is not None:
-            return named(case, got, expected, num_items_candidates(logits, targets, int(n)))
-        found = named(case, got, expected, known(logits, labels) + mean_candidates(logits, targets))
+        fields = token_fields(logits, labels, shifted, None if n is None else int(n))
+        found = named(case, got, expected, known_outputs(run.exercise, case, float, **fields))
+        if found is not None or n is not None:
+            return found
         last = torch.ones(labels.shape, dtype=torch.bool)
         last[:, -1] = False
-        if found is None and shifted:
+        if shifted:
             found = moves(run, case, last, "at the last position", got, "scores_last_position")
         if found is None:
             keep = targets != IGNORE_INDEX
@@ -287,6 +268,109 @@ def token_diagnose(
         return found
 
     return diagnose
+
+
+# --------------------------------------------------------------------------- known mistakes
+# The mistakes every token loss can make, each written once for targets that are the labels
+# shifted by ``k`` (0: ``mlm_loss``, 1: ``clm_loss``), catalogued for both exercises (and
+# evaluated by ``bert_pretraining_loss`` and ``chunked_cross_entropy`` on their MLM part). Each
+# is right where its mistake does not show; a docstring's ``{count}`` and ``{n}`` are the case's.
+
+
+def _scored(logits: torch.Tensor, labels: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    """The targets ``(B, T)``, each position's cross-entropy (0 at -100) and the target mask."""
+    targets = shift(labels, k)  # (B, T)
+    ce = torch.nn.functional.cross_entropy(
+        logits.float().transpose(1, 2), targets, reduction="none"
+    )
+    return targets, ce, targets != IGNORE_INDEX
+
+
+def _over(total: torch.Tensor, count: int | torch.Tensor, n: Any) -> torch.Tensor:
+    """``total`` / ``num_items_in_batch``, or / ``count`` (at least 1) without it."""
+    return total / n if n is not None else total / max(int(count), 1)
+
+
+def _averaging_mistakes(exercise: str, k: int) -> None:
+    known = known_mistakes(exercise)
+
+    @known("per_row_mean")
+    def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
+        """The mean of the per-sequence means."""
+        _, ce, keep = _scored(logits, labels, k)
+        rows = keep.any(-1)
+        if num_items_in_batch is not None or not rows.any():
+            return _over(ce.sum(), keep.sum(), num_items_in_batch)
+        return (ce.sum(-1)[rows] / keep.sum(-1)[rows]).mean()
+
+    @known("per_row_mean")
+    def row_means_over_every_row(logits, labels, *, num_items_in_batch=None):
+        """The mean of the per-sequence means."""
+        _, ce, keep = _scored(logits, labels, k)
+        if num_items_in_batch is not None:
+            return ce.sum() / num_items_in_batch
+        return (ce.sum(-1) / keep.sum(-1).clamp(min=1)).mean()
+
+    @known("sum_not_mean")
+    def returns_the_sum(logits, labels, *, num_items_in_batch=None):
+        """The sum over the {count} targets."""
+        _, ce, _ = _scored(logits, labels, k)
+        return ce.sum() if num_items_in_batch is None else ce.sum() / num_items_in_batch
+
+    @known("skips_target_zero")
+    def zero_id_is_padding(logits, labels, *, num_items_in_batch=None):
+        """The mean over the targets that are not id 0."""
+        targets, ce, _ = _scored(logits, labels, k)
+        return _over((ce * (targets > 0)).sum(), (targets > 0).sum(), num_items_in_batch)
+
+    @known("nll_without_log_softmax")
+    def nll_on_raw_logits(logits, labels, *, num_items_in_batch=None):
+        """The mean of the negated raw scores at the targets."""
+        targets, _, keep = _scored(logits, labels, k)
+        raw = -logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+        return _over((raw * keep).sum(), keep.sum(), num_items_in_batch)
+
+    @known("class_dim")
+    def softmax_over_positions(logits, labels, *, num_items_in_batch=None):
+        """With the softmax over the positions, not the vocabulary."""
+        targets, _, keep = _scored(logits, labels, k)
+        logp = logits.log_softmax(dim=1).gather(-1, targets.clamp(min=0).unsqueeze(-1))
+        return _over(-(logp.squeeze(-1) * keep).sum(), keep.sum(), num_items_in_batch)
+
+
+def _num_items_mistakes(exercise: str, k: int) -> None:
+    known = known_mistakes(exercise)
+
+    @known("ignores_num_items_in_batch")
+    def ignores_num_items(logits, labels, *, num_items_in_batch=None):
+        """The mean over this batch's {count} targets."""
+        _, ce, keep = _scored(logits, labels, k)
+        return ce.sum() / keep.sum().clamp(min=1)
+
+    @known("num_items_divides_mean")
+    def num_items_divides_the_mean(logits, labels, *, num_items_in_batch=None):
+        """That mean ({mean:.4f}) divided by {n}."""
+        _, ce, keep = _scored(logits, labels, k)
+        mean = ce.sum() / keep.sum().clamp(min=1)
+        return mean if num_items_in_batch is None else mean / num_items_in_batch
+
+
+def mlm_outputs(
+    logits: torch.Tensor, labels: torch.Tensor, codes: set[str] | None = None, n: Any = None
+) -> list[Candidate]:
+    """The values of ``mlm_loss``'s catalogued mistakes (those of ``codes``; None: all) on
+    ``(logits, labels)``, with ``num_items_in_batch=n``: what the MLM part of another exercise's
+    loss is when it makes them."""
+    probe = Case("", (logits, labels), {} if n is None else {"num_items_in_batch": n})
+    found = known_outputs("mlm_loss", probe, float, **token_fields(logits, labels, 0, n))
+    return [c for c in found if codes is None or c[0] in codes]
+
+
+def token_loss_mistakes(exercise: str, k: int) -> None:
+    """Catalogue the mistakes of every token loss as ``exercise``'s (targets: labels shifted by
+    ``k``)."""
+    _averaging_mistakes(exercise, k)
+    _num_items_mistakes(exercise, k)
 
 
 def empty_ok(what: str) -> str:

@@ -27,9 +27,8 @@ from lmlessons.exercises._loss_checks import (
     batches,
     check_loss,
     empty_ok,
-    mean_candidates,
+    mlm_outputs,
     named,
-    num_items_candidates,
     token_ce,
     with_num_items,
 )
@@ -43,6 +42,15 @@ N = 43  # rows of hidden case 1
 H = 4  # hidden size
 V = 53  # vocabulary
 CHUNK = 8  # chunk_size of hidden case 1
+#: The catalogued mistakes of ``mlm_loss`` this loss can make too (:func:`.mlm_outputs`).
+AVERAGING = {
+    "per_row_mean",
+    "sum_not_mean",
+    "skips_target_zero",
+    "nll_without_log_softmax",
+    "class_dim",
+}
+NUM_ITEMS = {"ignores_num_items_in_batch", "num_items_divides_mean"}
 PEAK_ROWS = 96  # rows of the memory case
 PEAK_SHARE = 0.25  # forward + backward peak at most this share of the dense peak
 
@@ -91,7 +99,7 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
     logits = (hidden @ weight.T).unsqueeze(0)  # (1, N, V)
     n = case.kwargs.get("num_items_in_batch")
     if n is not None:
-        return named(case, got, expected, num_items_candidates(logits, labels[None], int(n)))
+        return named(case, got, expected, mlm_outputs(logits, labels[None], NUM_ITEMS, int(n)))
     ce = token_ce(logits[0], labels)
     keep = labels != IGNORE_INDEX
     spans = [slice(s, s + chunk) for s in range(0, rows, chunk)]
@@ -107,7 +115,7 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
         ("drops_last_chunk", "the full chunks' sum / all targets", kept / max(int(keep.sum()), 1)),
         ("counts_padding_positions", f"the sum / all {rows} rows", float(ce.sum()) / rows),
     ]
-    return named(case, got, expected, known + mean_candidates(logits, labels[None]))
+    return named(case, got, expected, known + mlm_outputs(logits, labels[None], AVERAGING))
 
 
 def _memory(run: Runner, case: Case, *, backward: bool = False) -> int:

@@ -15,19 +15,27 @@ spread; 6. a group whose rewards barely differ (the ``+ 1e-4`` changes its advan
 batches (:func:`_generated`): groups of 2 to 6, one to five prompts, the three scalings in turn,
 Gaussian, integer-valued, 0/1 and offset rewards, every fifth batch float64.
 
-A wrong result is compared with what known mistakes give on the same case (:func:`_candidates`),
-computed in float64 from the case's rewards.
+A wrong result is compared with what the known mistakes (the catalogue below: small wrong
+implementations, each with its mistake code) give on the same case.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, first_difference
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    first_difference,
+    known_mistakes,
+    known_outputs,
+    which_known,
+)
 
 SIGNATURE = (
     'group_advantages(rewards, *, num_generations, scale_rewards="group") -> advantages   '
@@ -35,9 +43,6 @@ SIGNATURE = (
 )
 SCALES = ("group", "batch", "none")
 EPSILON = 1e-4  # TRL's, added to the standard deviation (grpo_trainer.py:2787)
-
-#: A known mistake: (code, what its result is, in words, the ``(B,)`` result it gives).
-Candidate = tuple[str, str, torch.Tensor]
 
 
 def _case(
@@ -174,179 +179,207 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
+# Each makes one mistake and is right elsewhere; a wrong result is named by the entry whose
+# result it equals on the case (:func:`_named`), quoting its docstring with ``{where}`` ("group's"
+# or "batch's") and ``{P}`` (the number of prompts) filled in. ``tests/test_battery.py`` submits
+# every entry.
+
+known = known_mistakes("group_advantages")
 
 
-@dataclass(frozen=True)
-class Stats:
-    """What the candidates of one case are made of, in float64."""
-
-    rewards: torch.Tensor  # (B,)
-    g: int
-
-    @property
-    def grouped(self) -> torch.Tensor:
-        return self.rewards.view(-1, self.g)  # (P, G): the right groups
-
-    def per_row(self, values: torch.Tensor) -> torch.Tensor:
-        """``(P, 1)`` group statistics repeated over each group's G rewards, ``(B,)``."""
-        return values.expand(-1, self.g).reshape(-1)  # (B,)
-
-    @property
-    def advantages(self) -> torch.Tensor:
-        return self.rewards - self.per_row(self.grouped.mean(1, keepdim=True))  # (B,)
-
-    def group_std(self, correction: int = 1) -> torch.Tensor:
-        return self.per_row(self.grouped.std(1, keepdim=True, correction=correction))  # (B,)
-
-    def result(self, scale: str) -> torch.Tensor:
-        """The right result, in float64."""
-        if scale == "group":
-            return self.advantages / (self.group_std() + EPSILON)
-        if scale == "batch":
-            return self.advantages / (self.rewards.std() + EPSILON)
-        return self.advantages
+def _parts(rewards: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B / G, G) groups, the (B,) advantages and the (B,) group std, right."""
+    grouped = rewards.view(-1, g)  # (P, G)
+    advantages = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)  # (B,)
+    return grouped, advantages, grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
 
 
-def _groupings(s: Stats) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Other ways to form the groups: (which rewards form a group, in words; each reward's group
-    mean; its group std), both ``(B,)``."""
-    B, G = s.rewards.numel(), s.g
-    P = B // G
-    by_column = s.rewards.view(P, G)  # (P, G): column j is the j-th completion of every prompt
-    mean, std = by_column.mean(0, keepdim=True), by_column.std(0, keepdim=True)  # (1, G)
-    out = [
-        (
-            "the j-th completions of every prompt (`dim=0` of `rewards.view(-1, G)`)",
-            mean.expand(P, G).reshape(-1),
-            std.expand(P, G).reshape(-1),
-        )
-    ]
-    if P > 1:
-        rows = s.rewards.view(G, P)  # (G, P): `view(G, -1)`
-        out.append(
-            (
-                "runs of B / G consecutive rewards (the rows of `rewards.view(G, -1)`)",
-                rows.mean(1, keepdim=True).expand(G, P).reshape(-1),
-                rows.std(1, keepdim=True).expand(G, P).reshape(-1),
-            )
-        )
-        mean0, std0 = rows.mean(0, keepdim=True), rows.std(0, keepdim=True)  # (1, P)
-        out.append(
-            (
-                f"rewards {P} apart, interleaved (the columns of `rewards.view(G, -1)`)",
-                mean0.expand(G, P).reshape(-1),
-                std0.expand(G, P).reshape(-1),
-            )
-        )
-    return out
-
-
-def _grouping_candidates(s: Stats, scale: str) -> list[Candidate]:
-    """The right formula on the wrong groups; and, under ``"group"``, the right mean with the
-    std of the wrong groups."""
-    out: list[Candidate] = []
-    for groups, mean, std in _groupings(s):
-        adv = s.rewards - mean  # (B,)
-        what = f"grouped as {groups}"
-        if scale == "group":
-            out.append(("wrong_grouping", what, adv / (std + EPSILON)))
-            right_mean = f"the right mean, but the std of {groups}"
-            out.append(("wrong_grouping", right_mean, s.advantages / (std + EPSILON)))
-        elif scale == "batch":
-            out.append(("wrong_grouping", what, adv / (s.rewards.std() + EPSILON)))
-        else:
-            out.append(("wrong_grouping", what, adv))
-    return out
-
-
-def _keepdim_candidates(s: Stats, scale: str) -> list[Candidate]:
-    """``grouped - grouped.mean(dim=1)`` without ``keepdim``: a ``(P,)`` mean broadcast along the
-    rows, so reward j of every group loses the mean of group j (only when P == G)."""
-    grouped = s.grouped  # (P, G)
-    P, G = grouped.shape
-    if P != G:
-        return []
-    adv = grouped - grouped.mean(1)  # (P, G): mean of group j subtracted from column j
-    std = grouped.std(1)  # (P,) broadcast the same way
-    what = "each group's `mean(dim=1)` without `keepdim=True`, broadcast along the rows"
+def _scaled(adv: torch.Tensor, std: torch.Tensor, rewards: torch.Tensor, scale: str) -> Any:
+    """The three scalings, right, of (B,) advantages, given the (B,) group std."""
     if scale == "group":
-        return [
-            ("missing_keepdim", what, (adv / (std + EPSILON)).reshape(-1)),
-            ("missing_keepdim", what, (adv / (s.grouped.std(1, keepdim=True) + EPSILON)).view(-1)),
-            ("missing_keepdim", what, s.advantages / (std.repeat(P) + EPSILON)),
-        ]
-    if scale == "batch":
-        return [("missing_keepdim", what, adv.reshape(-1) / (s.rewards.std() + EPSILON))]
-    return [("missing_keepdim", what, adv.reshape(-1))]
+        return adv / (std + EPSILON)
+    return adv / (rewards.std() + EPSILON) if scale == "batch" else adv
 
 
-def _std_candidates(s: Stats, std: torch.Tensor, n: int, where: str) -> list[Candidate]:
-    """The right advantages divided by a wrong form of ``std`` (the group's or the batch's,
-    ``(B,)``, over ``n`` rewards)."""
-    adv = s.advantages  # (B,)
-    variance = std.square()  # (B,), Bessel's
-    population = (variance * (n - 1) / n).sqrt()  # (B,)
-    return [
-        (
-            "population_std",
-            f"divided by the {where}'s population standard deviation (n, not n - 1) + 1e-4",
-            adv / (population + EPSILON),
-        ),
-        ("no_std_epsilon", f"divided by the {where}'s standard deviation alone", adv / std),
-        (
-            "no_std_epsilon",
-            f"divided by the {where}'s standard deviation alone, 0 where it is 0",
-            torch.where(std == 0, torch.zeros_like(adv), adv / std),
-        ),
-        (
-            "epsilon_inside_sqrt",
-            f"divided by sqrt(the {where}'s variance + 1e-4)",
-            adv / (variance + EPSILON).sqrt(),
-        ),
-        (
-            "divides_by_variance",
-            f"divided by the {where}'s variance + 1e-4",
-            adv / (variance + EPSILON),
-        ),
-    ]
+@known("population_std")
+def std_without_bessel(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the {where} population standard deviation (n, not n - 1) + 1e-4."""
+    grouped, advantages, _ = _parts(rewards, num_generations)
+    std = grouped.std(dim=1, keepdim=True, unbiased=False).expand_as(grouped).reshape(-1)
+    if scale_rewards == "batch":
+        return advantages / (rewards.std(unbiased=False) + 1e-4)
+    return _scaled(advantages, std, rewards, scale_rewards)
 
 
-def _candidates(case: Case) -> list[Candidate]:
-    """The ``(B,)`` results of the known mistakes on ``case``, in float64."""
-    s = Stats(case.args[0].double(), int(case.kwargs["num_generations"]))
-    scale = case.kwargs.get("scale_rewards", "group")
-    r = s.rewards
-    out = _grouping_candidates(s, scale) + _keepdim_candidates(s, scale)
+@known("no_std_epsilon")
+def divides_by_std_alone(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the {where} standard deviation alone."""
+    _, advantages, std = _parts(rewards, num_generations)
+    if scale_rewards == "group":
+        return advantages / std
+    return advantages / rewards.std() if scale_rewards == "batch" else advantages
+
+
+@known("no_std_epsilon")
+def zero_where_no_spread(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the {where} standard deviation alone, 0 where it is 0."""
+    _, advantages, std = _parts(rewards, num_generations)
+    if scale_rewards == "batch":
+        std = rewards.std().expand_as(rewards)
+    if scale_rewards == "none":
+        return advantages
+    return torch.where(std == 0, torch.zeros_like(advantages), advantages / std)
+
+
+@known("epsilon_inside_sqrt")
+def epsilon_in_the_variance(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by sqrt(the {where} variance + 1e-4), as in layer norm."""
+    grouped, advantages, _ = _parts(rewards, num_generations)
+    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    if scale_rewards == "group":
+        return advantages / torch.sqrt(var + 1e-4)
+    if scale_rewards == "batch":
+        return advantages / torch.sqrt(rewards.var() + 1e-4)
+    return advantages
+
+
+@known("divides_by_variance")
+def var_for_std(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the {where} variance + 1e-4, not the standard deviation."""
+    grouped, advantages, _ = _parts(rewards, num_generations)
+    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    if scale_rewards == "group":
+        return advantages / (var + 1e-4)
+    if scale_rewards == "batch":
+        return advantages / (rewards.var() + 1e-4)
+    return advantages
+
+
+def _grouped_as(grouped: torch.Tensor, dim: int, rewards: torch.Tensor, scale: str) -> Any:
+    """The right formula on the groups that are ``grouped``'s slices along ``dim``."""
+    centred = grouped - grouped.mean(dim=dim, keepdim=True)
     if scale == "group":
-        return out + _std_candidates(s, s.group_std(), s.g, "group")
-    if scale == "batch":
-        centred = s.advantages  # (B,)
-        return [
-            *out,
-            *_std_candidates(s, r.std().expand_as(r), r.numel(), "batch"),
-            (
-                "batch_mean_subtracted",
-                "the batch's mean subtracted, not each group's",
-                (r - r.mean()) / (r.std() + EPSILON),
-            ),
-            (
-                "batch_std_of_advantages",
-                "divided by the std of the advantages (rewards minus their group's mean), not of "
-                "the rewards",
-                centred / (centred.std() + EPSILON),
-            ),
-            (
-                "ignores_scale_rewards",
-                'divided by each group\'s std, as `"group"`',
-                s.result("group"),
-            ),
-        ]
-    return [
-        *out,
-        ("none_still_scales", 'divided by each group\'s std, as `"group"`', s.result("group")),
-        ("none_still_scales", 'divided by the batch\'s std, as `"batch"`', s.result("batch")),
-        ("none_skips_baseline", "the rewards as they are, no baseline subtracted", r),
-    ]
+        centred = centred / (grouped.std(dim=dim, keepdim=True) + EPSILON)
+    elif scale == "batch":
+        centred = centred / (rewards.std() + EPSILON)
+    return centred.reshape(-1)
+
+
+@known("wrong_grouping")
+def statistics_over_dim_0(rewards, *, num_generations, scale_rewards="group"):
+    """Grouped as the j-th completions of every prompt (`dim=0` of `rewards.view(-1, G)`)."""
+    return _grouped_as(rewards.view(-1, num_generations), 0, rewards, scale_rewards)
+
+
+@known("wrong_grouping")
+def generations_as_rows(rewards, *, num_generations, scale_rewards="group"):
+    """Grouped as rewards {P} apart, interleaved (the columns of `rewards.view(G, -1)`)."""
+    return _grouped_as(rewards.view(num_generations, -1), 0, rewards, scale_rewards)
+
+
+@known("wrong_grouping")
+def runs_of_prompts(rewards, *, num_generations, scale_rewards="group"):
+    """Grouped as runs of B / G consecutive rewards (the rows of `rewards.view(G, -1)`)."""
+    return _grouped_as(rewards.view(num_generations, -1), 1, rewards, scale_rewards)
+
+
+@known("wrong_grouping")
+def std_over_the_other_axis(rewards, *, num_generations, scale_rewards="group"):
+    """The right mean, but the std of the j-th completions of every prompt (`dim=0` of
+    `rewards.view(-1, G)`)."""
+    grouped, advantages, _ = _parts(rewards, num_generations)
+    std = grouped.std(dim=0, keepdim=True).expand_as(grouped).reshape(-1)
+    return _scaled(advantages, std, rewards, scale_rewards)
+
+
+@known("missing_keepdim")
+def mean_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
+    """Each group's `mean(dim=1)` without `keepdim=True`, broadcast along the rows."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1) + 1e-4)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.std() + 1e-4)
+    return centred.reshape(-1)
+
+
+@known("missing_keepdim")
+def mean_without_keepdim_std_with(rewards, *, num_generations, scale_rewards="group"):
+    """Each group's `mean(dim=1)` without `keepdim=True` (the std with it), broadcast along
+    the rows."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1, keepdim=True) + 1e-4)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.std() + 1e-4)
+    return centred.reshape(-1)
+
+
+@known("missing_keepdim")
+def std_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
+    """Each group's `std(dim=1)` without `keepdim=True`, broadcast along the rows."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / (grouped.std(dim=1) + 1e-4)
+    elif scale_rewards == "batch":
+        centred = centred / (rewards.std() + 1e-4)
+    return centred.reshape(-1)
+
+
+@known("batch_mean_subtracted")
+def batch_normalises_the_batch(rewards, *, num_generations, scale_rewards="group"):
+    """The batch's mean subtracted, not each group's."""
+    if scale_rewards == "batch":
+        return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    _, advantages, std = _parts(rewards, num_generations)
+    return _scaled(advantages, std, rewards, scale_rewards)
+
+
+@known("batch_std_of_advantages")
+def batch_std_after_centring(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the std of the advantages (rewards minus their group's mean), not of the
+    rewards."""
+    _, advantages, std = _parts(rewards, num_generations)
+    if scale_rewards == "batch":
+        return advantages / (advantages.std() + 1e-4)
+    return _scaled(advantages, std, rewards, scale_rewards)
+
+
+@known("ignores_scale_rewards")
+def batch_as_group(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by each group's std, as `"group"`."""
+    _, advantages, std = _parts(rewards, num_generations)
+    return advantages if scale_rewards == "none" else advantages / (std + 1e-4)
+
+
+@known("none_still_scales")
+def none_falls_through_to_group(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by each group's std, as `"group"`."""
+    _, advantages, std = _parts(rewards, num_generations)
+    if scale_rewards == "batch":
+        return advantages / (rewards.std() + 1e-4)
+    return advantages / (std + 1e-4)
+
+
+@known("none_still_scales")
+def none_as_batch(rewards, *, num_generations, scale_rewards="group"):
+    """Divided by the batch's std, as `"batch"`."""
+    _, advantages, std = _parts(rewards, num_generations)
+    if scale_rewards == "group":
+        return advantages / (std + 1e-4)
+    return advantages / (rewards.std() + 1e-4)
+
+
+@known("none_skips_baseline")
+def none_returns_the_rewards(rewards, *, num_generations, scale_rewards="group"):
+    """The rewards as they are, no baseline subtracted."""
+    if scale_rewards == "none":
+        return rewards.clone()
+    _, advantages, std = _parts(rewards, num_generations)
+    return _scaled(advantages, std, rewards, scale_rewards)
 
 
 # --------------------------------------------------------------------------- comparing
@@ -376,21 +409,25 @@ def _both(got: torch.Tensor, expected: torch.Tensor) -> tuple[str, str]:
 
 def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:
     """The known mistake whose result ``got`` equals (None if none does, or two codes do)."""
-    found = [c for c in _candidates(case) if _close(got, c[2]) and not _close(c[2], expected)]
-    if len({code for code, _, _ in found}) != 1:
+    B, G = case.args[0].numel(), int(case.kwargs["num_generations"])
+    where = "batch's" if case.kwargs.get("scale_rewards") == "batch" else "group's"
+    outputs = known_outputs("group_advantages", case, where=where, P=B // G)
+    found = which_known(outputs, got, expected, _close)
+    if found is None:
         return None
-    code, what, _ = found[0]
     mine, theirs = _both(got, expected)
-    return Mistake(code, f"On {case.label}, your advantages are {mine}, {what}; expected {theirs}.")
+    return Mistake(
+        found[0], f"On {case.label}, your advantages are {mine}, {found[1]}; expected {theirs}."
+    )
 
 
 def _zero_spread(case: Case) -> torch.Tensor:
     """``(B,)`` bool: the rewards whose spread (the group's, or the batch's under ``"batch"``) is
     0, where dividing without the 1e-4 gives 0 / 0."""
-    s = Stats(case.args[0].double(), int(case.kwargs["num_generations"]))
+    rewards = case.args[0].double()  # (B,)
     if case.kwargs.get("scale_rewards", "group") == "batch":
-        return (s.rewards.std() == 0).expand_as(s.rewards)
-    return s.group_std() == 0
+        return (rewards.std() == 0).expand_as(rewards)
+    return _parts(rewards, int(case.kwargs["num_generations"]))[2] == 0
 
 
 def _diagnose(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake:

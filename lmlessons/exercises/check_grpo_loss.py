@@ -13,21 +13,29 @@ tensor, as the Trainer passes it): their losses add up to the full batch's; 15-2
 with a ``num_items_in_batch`` that differs from the local count, masks with zeros inside the
 completions (int and float) and token losses of exactly 0 on counted tokens, ``dapo`` with a
 count of 0 (clamped to 1, as TRL does: the loss is 0) (:func:`more`); then 16 seeded
-micro-batches (:func:`_generated`). A wrong value is compared with what known mistakes give on
-the same case (:func:`_candidates`).
+micro-batches (:func:`_generated`). A wrong value is compared with what the known mistakes (the
+catalogue below: small wrong implementations, each with its mistake code) give on the same case.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner
-from lmlessons.exercises._loss_checks import Candidate, check_loss, explain_ce, named
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    close,
+    known_mistakes,
+    known_outputs,
+    which_known,
+)
+from lmlessons.exercises._loss_checks import check_loss, explain_ce
 
 SIGNATURE = (
     "grpo_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, "
@@ -227,139 +235,186 @@ def _generated(n: int = 16) -> list[Case]:
     return cases
 
 
-@dataclass(frozen=True)
-class Sums:
-    """What the candidates of one case are made of, in float64."""
+# --------------------------------------------------------------------------- known mistakes
+# Each makes one mistake and is right elsewhere; a wrong loss is named by the entry whose loss it
+# equals on the case (:func:`_diagnose`), quoting its docstring with the case's numbers filled in
+# (:func:`_fields`). ``tests/test_battery.py`` submits every entry.
 
-    loss: torch.Tensor  # (B, C) token losses, padding included
-    masked: torch.Tensor  # (B, C) the completions' token losses, 0 on padding
-    counts: torch.Tensor  # (B,) the completions' token counts
-    tokens: float  # the micro-batch's token count
-    nonzero: torch.Tensor  # (B,) the completions' tokens whose loss is not 0
-
-    @classmethod
-    def of(cls, case: Case) -> Sums:
-        loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
-        masked = loss * mask  # (B, C)
-        return cls(loss, masked, mask.sum(-1), float(mask.sum()), (masked != 0).double().sum(-1))
-
-    @property
-    def token_mean(self) -> float:
-        return float(self.masked.sum()) / max(self.tokens, 1.0)
+known = known_mistakes("grpo_loss")
 
 
-def _grpo_candidates(s: Sums) -> list[Candidate]:
-    """What the known mistakes give under ``grpo``."""
-    C = s.loss.shape[1]
-    out = [
-        (
-            "token_mean_for_grpo",
-            f"the mean over the micro-batch's {s.tokens:g} tokens",
-            s.token_mean,
-        ),
-        (
-            "padding_losses_count",
-            "with the padding's losses in each completion's sum",
-            float((s.loss.sum(-1) / s.counts.clamp(min=1)).mean()),
-        ),
-        (
-            "padding_in_denominator",
-            f"each completion's sum / the width {C}",
-            float(s.masked.sum(-1).mean() / C),
-        ),
-    ]
-    if bool((s.counts == 0).any()):
-        kept = s.masked.sum(-1)[s.counts > 0] / s.counts[s.counts > 0]  # the non-empty ones
-        out.append(
-            (
-                "empty_completion_skipped",
-                "the mean over the non-empty completions",
-                float(kept.mean()),
-            )
-        )
-    return out
-
-
-def _token_candidates(s: Sums, kwargs: dict[str, Any]) -> list[Candidate]:
-    """What the known mistakes give under the token-level types ``bnpo``, ``dr_grpo``, ``dapo``."""
-    kind, n = kwargs["loss_type"], kwargs.get("num_items_in_batch")
-    B, C = s.loss.shape
-    denominator = max(s.tokens, 1.0)  # bnpo, and dapo without num_items_in_batch
-    if kind == "dr_grpo":
-        denominator = B * kwargs["max_completion_length"]
-    elif kind == "dapo" and n is not None:
-        denominator = max(float(n), 1.0)  # TRL's clamp(min=1.0)
-    per_completion = s.masked.sum(-1) / s.counts.clamp(min=1)  # (B,)
-    width = float(s.masked.sum()) / (B * C)
-    out = [
-        (
-            "completion_mean_for_token_type",
-            "the mean of the completions' means",
-            float(per_completion.mean()),
-        ),
-        (
-            "padding_losses_count",
-            "with the padding's losses in the sum",
-            float(s.loss.sum()) / denominator,
-        ),
-    ]
-    if kind == "dr_grpo":
-        return [
-            *out,
-            ("divides_by_completion_width", f"the sum / (B x the width {C}) = {B * C}", width),
-            ("ignores_max_completion_length", f"the sum / the {s.tokens:g} tokens", s.token_mean),
-            (
-                "dr_grpo_missing_batch_size",
-                f"the sum / {denominator // B:g} alone",
-                float(s.masked.sum()) / (denominator / B),
-            ),
-        ]
-    out.append(("padding_in_denominator", f"the sum / all {B * C} positions", width))
-    if kind == "dapo" and n is not None and float(n) > 0:
-        mean = s.token_mean
-        out.append(
-            (
-                "ignores_num_items_in_batch",
-                f"the sum / this micro-batch's {s.tokens:g} tokens",
-                mean,
-            )
-        )
-        out.append(
-            ("num_items_divides_mean", f"that mean ({mean:.4f}) / {float(n):g}", mean / float(n))
-        )
-    return out
-
-
-def _nonzero_candidates(s: Sums, loss_type: str) -> list[Candidate]:
-    """A token count taken from the nonzero token losses instead of the mask."""
-    if bool((s.nonzero == s.counts).all()):
-        return []
+def _right(masked, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    """The four types, right, from the masked token losses and the float mask."""
     if loss_type == "grpo":
-        value = float((s.masked.sum(-1) / s.nonzero.clamp(min=1)).mean())
-    else:
-        value = float(s.masked.sum()) / max(float(s.nonzero.sum()), 1.0)
-    what = (
-        f"a count of {float(s.nonzero.sum()):g} nonzero token losses, not the mask's {s.tokens:g}"
-    )
-    return [("counts_nonzero_losses", what, value)]
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if loss_type == "dr_grpo":
+        return masked.sum() / (mask.shape[0] * max_completion_length)
+    if loss_type == "dapo" and num_items_in_batch is not None:
+        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
+    return masked.sum() / mask.sum().clamp(min=1)
 
 
-def _candidates(case: Case) -> list[Candidate]:
-    """What the known mistakes give on ``case``, in float64."""
-    s = Sums.of(case)
-    everything = (
-        "padding_losses_count",
-        "the mean of every entry, padding included",
-        float(s.loss.mean()),
-    )
-    loss_type, n = case.kwargs["loss_type"], case.kwargs.get("num_items_in_batch")
-    nonzero = _nonzero_candidates(s, loss_type)
-    if loss_type != "dapo" and n is not None:
-        what = f"the sum / `num_items_in_batch` = {float(n):g}"
-        nonzero.append(("num_items_outside_dapo", what, float(s.masked.sum()) / float(n)))
+@known("padding_losses_count")
+def plain_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    """The mean of every entry, padding included."""
+    return loss.mean()
+
+
+@known("token_mean_for_grpo")
+def grpo_as_token_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    """The mean over the micro-batch's {tokens} tokens."""
+    mask = mask.float()
+    kind = "bnpo" if loss_type == "grpo" else loss_type
+    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
+
+
+@known("padding_losses_count")
+def grpo_forgets_the_mask(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """With the padding's losses in each completion's sum."""
+    mask = mask.float()
     if loss_type == "grpo":
-        return [everything, *_grpo_candidates(s), *nonzero]
-    return [everything, *_token_candidates(s, dict(case.kwargs)), *nonzero]
+        return (loss.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    return _right(loss * mask, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("padding_in_denominator")
+def grpo_mean_over_width(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """Each completion's sum / the width {C}."""
+    masked = loss * mask.float()
+    if loss_type == "grpo":
+        return masked.mean(-1).mean()
+    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("empty_completion_skipped")
+def grpo_over_nonempty_completions(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The mean over the non-empty completions."""
+    mask = mask.float()
+    keep = mask.sum(-1) > 0
+    if loss_type == "grpo" and keep.any():
+        return ((loss * mask).sum(-1)[keep] / mask.sum(-1)[keep]).mean()
+    return _right(loss * mask, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("completion_mean_for_token_type")
+def completions_mean_for_every_type(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The mean of the completions' means."""
+    mask = mask.float()
+    return ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+
+
+@known("padding_losses_count")
+def token_types_forget_the_mask(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """With the padding's losses in the sum."""
+    mask = mask.float()
+    masked = loss * mask if loss_type == "grpo" else loss
+    return _right(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("padding_in_denominator")
+def means_over_every_position(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The sum / all {BC} positions."""
+    masked = loss * mask.float()
+    if loss_type == "bnpo" or (loss_type == "dapo" and num_items_in_batch is None):
+        return masked.mean()
+    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("divides_by_completion_width")
+def dr_grpo_uses_the_width(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The sum / (B x the width {C}) = {BC}."""
+    mask = mask.float()
+    return _right(loss * mask, mask, loss_type, mask.shape[1], num_items_in_batch)
+
+
+@known("ignores_max_completion_length")
+def dr_grpo_like_bnpo(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    """The sum / the {tokens} tokens."""
+    mask = mask.float()
+    kind = "bnpo" if loss_type == "dr_grpo" else loss_type
+    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
+
+
+@known("dr_grpo_missing_batch_size")
+def dr_grpo_per_length_only(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The sum / {L} alone."""
+    masked = loss * mask.float()
+    if loss_type == "dr_grpo":
+        return masked.sum() / max_completion_length
+    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("ignores_num_items_in_batch")
+def dapo_divides_by_own_tokens(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """The sum / this micro-batch's {tokens} tokens."""
+    mask = mask.float()
+    return _right(loss * mask, mask, loss_type, max_completion_length, None)
+
+
+@known("num_items_divides_mean")
+def dapo_divides_the_mean(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """That mean ({mean:.4f}) / {n:g}."""
+    mask = mask.float()
+    masked = loss * mask
+    if loss_type == "dapo" and num_items_in_batch is not None:
+        return masked.sum() / mask.sum().clamp(min=1) / num_items_in_batch
+    return _right(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("counts_nonzero_losses")
+def counts_the_nonzero_losses(
+    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
+):
+    """A count of {nonzero:g} nonzero token losses, not the mask's {tokens}."""
+    masked = loss * mask
+    counted = (masked != 0).float()
+    return _right(masked, counted, loss_type, max_completion_length, num_items_in_batch)
+
+
+@known("num_items_outside_dapo")
+def num_items_first(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    """The sum / `num_items_in_batch` = {n:g}."""
+    masked = loss * mask.float()
+    if num_items_in_batch is not None:
+        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
+    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+
+
+def _fields(case: Case) -> dict[str, Any]:
+    """The numbers the entries' docstrings quote, on ``case``."""
+    loss, mask = case.args[0].detach().double(), case.args[1].double()  # (B, C), (B, C)
+    B, C = mask.shape
+    n = case.kwargs.get("num_items_in_batch")
+    tokens = float(mask.sum())
+    return {
+        "tokens": f"{tokens:g}",
+        "C": C,
+        "BC": B * C,
+        "L": case.kwargs.get("max_completion_length"),
+        "n": float(n) if n is not None else math.nan,
+        "mean": float((loss * mask).sum()) / max(tokens, 1.0),
+        "nonzero": float(((loss * mask) != 0).sum()),
+    }
 
 
 def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
@@ -376,7 +431,13 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
             "nan_on_empty_completion",
             f"On {case.label}, the loss is {got}; expected {expected:.4f}.",
         )
-    return named(case, got, expected, _candidates(case))
+    outputs = known_outputs("grpo_loss", case, float, **_fields(case))
+    found = which_known(outputs, got, expected, close)
+    if found is None:
+        return None
+    return Mistake(
+        found[0], f"On {case.label}, the loss is {got:.4f}, {found[1]}; expected {expected:.4f}."
+    )
 
 
 def _explain(exc: BaseException) -> str | None:

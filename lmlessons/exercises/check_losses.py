@@ -6,101 +6,141 @@ then the gradient); 2. nothing to predict (MLM: every label -100; CLM: only posi
 then sequences of length 1); 3. case 1 with ``num_items_in_batch``, an int and a tensor; 4. 16
 seeded batches at the corners (:data:`._loss_checks.LOSS_BATCHES`: one token, one row, length 1, a
 vocabulary of 2, rows without a target, everything a target, targets of id 0), every fourth with
-``num_items_in_batch``. A wrong value is compared with what known mistakes give on the same case;
-if none matches, the scores at positions that must not count are changed, to see whether the
+``num_items_in_batch``. A wrong value is compared with what the known mistakes (the catalogue
+below: small wrong implementations, each with its mistake code) give on the same case; if none
+matches, the scores at positions that must not count are changed, to see whether the
 loss moves.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import clm_labels, mlm_labels, random_logits
-from lmlessons.exercises._framework import Case, Runner
+from lmlessons.exercises._framework import Case, Runner, known_mistakes
 from lmlessons.exercises._loss_checks import (
-    Candidate,
     check_token_loss,
     empty_ok,
-    mean_ce,
     shift,
-    token_ce,
     token_diagnose,
+    token_loss_mistakes,
 )
 
 MLM_SIGNATURE = "mlm_loss(logits, labels, *, num_items_in_batch=None) -> loss"
 CLM_SIGNATURE = "clm_loss(logits, labels, *, num_items_in_batch=None) -> loss   # labels unshifted"
 
 
-def _mlm_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[Candidate]:
-    """What dividing by every position, scoring -100 as id 0, or shifting give."""
-    total = float(token_ce(logits, labels).sum())
-    return [
-        (
-            "counts_unmasked_positions",
-            f"the sum over the targets / all {labels.numel()} positions",
-            total / labels.numel(),
-        ),
-        (
-            "minus100_not_ignored",
-            "the mean over every position, -100 read as id 0",
-            float(token_ce(logits, labels.clamp(min=0)).mean()),
-        ),
-        (
-            "shifts_labels",
-            "position t scored against `labels[:, t + 1]`",
-            mean_ce(logits, shift(labels, 1)),
-        ),
-    ]
+# --------------------------------------------------------------------------- known mistakes
+# The mistakes of every token loss (:func:`._loss_checks.token_loss_mistakes`), then each
+# exercise's own: small wrong implementations, each with its mistake code, right where their
+# mistake does not show. A docstring's ``{positions}`` and ``{shifted}`` are the case's B*T and
+# B*(T - 1). ``tests/test_battery.py`` submits every entry.
+
+token_loss_mistakes("mlm_loss", 0)
+token_loss_mistakes("clm_loss", 1)
+known_mlm = known_mistakes("mlm_loss")
+known_clm = known_mistakes("clm_loss")
 
 
-def _clm_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[Candidate]:
-    """What pairing position t with the wrong label, or counting padding, give."""
-    B, T = labels.shape
-    total = float(token_ce(logits, shift(labels, 1)).sum())
-    return [
-        ("not_shifted", "position t scored against `labels[:, t]`", mean_ce(logits, labels)),
-        (
-            "shifted_twice",
-            "position t scored against `labels[:, t + 2]`",
-            mean_ce(logits, shift(labels, 2)),
-        ),
-        (
-            "shifted_wrong_way",
-            "position t scored against `labels[:, t - 1]`",
-            mean_ce(logits, shift(labels, -1)),
-        ),
-        (
-            "counts_padding_positions",
-            f"the sum over the targets / all {B * (T - 1)} shifted positions",
-            total / max(B * (T - 1), 1),
-        ),
-        (
-            "counts_padding_positions",
-            f"the sum over the targets / all {B * T} positions",
-            total / (B * T),
-        ),
-        (
-            "minus100_not_ignored",
-            "the mean over every shifted position, -100 read as id 0",
-            float(token_ce(logits[:, :-1], labels.clamp(min=0)[:, 1:]).mean()),
-        ),
-        (
-            "counts_before_shift",
-            "the sum over the targets / the labels that are not -100 before the shift",
-            total / max(int((labels != IGNORE_INDEX).sum()), 1),
-        ),
-        (
-            "scores_last_position",
-            "the last position scored against id 0",
-            mean_ce(logits, torch.cat([labels[:, 1:], labels[:, :1] * 0], 1)),
-        ),
-        (
-            "shifts_across_rows",
-            "the flattened batch shifted, each row's last position against the next row's first",
-            mean_ce(logits.reshape(1, B * T, -1), shift(labels.reshape(1, -1), 1)),
-        ),
-    ]
+def _sum_and_count(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The summed cross-entropy over the targets (``targets`` not -100) and their count."""
+    flat = targets.reshape(-1)  # (B*T,)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat, reduction="sum")
+    return total, int((flat != IGNORE_INDEX).sum())
+
+
+def _finish(total: torch.Tensor, count: int, num_items_in_batch: Any) -> torch.Tensor:
+    return total / (num_items_in_batch if num_items_in_batch is not None else max(count, 1))
+
+
+def _next(labels: torch.Tensor, fill: int = IGNORE_INDEX) -> torch.Tensor:
+    """``targets[:, t] = labels[:, t + 1]``, the last column ``fill``."""
+    return F.pad(labels, (0, 1), value=fill)[..., 1:]  # (B, T)
+
+
+@known_mlm("counts_unmasked_positions")
+def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
+    """The sum over the targets / all {positions} positions."""
+    total, _ = _sum_and_count(logits, labels)
+    return _finish(total, labels.numel(), num_items_in_batch)  # B*T, not the target count
+
+
+@known_mlm("minus100_not_ignored")
+def clamps_ignored_to_zero(logits, labels, *, num_items_in_batch=None):
+    """The mean over every position, -100 read as id 0."""
+    total, _ = _sum_and_count(logits, labels.clamp(min=0))
+    return _finish(total, labels.numel(), num_items_in_batch)
+
+
+@known_mlm("shifts_labels")
+def shifts_like_a_causal_lm(logits, labels, *, num_items_in_batch=None):
+    """Position t scored against `labels[:, t + 1]`."""
+    return _finish(*_sum_and_count(logits[:, :-1], labels[:, 1:]), num_items_in_batch)
+
+
+@known_clm("not_shifted")
+def never_shifts(logits, labels, *, num_items_in_batch=None):
+    """Position t scored against `labels[:, t]`."""
+    return _finish(*_sum_and_count(logits, labels), num_items_in_batch)
+
+
+@known_clm("shifted_twice")
+def shifts_twice(logits, labels, *, num_items_in_batch=None):
+    """Position t scored against `labels[:, t + 2]`."""
+    targets = _next(labels)  # "shift to be safe" ...
+    return _finish(*_sum_and_count(logits[:, :-1], targets[:, 1:]), num_items_in_batch)
+
+
+@known_clm("shifted_wrong_way")
+def shifts_the_wrong_way(logits, labels, *, num_items_in_batch=None):
+    """Position t scored against `labels[:, t - 1]`."""
+    return _finish(*_sum_and_count(logits[:, 1:], labels[:, :-1]), num_items_in_batch)
+
+
+@known_clm("counts_padding_positions")
+def divides_by_every_shifted_position(logits, labels, *, num_items_in_batch=None):
+    """The sum over the targets / all {shifted} shifted positions."""
+    total, _ = _sum_and_count(logits, _next(labels))
+    batch, length = labels.shape
+    return _finish(total, batch * (length - 1), num_items_in_batch)
+
+
+@known_clm("counts_padding_positions")
+def divides_by_every_position_unshifted(logits, labels, *, num_items_in_batch=None):
+    """The sum over the targets / all {positions} positions."""
+    total, _ = _sum_and_count(logits, _next(labels))
+    return _finish(total, labels.numel(), num_items_in_batch)
+
+
+@known_clm("minus100_not_ignored")
+def clamps_padding_to_zero(logits, labels, *, num_items_in_batch=None):
+    """The mean over every shifted position, -100 read as id 0."""
+    total, _ = _sum_and_count(logits[:, :-1], labels[:, 1:].clamp(min=0))
+    return _finish(total, labels[:, 1:].numel(), num_items_in_batch)
+
+
+@known_clm("counts_before_shift")
+def counts_before_the_shift(logits, labels, *, num_items_in_batch=None):
+    """The sum over the targets / the labels that are not -100 before the shift."""
+    total, _ = _sum_and_count(logits, _next(labels))
+    return _finish(total, int((labels != IGNORE_INDEX).sum()), num_items_in_batch)
+
+
+@known_clm("scores_last_position")
+def pads_label_with_zero(logits, labels, *, num_items_in_batch=None):
+    """The last position scored against id 0."""
+    return _finish(*_sum_and_count(logits, _next(labels, fill=0)), num_items_in_batch)
+
+
+@known_clm("shifts_across_rows")
+def shifts_the_flattened_batch(logits, labels, *, num_items_in_batch=None):
+    """The flattened batch shifted, each row's last position against the next row's first."""
+    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    return _finish(*_sum_and_count(flat_logits[:-1], flat_labels[1:]), num_items_in_batch)
 
 
 def check_mlm_loss(run: Runner) -> None:
@@ -124,7 +164,7 @@ def check_mlm_loss(run: Runner) -> None:
             ok=empty_ok("nothing is masked"),
         ),
     ]
-    check_token_loss(run, cases, token_diagnose(run, 0, _mlm_mistakes), shifted=0, seed=33)
+    check_token_loss(run, cases, token_diagnose(run, 0), shifted=0, seed=33)
 
 
 def check_clm_loss(run: Runner) -> None:
@@ -160,4 +200,4 @@ def check_clm_loss(run: Runner) -> None:
             ok=empty_ok("sequences have length 1"),
         ),
     ]
-    check_token_loss(run, cases, token_diagnose(run, 1, _clm_mistakes), shifted=1, seed=43)
+    check_token_loss(run, cases, token_diagnose(run, 1), shifted=1, seed=43)

@@ -5,9 +5,9 @@ Cases, in order (the first failure is reported): 1. four sequences at the defaul
 value, then the gradients for both logits); 2. the same with ``mlm_weight=2``,
 ``nsp_weight=0.25``; 3. no masked token (the total is the NSP part); 4. 12 seeded batches at the
 corners (:data:`GENERATED`: NSP labels all 0, all 1 or mixed, weights 0 to 3). A wrong
-value is compared with what known mistakes give on the same case (averaging the two losses, NSP
-labels read the wrong way round, weights ignored, swapped or normalised, and the MLM part's own
-mistakes).
+value is compared with what the known mistakes (the catalogue below: averaging the two losses,
+NSP labels read the wrong way round, weights ignored, swapped or normalised; and the MLM part's
+own mistakes, ``mlm_loss``'s) give on the same case.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen, mlm_labels, random_logits
-from lmlessons.exercises._framework import Case, Mistake, Runner
+from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
 from lmlessons.exercises._loss_checks import (
     Candidate,
     Diagnose,
@@ -27,10 +27,9 @@ from lmlessons.exercises._loss_checks import (
     batches,
     check_loss,
     describe,
-    mean_candidates,
     mean_ce,
+    mlm_outputs,
     named,
-    token_ce,
 )
 
 BERT_SIGNATURE = (
@@ -67,56 +66,112 @@ GENERATED = [
 ]
 
 
+# --------------------------------------------------------------------------- known mistakes
+# How the two parts are put together: small wrong implementations, each with its mistake code, a
+# docstring's ``{parts}`` the case's two right parts. The MLM part's own mistakes are those of
+# ``mlm_loss``'s catalogue (:func:`._loss_checks.mlm_outputs`), composed in :func:`_mistakes`.
+
+known = known_mistakes("bert_pretraining_loss")
+
+
+def _mlm(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The MLM mean over labelled positions, 0 when there is none."""
+    flat = labels.reshape(-1)  # (B*T,)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, reduction="sum")
+    return total / max(int((flat != IGNORE_INDEX).sum()), 1)
+
+
+def _nsp(nsp_logits: torch.Tensor, nsp_labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(nsp_logits.float(), nsp_labels)  # (B, 2) vs (B,): mean over sequences
+
+
+@known("averages_losses")
+def averages_the_two(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """Half the weighted sum {parts}."""
+    return (mlm_weight * _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)) / 2
+
+
+@known("missing_nsp")
+def mlm_only(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """The MLM part alone {parts}."""
+    return mlm_weight * _mlm(logits, labels)
+
+
+@known("missing_mlm")
+def nsp_only(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """The NSP part alone {parts}."""
+    return nsp_weight * _nsp(nsp_logits, nsp_labels)
+
+
+@known("unweighted")
+def ignores_the_weights(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """MLM + NSP {parts}."""
+    return _mlm(logits, labels) + _nsp(nsp_logits, nsp_labels)
+
+
+@known("misweighted")
+def swaps_the_weights(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """Nsp_weight * MLM + mlm_weight * NSP."""
+    return nsp_weight * _mlm(logits, labels) + mlm_weight * _nsp(nsp_logits, nsp_labels)
+
+
+@known("misweighted")
+def only_nsp_weighted(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """MLM + nsp_weight * NSP."""
+    return _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
+
+
+@known("misweighted")
+def weight_on_the_total(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """Mlm_weight * (MLM + nsp_weight * NSP)."""
+    return mlm_weight * (_mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels))
+
+
+@known("misweighted")
+def normalises_the_weights(
+    logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """The weighted sum / (sum of weights)."""
+    total = mlm_weight * _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
+    return total / (mlm_weight + nsp_weight)
+
+
+@known("swapped_nsp_labels")
+def is_next_is_one(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """The NSP loss of the swapped labels as the NSP part."""
+    nsp = F.cross_entropy(nsp_logits.float(), 1 - nsp_labels)  # d2l's convention: is_next -> 1
+    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
+
+
+@known("sum_not_mean")
+def nsp_summed(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+    """The NSP sum over the sequences as the NSP part."""
+    nsp = F.cross_entropy(nsp_logits.float(), nsp_labels, reduction="sum")
+    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
+
+
+@known("class_dim")
+def nsp_softmax_over_batch(
+    logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
+):
+    """The NSP softmax over the sequences as the NSP part."""
+    nsp = -nsp_logits.float().log_softmax(dim=0).gather(1, nsp_labels.unsqueeze(1)).mean()
+    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
+
+
 def _mistakes(case: Case) -> list[Candidate]:
-    """The values known mistakes give on ``case``: wrong weights, then a wrong part."""
+    """The values known mistakes give on ``case``: the catalogue's, then the MLM part's own."""
     mlm_logits, nsp_logits, labels, nsp_labels = (a.detach() for a in case.args)
     a = case.kwargs.get("mlm_weight", 1.0)
     b = case.kwargs.get("nsp_weight", 1.0)
     m = mean_ce(mlm_logits, labels)
     nsp = float(F.cross_entropy(nsp_logits.double(), nsp_labels))
     parts = f"(MLM part {m:.4f}, NSP part {nsp:.4f})"
-    mlm_part = [
-        (
-            "counts_unmasked_positions",
-            f"the MLM sum / all {labels.numel()} positions",
-            float(token_ce(mlm_logits, labels).sum()) / labels.numel(),
-        ),
-        (
-            "minus100_not_ignored",
-            "the mean over every position, -100 read as id 0",
-            float(token_ce(mlm_logits, labels.clamp(min=0)).mean()),
-        ),
-        *mean_candidates(mlm_logits, labels),
-    ]
-    nsp_part = [
-        (
-            "swapped_nsp_labels",
-            "the NSP loss of the swapped labels",
-            float(F.cross_entropy(nsp_logits.double(), 1 - nsp_labels)),
-        ),
-        ("sum_not_mean", "the NSP sum over the sequences", nsp * len(nsp_labels)),
-        (
-            "class_dim",
-            "the NSP softmax over the sequences",
-            float(token_ce(nsp_logits, nsp_labels, dim=-2).mean()),
-        ),
-    ]
-    normalised = [
-        ("misweighted", "the weighted sum / (sum of weights)", (a * m + b * nsp) / (a + b))
-    ]
-    return [
-        ("averages_losses", f"half the weighted sum {parts}", (a * m + b * nsp) / 2),
-        ("missing_nsp", f"the MLM part alone {parts}", a * m),
-        ("missing_mlm", f"the NSP part alone {parts}", b * nsp),
-        ("unweighted", f"MLM + NSP {parts}", m + nsp),
-        ("misweighted", "nsp_weight * MLM + mlm_weight * NSP", b * m + a * nsp),
-        ("misweighted", "mlm_weight * MLM + NSP", a * m + nsp),
-        ("misweighted", "MLM + nsp_weight * NSP", m + b * nsp),
-        ("misweighted", "mlm_weight * (MLM + nsp_weight * NSP)", a * (m + b * nsp)),
-        *(normalised if a + b != 2 else []),  # at a + b = 2 the average: diagnose asks again
-        *[(c, f"{what} as the MLM part", a * v + b * nsp) for c, what, v in mlm_part],
-        *[(c, f"{what} as the NSP part", a * m + b * v) for c, what, v in nsp_part],
-    ]
+    found = known_outputs("bert_pretraining_loss", case, float, parts=parts)
+    if a + b == 2:  # the average: diagnose asks again with other weights
+        found = [c for c in found if c[1] != "the weighted sum / (sum of weights)"]
+    mlm_part = mlm_outputs(mlm_logits, labels)  # the mistakes of mlm_loss's catalogue
+    return found + [(c, f"{what} as the MLM part", a * v + b * nsp) for c, what, v in mlm_part]
 
 
 def _diagnose(run: Runner) -> Diagnose:

@@ -16,11 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import clm_labels, gen, random_logits
-from lmlessons.exercises._framework import Case, Mistake, Runner, close, first_difference
-from lmlessons.exercises._loss_checks import as_loss, explain_ce, named, shift, token_ce
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    close,
+    first_difference,
+    known_mistakes,
+    known_outputs,
+)
+from lmlessons.exercises._loss_checks import as_loss, explain_ce, named, shift
 from lmlessons.exercises._threads import MismatchedAllReduce, ranks
 from lmlessons.losses import clm_loss
 
@@ -101,42 +110,104 @@ def _generated() -> list[Case]:
     return out
 
 
+# --------------------------------------------------------------------------- known mistakes
+# Small wrong implementations, each with its mistake code, run as ranks like the learner's; a
+# wrong average of the ranks' losses is named by the entry whose average it equals (a
+# docstring's ``{W}``, ``{before}``, ``{shifted}``, ``{positions}``: the case's, over all ranks).
+
+known = known_mistakes("rank_loss")
+
+
+def _targets(labels: torch.Tensor) -> torch.Tensor:
+    return F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]  # (B, T): labels[:, t + 1]
+
+
+def _local_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    flat = logits.reshape(-1, logits.shape[-1])  # (B*T, V)
+    return F.cross_entropy(flat, targets.reshape(-1), reduction="sum")
+
+
+def _local_count(targets: torch.Tensor) -> torch.Tensor:
+    return (targets != IGNORE_INDEX).sum()  # () a tensor, as all_reduce needs
+
+
+@known("divides_by_local_count")
+def averages_the_rank_means(logits, labels, *, all_reduce, world_size):
+    """The mean of the ranks' own means."""
+    targets = _targets(labels)
+    count = _local_count(targets)
+    mean = _local_sum(logits, targets) / count.clamp(min=1)
+    all_reduce(count)  # called, as required, but the result is not used
+    return mean  # (world_size * mean) / world_size: the mean of the ranks' means
+
+
+@known("divides_by_local_count")
+def own_count(logits, labels, *, all_reduce, world_size):
+    """World_size * the mean of the ranks' own means."""
+    targets = _targets(labels)  # never calls all_reduce
+    return world_size * _local_sum(logits, targets) / _local_count(targets).clamp(min=1)
+
+
+@known("missing_world_size")
+def forgets_world_size(logits, labels, *, all_reduce, world_size):
+    """The full-batch loss / world_size {W}."""
+    targets = _targets(labels)
+    return _local_sum(logits, targets) / all_reduce(_local_count(targets)).clamp(min=1)
+
+
+@known("missing_world_size")
+def divides_by_world_size(logits, labels, *, all_reduce, world_size):
+    """The full-batch loss / world_size² {W2}."""
+    targets = _targets(labels)
+    total = all_reduce(_local_count(targets))
+    return _local_sum(logits, targets) / (total.clamp(min=1) * world_size)  # / R instead of * R
+
+
+@known("counts_before_shift")
+def counts_before_the_shift(logits, labels, *, all_reduce, world_size):
+    """The sum / the {before} labels not -100 before the shift."""
+    total = all_reduce((labels != IGNORE_INDEX).sum())  # one target too many per row
+    return world_size * _local_sum(logits, _targets(labels)) / total.clamp(min=1)
+
+
+@known("counts_padding_positions")
+def counts_every_position(logits, labels, *, all_reduce, world_size):
+    """The sum / all {shifted} shifted positions."""
+    batch, length = labels.shape
+    total = all_reduce(torch.tensor(batch * (length - 1)))  # padding and prompt counted
+    return world_size * _local_sum(logits, _targets(labels)) / total
+
+
+@known("counts_padding_positions")
+def counts_every_unshifted_position(logits, labels, *, all_reduce, world_size):
+    """The sum / all {positions} positions."""
+    total = all_reduce(torch.tensor(labels.numel()))  # padding and the last position counted
+    return world_size * _local_sum(logits, _targets(labels)) / total
+
+
+@known("not_shifted")
+def never_shifts(logits, labels, *, all_reduce, world_size):
+    """Position t scored against `labels[:, t]`."""
+    total = all_reduce(_local_count(labels))
+    return world_size * _local_sum(logits, labels) / total.clamp(min=1)
+
+
 def _diagnose(case: Case, got: float, full: float) -> Mistake | None:
-    logits = [t.detach() for t in case.args[0]]
     labels = case.args[1]
     W = len(labels)
-    targets = [shift(lab, 1) for lab in labels]
-    sums = [float(token_ce(lg, t).sum()) for lg, t in zip(logits, targets)]
-    counts = [int((t != IGNORE_INDEX).sum()) for t in targets]
-    local = [s / max(c, 1) for s, c in zip(sums, counts)]
-    S = sum(sums)
-    before = sum(int((lab != IGNORE_INDEX).sum()) for lab in labels)
-    shifted = sum(lab.shape[0] * (lab.shape[1] - 1) for lab in labels)
-    rows = sum(lab.shape[0] for lab in labels)
-    unshifted = sum(float(token_ce(lg, lab).sum()) for lg, lab in zip(logits, labels))
-    known = [
-        ("divides_by_local_count", "the mean of the ranks' own means", sum(local) / W),
-        ("divides_by_local_count", "world_size * the mean of the ranks' own means", sum(local)),
-        ("missing_world_size", f"the full-batch loss / world_size {W}", full / W),
-        ("missing_world_size", f"the full-batch loss / world_size² {W * W}", full / W**2),
-        (
-            "counts_before_shift",
-            f"the sum / the {before} labels not -100 before the shift",
-            S / max(before, 1),
-        ),
-        (
-            "counts_padding_positions",
-            f"the sum / all {shifted} shifted positions",
-            S / max(shifted, 1),
-        ),
-        (
-            "counts_padding_positions",
-            f"the sum / all {shifted + rows} positions",
-            S / (shifted + rows),
-        ),
-        ("not_shifted", "position t scored against `labels[:, t]`", unshifted / max(before, 1)),
-    ]
-    return named(case, got, full, known, "the mean of the ranks' losses")
+    fields = {
+        "W": W,
+        "W2": W * W,
+        "before": sum(int((lab != IGNORE_INDEX).sum()) for lab in labels),
+        "shifted": sum(lab.shape[0] * (lab.shape[1] - 1) for lab in labels),
+        "positions": sum(lab.numel() for lab in labels),
+    }
+    found = known_outputs("rank_loss", case, _mean, ranks, **fields)
+    return named(case, got, full, found, "the mean of the ranks' losses")
+
+
+def _mean(losses: list[torch.Tensor]) -> float:
+    return sum(float(loss.detach()) for loss in losses) / len(losses)
 
 
 def _average_code(got: float, n: int, labels: list[torch.Tensor]) -> str:

@@ -16,9 +16,9 @@ with a row without a target: that row has no mean (0 / 0), so NaN there (TRL's
 ``get_batch_logps``, the reference solution) or a ``ValueError`` (the core's
 :func:`lmlessons.preference.sequence_logprobs`) passes, a number is ``average_of_no_targets``.
 
-A wrong result is compared, row by row, with what known mistakes give on the same case
-(:func:`_candidates`); if none matches, the logits are changed where no target is scored, to see
-whether the result moves.
+A wrong result is compared with what the known mistakes (the catalogue below: small wrong
+implementations, each with its mistake code) give on the same case; if none matches, the logits
+are changed where no target is scored, to see whether the result moves.
 """
 
 from __future__ import annotations
@@ -27,10 +27,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN, gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, first_difference
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    first_difference,
+    known_mistakes,
+    known_outputs,
+    which_known,
+)
 from lmlessons.exercises._loss_checks import explain_ce, shift
 from lmlessons.preference import preference_batch
 
@@ -38,9 +47,6 @@ SIGNATURE = (
     "sequence_logprobs(logits, labels, average=False) -> logps   # (B,) float32: labels "
     "unshifted, -100 on the prompt and the padding"
 )
-
-#: A known mistake: (code, what its result is, in words, the ``(B,)`` result it gives).
-Candidate = tuple[str, str, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -306,153 +312,206 @@ def _show(values: torch.Tensor) -> str:
     return "[" + ", ".join(f"{float(v):.4f}" for v in values.detach()) + "]"
 
 
-def _reduce(picked: torch.Tensor, keep: torch.Tensor, average: bool) -> torch.Tensor:
-    """``(B,)``: the sum of ``picked`` where ``keep`` (the mean, if ``average``)."""
-    total = torch.where(keep, picked, torch.zeros_like(picked)).sum(-1)  # (B,)
-    return total / keep.sum(-1).clamp(min=1) if average else total
+# --------------------------------------------------------------------------- known mistakes
+# Each makes one mistake and is right elsewhere; a wrong result is named by the entry whose
+# result it equals on the case (:func:`_named`), quoting its docstring (``{T}``: the case's T).
+# ``tests/test_battery.py`` submits every entry.
+
+known = known_mistakes("sequence_logprobs")
 
 
-def _at(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``(B, T)``: each position's entry of ``scores`` ``(B, T, V)`` at its target (-100 read as
-    id 0)."""
-    return scores.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+def _shifted(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits[:, :-1], labels[:, 1:])``: position t against token t + 1."""
+    return logits[:, :-1].float(), labels[:, 1:]
 
 
-def _shift_candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
-    """The results of pairing position t with another label than ``labels[:, t + 1]``."""
-    B, T, _ = logits.shape
-    logp = logits.detach().double().log_softmax(-1)  # (B, T, V)
-
-    def summed(targets: torch.Tensor) -> torch.Tensor:
-        return _reduce(_at(logp, targets), targets != IGNORE_INDEX, average)  # (B,)
-
-    flat = shift(labels.reshape(1, -1), 1).reshape(B, T)  # the flattened batch shifted
-    last_zero = torch.cat([labels[:, 1:], torch.zeros_like(labels[:, :1])], 1)  # (B, T)
-    no_last = labels.masked_fill(torch.arange(T) == T - 1, IGNORE_INDEX)  # (B, T)
-    no_first = labels.masked_fill(torch.arange(T) == 0, IGNORE_INDEX)  # (B, T)
-    return [
-        (
-            "not_shifted",
-            "`logits[:, :-1]` scored against `labels[:, :-1]`: the logits shifted, not the labels",
-            summed(no_last),
-        ),
-        (
-            "not_shifted",
-            "`logits[:, 1:]` scored against `labels[:, 1:]`: both sliced the same way",
-            summed(no_first),
-        ),
-        ("not_shifted", "position t scored against `labels[:, t]`", summed(labels)),
-        ("shifted_twice", "position t scored against `labels[:, t + 2]`", summed(shift(labels, 2))),
-        (
-            "shifted_wrong_way",
-            "position t scored against `labels[:, t - 1]`",
-            summed(shift(labels, -1)),
-        ),
-        ("shifts_across_rows", "the flattened batch shifted", summed(flat)),
-        ("scores_last_position", "the last position scored against id 0", summed(last_zero)),
-    ]
+def _gather(logps: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each position's entry of ``logps`` at its target (-100 read as id 0)."""
+    return logps.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
 
 
-def _target_candidates(
-    logits: torch.Tensor, labels: torch.Tensor, average: bool
-) -> list[Candidate]:
-    """The results of scoring the right positions with the wrong mask or the wrong numbers."""
-    logp = logits.detach().double().log_softmax(-1)  # (B, T, V)
-    targets = shift(labels, 1)  # (B, T)
-    keep = targets != IGNORE_INDEX  # (B, T)
-    picked = _at(logp, targets)  # (B, T)
-    positions = torch.ones_like(keep)
-    positions[:, -1] = False  # the T - 1 shifted positions
-    before = labels != IGNORE_INDEX  # the mask taken before the shift
-    before[:, -1] = False
-    raw = logits.detach().double()  # (B, T, V)
-    over_positions = [  # log_softmax over the positions axis, all of it or the shifted part
-        _at(torch.cat([raw[:, :-1].log_softmax(1), raw[:, -1:]], 1), targets),
-        _at(raw.log_softmax(1), targets),
-    ]
-    return [
-        *[
-            (
-                "softmax_wrong_dim",
-                "`log_softmax` over the positions (`dim=1`), not the vocabulary",
-                _reduce(picked_dim, keep, average),
-            )
-            for picked_dim in over_positions
-        ],
-        (
-            "minus100_not_ignored",
-            "every position summed, -100 read as id 0",
-            _reduce(picked, positions, average),
-        ),
-        (
-            "mask_not_shifted",
-            "`labels[:, 1:]` gathered under the mask `labels[:, :-1] != -100`",
-            _reduce(picked, before, average),
-        ),
-        (
-            "skips_target_zero",
-            "the targets of id 0 left out",
-            _reduce(picked, keep & (targets != 0), average),
-        ),
-        (
-            "probs_not_logprobs",
-            "the probabilities summed, not their logs",
-            _reduce(_at(logp.exp(), targets), keep, average),
-        ),
-        ("gathers_raw_logits", "the raw logits summed", _reduce(_at(raw, targets), keep, average)),
-        (
-            "argmax_not_label",
-            "the log-probability of the most likely token",
-            _reduce(logp.max(-1).values, keep, average),
-        ),
-        ("negated_logprobs", "minus the log-probabilities", -_reduce(picked, keep, average)),
-    ]
+def _finish(picked: torch.Tensor, mask: torch.Tensor, average: bool) -> torch.Tensor:
+    """The sum over ``mask`` per row, or its mean."""
+    total = (picked * mask).sum(-1)
+    return total / mask.sum(-1) if average else total
 
 
-def _average_candidates(
-    logits: torch.Tensor, labels: torch.Tensor, average: bool
-) -> list[Candidate]:
-    """The results of the right sum divided by the wrong count (or by none)."""
-    T = labels.shape[1]
-    targets = shift(labels, 1)  # (B, T)
-    keep = targets != IGNORE_INDEX  # (B, T)
-    total = _reduce(_at(logits.detach().double().log_softmax(-1), targets), keep, False)  # (B,)
-    width = [("(T - 1)", T - 1), ("T", T)]
-    if not average:
-        out = [("mean_over_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
-        return [
-            *out,
-            ("ignores_average", "the mean, not the sum", total / keep.sum(-1).clamp(min=1)),
-        ]
-    before = labels.ne(IGNORE_INDEX).sum(-1).clamp(min=1)  # (B,): counted before the shift
-    out = [("counts_padding_positions", f"the sum / {w} = {n}", total / n) for w, n in width]
-    return [
-        *out,
-        ("ignores_average", "the sum, not the mean", total),
-        ("counts_before_shift", "the sum / the labels not -100 before the shift", total / before),
-    ]
+def _scored(logits, targets, average, mask=None):
+    """Right from the log-probabilities on: ``targets`` (-100: no target) scored by ``logits``."""
+    mask = targets != IGNORE_INDEX if mask is None else mask
+    return _finish(_gather(logits.float().log_softmax(-1), targets), mask, average)
 
 
-def _candidates(logits: torch.Tensor, labels: torch.Tensor, average: bool) -> list[Candidate]:
-    """The ``(B,)`` results of the known mistakes on ``(logits, labels)``, in float64."""
-    found = _shift_candidates(logits, labels, average) + _target_candidates(logits, labels, average)
-    return found + _average_candidates(logits, labels, average)
+@known("not_shifted")
+def shifts_the_logits_only(logits, labels, average=False):
+    """`logits[:, :-1]` scored against `labels[:, :-1]`: the logits shifted, not the labels."""
+    return _scored(logits[:, :-1], labels[:, :-1], average)
+
+
+@known("not_shifted")
+def slices_both_the_same_way(logits, labels, average=False):
+    """`logits[:, 1:]` scored against `labels[:, 1:]`: both sliced the same way."""
+    return _scored(logits[:, 1:], labels[:, 1:], average)
+
+
+@known("not_shifted")
+def never_shifts(logits, labels, average=False):
+    """Position t scored against `labels[:, t]`."""
+    return _scored(logits, labels, average)
+
+
+@known("shifted_twice")
+def shifts_twice(logits, labels, average=False):
+    """Position t scored against `labels[:, t + 2]`."""
+    rolled = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    return _scored(logits[:, :-1], rolled[:, 1:], average)
+
+
+@known("shifted_wrong_way")
+def shifts_the_wrong_way(logits, labels, average=False):
+    """Position t scored against `labels[:, t - 1]`."""
+    return _scored(logits[:, 1:], labels[:, :-1], average)
+
+
+@known("shifts_across_rows")
+def shifts_the_flat_batch(logits, labels, average=False):
+    """The flattened batch shifted."""
+    B, T = labels.shape
+    flat = torch.cat([labels.reshape(-1)[1:], labels.new_full((1,), IGNORE_INDEX)])
+    return _scored(logits, flat.view(B, T), average)
+
+
+@known("scores_last_position")
+def pads_shifted_labels_with_zero(logits, labels, average=False):
+    """The last position scored against id 0."""
+    return _scored(logits, F.pad(labels[:, 1:], (0, 1), value=0), average)
+
+
+@known("softmax_wrong_dim")
+def log_softmax_over_positions(logits, labels, average=False):
+    """`log_softmax` over the positions (`dim=1`), not the vocabulary."""
+    logits, targets = _shifted(logits, labels)
+    return _finish(_gather(logits.log_softmax(dim=1), targets), targets != IGNORE_INDEX, average)
+
+
+@known("softmax_wrong_dim")
+def log_softmax_over_all_positions(logits, labels, average=False):
+    """`log_softmax` over the positions (`dim=1`), not the vocabulary, before the shift."""
+    logits, targets = _shifted(logits.float().log_softmax(dim=1), labels)
+    return _finish(_gather(logits, targets), targets != IGNORE_INDEX, average)
+
+
+@known("minus100_not_ignored")
+def sums_every_position(logits, labels, average=False):
+    """Every position summed, -100 read as id 0."""
+    logits, targets = _shifted(logits, labels)
+    return _scored(logits, targets, average, mask=torch.ones_like(targets, dtype=torch.bool))
+
+
+@known("mask_not_shifted")
+def masks_before_shifting(logits, labels, average=False):
+    """`labels[:, 1:]` gathered under the mask `labels[:, :-1] != -100`."""
+    logits, targets = _shifted(logits, labels)
+    return _scored(logits, targets, average, mask=labels[:, :-1] != IGNORE_INDEX)
+
+
+@known("skips_target_zero")
+def positive_labels_only(logits, labels, average=False):
+    """The targets of id 0 left out."""
+    logits, targets = _shifted(logits, labels)
+    return _scored(logits, targets, average, mask=targets > 0)
+
+
+@known("probs_not_logprobs")
+def softmax_not_log_softmax(logits, labels, average=False):
+    """The probabilities summed, not their logs."""
+    logits, targets = _shifted(logits, labels)
+    return _finish(_gather(logits.softmax(-1), targets), targets != IGNORE_INDEX, average)
+
+
+@known("gathers_raw_logits")
+def forgets_the_normalisation(logits, labels, average=False):
+    """The raw logits summed."""
+    logits, targets = _shifted(logits, labels)
+    return _finish(_gather(logits, targets), targets != IGNORE_INDEX, average)
+
+
+@known("argmax_not_label")
+def scores_the_prediction(logits, labels, average=False):
+    """The log-probability of the most likely token."""
+    logits, targets = _shifted(logits, labels)
+    best = logits.log_softmax(-1).max(dim=-1).values
+    return _finish(best, targets != IGNORE_INDEX, average)
+
+
+@known("negated_logprobs")
+def returns_the_cross_entropy(logits, labels, average=False):
+    """Minus the log-probabilities."""
+    logits, targets = _shifted(logits, labels)
+    nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T - 1)
+    return _finish(nll, targets != IGNORE_INDEX, average)
+
+
+@known("mean_over_positions")
+def means_instead_of_summing(logits, labels, average=False):
+    """The sum / (T - 1) = {T1}."""
+    logits, targets = _shifted(logits, labels)
+    picked = _gather(logits.log_softmax(-1), targets) * (targets != IGNORE_INDEX)
+    return picked.sum(-1) / (targets != IGNORE_INDEX).sum(-1) if average else picked.mean(-1)
+
+
+@known("mean_over_positions")
+def means_over_the_width(logits, labels, average=False):
+    """The sum / T = {T}."""
+    total = _scored(*_shifted(logits, labels), False)
+    return _scored(*_shifted(logits, labels), True) if average else total / labels.shape[1]
+
+
+@known("ignores_average")
+def always_sums(logits, labels, average=False):
+    """The sum, not the mean."""
+    return _scored(*_shifted(logits, labels), False)
+
+
+@known("ignores_average")
+def always_averages(logits, labels, average=False):
+    """The mean, not the sum."""
+    logits, targets = _shifted(logits, labels)
+    mask = targets != IGNORE_INDEX
+    return _scored(logits, targets, False) / mask.sum(-1).clamp(min=1)
+
+
+@known("counts_padding_positions")
+def averages_over_the_shifted_width(logits, labels, average=False):
+    """The sum / (T - 1) = {T1}."""
+    total = _scored(*_shifted(logits, labels), False)
+    return total / (labels.shape[1] - 1) if average else total
+
+
+@known("counts_padding_positions")
+def averages_over_the_width(logits, labels, average=False):
+    """The sum / T = {T}."""
+    total = _scored(*_shifted(logits, labels), False)
+    return total / labels.shape[1] if average else total
+
+
+@known("counts_before_shift")
+def counts_the_unshifted_labels(logits, labels, average=False):
+    """The sum / the labels not -100 before the shift."""
+    total = _scored(*_shifted(logits, labels), False)
+    return total / (labels != IGNORE_INDEX).sum(-1) if average else total
 
 
 def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:
     """The known mistake whose result ``got`` equals (None if none does, or two codes do)."""
-    logits, labels = case.args
-    found = [
-        c
-        for c in _candidates(logits, labels, bool(case.kwargs.get("average", False)))
-        if _close(got, c[2]) and not _close(c[2], expected)
-    ]
-    if len({code for code, _, _ in found}) != 1:
+    T = case.args[1].shape[1]
+    outputs = known_outputs("sequence_logprobs", case, T=T, T1=T - 1)
+    found = which_known(outputs, got, expected, _close)
+    if found is None:
         return None
-    code, what, _ = found[0]
     return Mistake(
-        code,
-        f"On {case.label}, your log-probabilities are {_show(got)}, {what}; "
+        found[0],
+        f"On {case.label}, your log-probabilities are {_show(got)}, {found[1]}; "
         f"expected {_show(expected)}.",
     )
 

@@ -40,52 +40,6 @@ def nan_when_nothing_masked(
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)  # NaN + NSP = NaN
 
 
-@wrong("unweighted")
-def ignores_the_weights(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Adds MLM + NSP, ignoring mlm_weight and nsp_weight."""
-    return _mlm(mlm_logits, mlm_labels) + _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("misweighted")
-def swaps_the_weights(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """nsp_weight on the MLM term and mlm_weight on the NSP term."""
-    return nsp_weight * _mlm(mlm_logits, mlm_labels) + mlm_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("misweighted")
-def weight_on_the_total(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Multiplies the whole sum by mlm_weight, so it scales NSP too."""
-    total = _mlm(mlm_logits, mlm_labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
-    return mlm_weight * total  # mlm_weight also scales the NSP term
-
-
-@wrong("missing_nsp")
-def mlm_only(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """Returns the MLM term alone."""
-    return mlm_weight * _mlm(mlm_logits, mlm_labels)
-
-
-@wrong("missing_mlm")
-def nsp_only(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """Returns the NSP term alone."""
-    return nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("averages_losses")
-def averages_the_two(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Averages the two terms instead of adding them."""
-    mlm, nsp = _mlm(mlm_logits, mlm_labels), _nsp(nsp_logits, nsp_labels)
-    return (mlm_weight * mlm + nsp_weight * nsp) / 2
-
-
 @wrong("counts_unmasked_positions")
 def mlm_over_every_position(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
@@ -96,32 +50,6 @@ def mlm_over_every_position(
     )
     mlm = total / mlm_labels.numel()  # B*T positions, not the masked tokens
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("swapped_nsp_labels")
-def is_next_is_one(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Uses 1 = IsNext (d2l's convention), flipping the NSP labels."""
-    nsp = F.cross_entropy(nsp_logits, 1 - nsp_labels)  # d2l's convention: is_next -> 1
-    return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
-
-
-@wrong("sum_not_mean")
-def nsp_summed(mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """NSP summed over the sequences instead of averaged."""
-    nsp = F.cross_entropy(nsp_logits, nsp_labels, reduction="sum")  # over sequences, not a mean
-    return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
-
-
-@wrong("class_dim")
-def nsp_softmax_over_batch(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """NSP log_softmax over dim 0, the sequences, instead of the two classes."""
-    log_probs = nsp_logits.log_softmax(dim=0)  # (B, 2): normalised over the sequences
-    nsp = -log_probs.gather(1, nsp_labels.unsqueeze(1)).mean()
-    return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
 
 
 @wrong(says="nsp_labels [0, 1, 1, 0], default weights), the loss is 4.7896; expected 4.82675")
@@ -239,15 +167,6 @@ def draft_as_written(
     keep = flat_labels != IGNORE
     mlm = F.cross_entropy(flat_logits[keep], flat_labels[keep])
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("misweighted")
-def normalises_the_weights(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Divides the weighted sum by mlm_weight + nsp_weight (a weighted mean, not a weighted sum)."""
-    total = mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
-    return total / (mlm_weight + nsp_weight)
 
 
 # ---------------------------------------------------------------- delegating to the course

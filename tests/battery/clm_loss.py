@@ -40,35 +40,6 @@ def _finish(total, count, num_items_in_batch):
 # ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("not_shifted")
-def never_shifts(logits, labels, *, num_items_in_batch=None):
-    """No shift: position t is scored against its own token."""
-    return _finish(*_sum_and_count(logits, labels), num_items_in_batch)  # position t against t
-
-
-@wrong("shifted_twice")
-def shifts_twice(logits, labels, *, num_items_in_batch=None):
-    """Shifts the labels and then slices logits[:, :-1] / labels[:, 1:] again: next-next-token
-    prediction."""
-    targets = _shifted(labels)  # "shift to be safe" ...
-    total, count = _sum_and_count(logits[:, :-1], targets[:, 1:])  # ... and shift again
-    return _finish(total, count, num_items_in_batch)
-
-
-@wrong("shifted_wrong_way")
-def shifts_the_wrong_way(logits, labels, *, num_items_in_batch=None):
-    """logits[:, 1:] against labels[:, :-1]: position t + 1 predicts token t."""
-    total, count = _sum_and_count(logits[:, 1:], labels[:, :-1])  # position t + 1 against t
-    return _finish(total, count, num_items_in_batch)
-
-
-@wrong("counts_before_shift")
-def counts_before_the_shift(logits, labels, *, num_items_in_batch=None):
-    """Divides by the labels that are not -100 before the shift (one target too many per row)."""
-    total, _ = _sum_and_count(logits, _shifted(labels))
-    return _finish(total, int((labels != IGNORE).sum()), num_items_in_batch)  # one too many a row
-
-
 @wrong("nan_when_no_targets")
 def plain_mean(logits, labels, *, num_items_in_batch=None):
     """F.cross_entropy mean: NaN when nothing is left to predict."""
@@ -91,63 +62,12 @@ def guards_before_the_shift(logits, labels, *, num_items_in_batch=None):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-@wrong("ignores_num_items_in_batch")
-def ignores_num_items(logits, labels, *, num_items_in_batch=None):
-    """Always the mean over its own targets; num_items_in_batch is never used."""
-    total, count = _sum_and_count(logits, _shifted(labels))
-    return total / max(count, 1)
-
-
-@wrong("num_items_divides_mean")
-def num_items_divides_the_mean(logits, labels, *, num_items_in_batch=None):
-    """With num_items_in_batch divides the *mean* by it."""
-    total, count = _sum_and_count(logits, _shifted(labels))
-    mean = total / max(count, 1)
-    return mean if num_items_in_batch is None else mean / num_items_in_batch
-
-
-@wrong("shifts_across_rows")
-def shifts_the_flattened_batch(logits, labels, *, num_items_in_batch=None):
-    """Flattens first and shifts the flat batch: the last position of each row is scored against the
-    next row's first token."""
-    flat_logits = logits.reshape(-1, logits.shape[-1])  # (B*T, V)
-    flat_labels = labels.reshape(-1)  # (B*T,)
-    # the last position of row b is scored against the first label of row b + 1
-    total, count = _sum_and_count(flat_logits[:-1], flat_labels[1:])
-    return _finish(total, count, num_items_in_batch)
-
-
 @wrong("counts_padding_positions")
 def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
     """Divides by B*(T-1), counting the padding positions."""
     total, _ = _sum_and_count(logits, _shifted(labels))
     batch, length = labels.shape
     return _finish(total, batch * (length - 1), num_items_in_batch)  # padding counted too
-
-
-@wrong("scores_last_position")
-def pads_label_with_zero(logits, labels, *, num_items_in_batch=None):
-    """Pads the shifted labels with 0 instead of -100: every last position learns token id 0."""
-    targets = F.pad(labels, (0, 1), value=0)[..., 1:]  # last position now predicts token 0
-    return _finish(*_sum_and_count(logits, targets), num_items_in_batch)
-
-
-@wrong("minus100_not_ignored")
-def clamps_padding_to_zero(logits, labels, *, num_items_in_batch=None):
-    """Clamps -100 to 0: padding becomes token 0 and is learned."""
-    targets = _shifted(labels.clamp(min=0))  # padding -100 becomes token 0 and is learned
-    return _finish(*_sum_and_count(logits, targets), num_items_in_batch)
-
-
-@wrong("per_row_mean")
-def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
-    """Mean of the per-sequence means."""
-    targets = _shifted(labels)  # (B, T)
-    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
-    is_target = (targets != IGNORE).float()
-    if num_items_in_batch is not None:
-        return (per_token * is_target).sum() / num_items_in_batch
-    return ((per_token * is_target).sum(1) / is_target.sum(1).clamp(min=1)).mean()
 
 
 @wrong("modifies_input")

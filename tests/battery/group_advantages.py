@@ -38,16 +38,6 @@ def _parts(rewards, num_generations):
 
 
 @wrong("population_std")
-def std_without_bessel(rewards, *, num_generations, scale_rewards="group"):
-    """std(unbiased=False): the population standard deviation, over n."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    std = grouped.std(dim=1, keepdim=True, unbiased=False).expand_as(grouped).reshape(-1)
-    if scale_rewards == "batch":
-        return advantages / (rewards.std(unbiased=False) + 1e-4)
-    return _scaled(advantages, std, rewards, scale_rewards)
-
-
-@wrong("population_std")
 def std_by_hand_over_n(rewards, *, num_generations, scale_rewards="group"):
     """The standard deviation written out as the root of the mean squared deviation."""
     grouped = rewards.view(-1, num_generations)
@@ -61,17 +51,6 @@ def std_by_hand_over_n(rewards, *, num_generations, scale_rewards="group"):
 
 
 @wrong("no_std_epsilon")
-def divides_by_std_alone(rewards, *, num_generations, scale_rewards="group"):
-    """Divides by the std with no epsilon: 0 / 0 for a group of equal rewards."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "group":
-        return advantages / std
-    if scale_rewards == "batch":
-        return advantages / rewards.std()
-    return advantages
-
-
-@wrong("no_std_epsilon")
 def ppo_epsilon(rewards, *, num_generations, scale_rewards="group"):
     """The epsilon of PPO's advantage normalisation, 1e-8, instead of TRL's 1e-4."""
     _, advantages, std = _parts(rewards, num_generations)
@@ -82,126 +61,11 @@ def ppo_epsilon(rewards, *, num_generations, scale_rewards="group"):
     return advantages
 
 
-@wrong("no_std_epsilon")
-def zero_where_no_spread(rewards, *, num_generations, scale_rewards="group"):
-    """Guards std == 0 with torch.where instead of adding 1e-4."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        std = rewards.std().expand_as(rewards)
-    if scale_rewards == "none":
-        return advantages
-    return torch.where(std == 0, torch.zeros_like(advantages), advantages / std)
-
-
-@wrong("epsilon_inside_sqrt")
-def epsilon_in_the_variance(rewards, *, num_generations, scale_rewards="group"):
-    """sqrt(var + 1e-4), as in layer norm, instead of std + 1e-4."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
-    if scale_rewards == "group":
-        return advantages / torch.sqrt(var + 1e-4)
-    if scale_rewards == "batch":
-        return advantages / torch.sqrt(rewards.var() + 1e-4)
-    return advantages
-
-
-@wrong("divides_by_variance")
-def var_for_std(rewards, *, num_generations, scale_rewards="group"):
-    """Calls .var() where the formula says std."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
-    if scale_rewards == "group":
-        return advantages / (var + 1e-4)
-    if scale_rewards == "batch":
-        return advantages / (rewards.var() + 1e-4)
-    return advantages
-
-
-@wrong("wrong_grouping")
-def generations_as_rows(rewards, *, num_generations, scale_rewards="group"):
-    """view(num_generations, -1), one column per prompt: the groups are interleaved."""
-    grouped = rewards.view(num_generations, -1)
-    centred = grouped - grouped.mean(dim=0, keepdim=True)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=0, keepdim=True) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.reshape(-1)
-
-
-@wrong("wrong_grouping")
-def statistics_over_dim_0(rewards, *, num_generations, scale_rewards="group"):
-    """The right view(-1, G), but mean and std over dim=0, across the prompts."""
-    grouped = rewards.view(-1, num_generations)
-    centred = grouped - grouped.mean(dim=0, keepdim=True)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=0, keepdim=True) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.view(-1)
-
-
-@wrong("wrong_grouping")
-def std_over_the_other_axis(rewards, *, num_generations, scale_rewards="group"):
-    """The mean along the rows, the std along the columns (a typo'd dim)."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    std = grouped.std(dim=0, keepdim=True).expand_as(grouped).reshape(-1)
-    return _scaled(advantages, std, rewards, scale_rewards)
-
-
-@wrong("missing_keepdim")
-def mean_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
-    """grouped - grouped.mean(dim=1): the (B / G,) mean broadcasts along the rows."""
-    grouped = rewards.view(-1, num_generations)
-    centred = grouped - grouped.mean(dim=1)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=1) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.reshape(-1)
-
-
-@wrong("batch_mean_subtracted")
-def batch_normalises_the_batch(rewards, *, num_generations, scale_rewards="group"):
-    """ "batch" as (r - r.mean()) / r.std(): the batch's mean as the baseline too."""
-    if scale_rewards == "batch":
-        return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
-    _, advantages, std = _parts(rewards, num_generations)
-    return _scaled(advantages, std, rewards, scale_rewards)
-
-
-@wrong("batch_std_of_advantages")
-def batch_std_after_centring(rewards, *, num_generations, scale_rewards="group"):
-    """ "batch" divides by the std of the centred advantages."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        return advantages / (advantages.std() + 1e-4)
-    return _scaled(advantages, std, rewards, scale_rewards)
-
-
 @wrong("ignores_scale_rewards")
 def always_the_group_std(rewards, *, num_generations, scale_rewards="group"):
     """Never reads scale_rewards: every call divides by the group's std."""
     _, advantages, std = _parts(rewards, num_generations)
     return advantages / (std + 1e-4)
-
-
-@wrong("none_still_scales")
-def none_falls_through_to_group(rewards, *, num_generations, scale_rewards="group"):
-    """Tests for "batch" only: "none" falls into the group branch."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        return advantages / (rewards.std() + 1e-4)
-    return advantages / (std + 1e-4)
-
-
-@wrong("none_skips_baseline")
-def none_returns_the_rewards(rewards, *, num_generations, scale_rewards="group"):
-    """Reads "none" as no normalisation at all: the rewards themselves."""
-    if scale_rewards == "none":
-        return rewards.clone()
-    _, advantages, std = _parts(rewards, num_generations)
-    return _scaled(advantages, std, rewards, scale_rewards)
 
 
 @wrong("changes_dtype")

@@ -33,17 +33,6 @@ def _grpo(masked, mask):
 # ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("token_mean_for_grpo")
-def grpo_as_token_mean(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """Treats grpo like bnpo: the micro-batch's sum over its token count."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    kind = "bnpo" if loss_type == "grpo" else loss_type
-    return _token_level(masked, mask, kind, max_completion_length, num_items_in_batch)
-
-
 @wrong("completion_mean_for_token_type")
 def always_per_completion(
     per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
@@ -54,80 +43,6 @@ def always_per_completion(
     if loss_type == "dr_grpo":
         return per_completion.sum() / max_completion_length
     return per_completion.mean()
-
-
-@wrong("ignores_num_items_in_batch")
-def dapo_divides_by_own_tokens(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """dapo divides by this micro-batch's token count: num_items_in_batch is never read."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    return _token_level(masked, mask, loss_type, max_completion_length, None)
-
-
-@wrong("num_items_divides_mean")
-def dapo_divides_the_mean(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """dapo takes the token mean and then divides it by num_items_in_batch."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    if loss_type == "dapo" and num_items_in_batch is not None:
-        return masked.sum() / mask.sum().clamp(min=1) / num_items_in_batch
-    return _token_level(masked, mask, loss_type, max_completion_length, None)
-
-
-@wrong("divides_by_completion_width")
-def dr_grpo_uses_the_width(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """dr_grpo divides by B times the mask's width (C) instead of max_completion_length."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    width = mask.shape[1]
-    return _token_level(masked, mask, loss_type, width, num_items_in_batch)
-
-
-@wrong("ignores_max_completion_length")
-def dr_grpo_like_bnpo(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """dr_grpo divides by the token count, as bnpo."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    kind = "bnpo" if loss_type == "dr_grpo" else loss_type
-    return _token_level(masked, mask, kind, max_completion_length, num_items_in_batch)
-
-
-@wrong("dr_grpo_missing_batch_size")
-def dr_grpo_per_length_only(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """dr_grpo divides the sum by max_completion_length, forgetting the number of completions."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    if loss_type == "dr_grpo":
-        return masked.sum() / max_completion_length
-    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
-
-
-@wrong("padding_losses_count")
-def plain_mean(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """Every type as per_token_loss.mean(): padding in the sum and in the count."""
-    return per_token_loss.mean()
 
 
 @wrong("nan_on_empty_completion")
@@ -155,32 +70,6 @@ def forgets_the_mask_in_the_sum(
     return _token_level(per_token_loss, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
-@wrong("padding_in_denominator")
-def means_over_every_position(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """bnpo as (loss * mask).mean(): divides by all B * C positions, padding included."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
-    if loss_type == "bnpo" or (loss_type == "dapo" and num_items_in_batch is None):
-        return masked.mean()
-    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
-
-
-@wrong("padding_in_denominator")
-def grpo_mean_over_width(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """grpo's per-completion mean as (loss * mask).mean(-1): divides by the width C."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        return masked.mean(-1).mean()
-    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
-
-
 @wrong("nan_on_empty_completion")
 def grpo_without_clamp(
     per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
@@ -190,22 +79,6 @@ def grpo_without_clamp(
     masked = per_token_loss * mask
     if loss_type == "grpo":
         return (masked.sum(-1) / mask.sum(-1)).mean()
-    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
-
-
-@wrong("empty_completion_skipped")
-def grpo_over_nonempty_completions(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """grpo averages over the completions that have tokens only."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if loss_type == "grpo":
-        lengths = mask.sum(-1)
-        keep = lengths > 0
-        if not keep.any():
-            return masked.sum()
-        return (masked.sum(-1)[keep] / lengths[keep]).mean()
     return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
@@ -285,18 +158,6 @@ def weights_from_detached_losses(
     return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
-@wrong("counts_nonzero_losses")
-def counts_the_nonzero_losses(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """Counts the tokens as the nonzero masked losses: a token whose loss is 0 drops out."""
-    masked = per_token_loss * completion_mask
-    counted = (masked != 0).float()
-    if loss_type == "grpo":
-        return (masked.sum(-1) / counted.sum(-1).clamp(min=1)).mean()
-    return _token_level(masked, counted, loss_type, max_completion_length, num_items_in_batch)
-
-
 @wrong("zero_count_not_clamped")
 def dapo_divides_by_zero(
     per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
@@ -308,20 +169,6 @@ def dapo_divides_by_zero(
         return _grpo(masked, mask)
     if loss_type == "dapo" and num_items_in_batch is not None:
         return masked.sum() / num_items_in_batch
-    return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
-
-
-@wrong("num_items_outside_dapo")
-def num_items_first(
-    per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
-    """Divides by num_items_in_batch whenever it is given, whatever the type."""
-    mask = completion_mask.float()
-    masked = per_token_loss * mask
-    if num_items_in_batch is not None:
-        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
-    if loss_type == "grpo":
-        return _grpo(masked, mask)
     return _token_level(masked, mask, loss_type, max_completion_length, num_items_in_batch)
 
 

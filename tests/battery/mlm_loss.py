@@ -43,81 +43,6 @@ def nan_on_empty(logits, labels, *, num_items_in_batch=None):
     return F.cross_entropy(flat_logits, flat_labels)  # mean over zero targets is 0 / 0
 
 
-@wrong("ignores_num_items_in_batch")
-def ignores_num_items(logits, labels, *, num_items_in_batch=None):
-    """Always the mean over its own targets; num_items_in_batch is accepted but never used."""
-    total, count = _sum_and_count(logits, labels)
-    return total / max(count, 1)  # num_items_in_batch accepted, never used
-
-
-@wrong("counts_unmasked_positions")
-def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
-    """Divides the target sum by B*T, every position, instead of the number of targets."""
-    total, _ = _sum_and_count(logits, labels)
-    return _finish(total, labels.numel(), num_items_in_batch)  # B*T, not the target count
-
-
-@wrong("minus100_not_ignored")
-def clamps_ignored_to_zero(logits, labels, *, num_items_in_batch=None):
-    """Clamps -100 to 0 so every unselected position is scored against token 0."""
-    targets = labels.clamp(min=0).reshape(-1)  # "-100 is out of range": every position is a target
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, reduction="sum")
-    return _finish(total, labels.numel(), num_items_in_batch)
-
-
-@wrong("per_row_mean")
-def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
-    """Mean of the per-sequence means: a sequence with one target weighs as much as one with
-    nine."""
-    per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")  # (B, T)
-    is_target = (labels != IGNORE).float()  # (B, T)
-    per_row = (per_token * is_target).sum(1) / is_target.sum(1).clamp(min=1)  # (B,)
-    if num_items_in_batch is not None:
-        return (per_token * is_target).sum() / num_items_in_batch
-    return per_row.mean()
-
-
-@wrong("num_items_divides_mean")
-def num_items_divides_the_mean(logits, labels, *, num_items_in_batch=None):
-    """With num_items_in_batch divides the *mean* (not the sum) by it."""
-    total, count = _sum_and_count(logits, labels)
-    mean = total / max(count, 1)
-    return mean if num_items_in_batch is None else mean / num_items_in_batch
-
-
-@wrong("sum_not_mean")
-def returns_the_sum(logits, labels, *, num_items_in_batch=None):
-    """Without num_items_in_batch returns the sum over the targets, not their mean."""
-    total, _ = _sum_and_count(logits, labels)
-    return total if num_items_in_batch is None else total / num_items_in_batch
-
-
-@wrong("shifts_labels")
-def shifts_like_a_causal_lm(logits, labels, *, num_items_in_batch=None):
-    """Shifts like a causal LM (position t against label t + 1): MLM scores each position against
-    its own label."""
-    total, count = _sum_and_count(logits[:, :-1], labels[:, 1:])  # position t against token t + 1
-    return _finish(total, count, num_items_in_batch)
-
-
-@wrong("nll_without_log_softmax")
-def nll_on_raw_logits(logits, labels, *, num_items_in_batch=None):
-    """F.nll_loss on raw logits, without log_softmax."""
-    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    total = F.nll_loss(flat_logits, flat_labels, reduction="sum")  # no log_softmax first
-    return _finish(total, int((flat_labels != IGNORE).sum()), num_items_in_batch)
-
-
-@wrong("class_dim")
-def softmax_over_positions(logits, labels, *, num_items_in_batch=None):
-    """log_softmax over dim 1 (the positions) instead of the vocabulary."""
-    log_probs = logits.log_softmax(dim=1)  # (B, T, V): normalised over T, not over V
-    is_target = labels != IGNORE  # (B, T)
-    picked = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
-    total = -(picked * is_target).sum()
-    return _finish(total, int(is_target.sum()), num_items_in_batch)
-
-
 @wrong("detached")
 def goes_through_item(logits, labels, *, num_items_in_batch=None):
     """Rebuilds the loss from .item(): right number, no gradient."""
@@ -150,14 +75,6 @@ def writes_into_labels(logits, labels, *, num_items_in_batch=None):
     log_probs = logits.log_softmax(-1)  # (B, T, V)
     picked = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
     return _finish(-(picked * is_target).sum(), int(is_target.sum()), num_items_in_batch)
-
-
-@wrong("skips_target_zero")
-def zero_id_is_padding(logits, labels, *, num_items_in_batch=None):
-    """Selects targets with labels > 0, dropping every target whose original token id is 0."""
-    is_target = labels > 0  # "ids are positive": -100 and also the real token id 0 are skipped
-    total = F.cross_entropy(logits[is_target], labels[is_target], reduction="sum")
-    return _finish(total, int(is_target.sum()), num_items_in_batch)
 
 
 @wrong("not_scalar")

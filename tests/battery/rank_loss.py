@@ -34,21 +34,6 @@ def _local_count(targets):
 # ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("divides_by_local_count")
-def own_count(logits, labels, *, all_reduce, world_size):
-    """Divides by the rank's own target count, never calls all_reduce."""
-    targets = _targets(labels)
-    return world_size * _local_sum(logits, targets) / _local_count(targets).clamp(min=1)
-
-
-@wrong("missing_world_size")
-def forgets_world_size(logits, labels, *, all_reduce, world_size):
-    """all-reduces the count but does not multiply by world_size."""
-    targets = _targets(labels)
-    total = all_reduce(_local_count(targets))
-    return _local_sum(logits, targets) / total.clamp(min=1)  # DDP's average is not undone
-
-
 @wrong("all_reduce_needs_tensor")
 def reduces_a_python_int(logits, labels, *, all_reduce, world_size):
     """Passes a Python int to all_reduce."""
@@ -66,21 +51,6 @@ def returns_early_when_empty(logits, labels, *, all_reduce, world_size):
     if int(count) == 0:
         return logits.sum() * 0.0  # "nothing to do here": skips the collective the others wait in
     return world_size * _local_sum(logits, targets) / all_reduce(count)
-
-
-@wrong("counts_before_shift")
-def counts_before_the_shift(logits, labels, *, all_reduce, world_size):
-    """all-reduces the count of labels before the shift."""
-    targets = _targets(labels)
-    total = all_reduce((labels != IGNORE).sum())  # one target too many per row
-    return world_size * _local_sum(logits, targets) / total.clamp(min=1)
-
-
-@wrong("not_shifted")
-def never_shifts(logits, labels, *, all_reduce, world_size):
-    """No shift: position t scored against its own token."""
-    total = all_reduce(_local_count(labels))
-    return world_size * _local_sum(logits, labels) / total.clamp(min=1)
 
 
 @wrong("nan_when_no_targets")
@@ -113,23 +83,6 @@ def reduces_the_loss_too(logits, labels, *, all_reduce, world_size):
     return world_size * global_sum / total.clamp(min=1)
 
 
-@wrong("missing_world_size")
-def divides_by_world_size(logits, labels, *, all_reduce, world_size):
-    """Divides by world_size instead of multiplying."""
-    targets = _targets(labels)
-    total = all_reduce(_local_count(targets))
-    return _local_sum(logits, targets) / (total.clamp(min=1) * world_size)  # / R instead of * R
-
-
-@wrong("counts_padding_positions")
-def counts_every_position(logits, labels, *, all_reduce, world_size):
-    """all-reduces B*(T-1), counting padding and prompt positions."""
-    targets = _targets(labels)
-    batch, length = labels.shape
-    total = all_reduce(torch.tensor(batch * (length - 1)))  # padding and prompt counted
-    return world_size * _local_sum(logits, targets) / total
-
-
 @wrong("modifies_input")
 def shifts_labels_in_place(logits, labels, *, all_reduce, world_size):
     """Right value, but shifts the caller's labels in place."""
@@ -137,16 +90,6 @@ def shifts_labels_in_place(logits, labels, *, all_reduce, world_size):
     labels[:, -1] = IGNORE
     total = all_reduce(_local_count(labels))
     return world_size * _local_sum(logits, labels) / total.clamp(min=1)
-
-
-@wrong("divides_by_local_count")
-def averages_the_rank_means(logits, labels, *, all_reduce, world_size):
-    """Calls all_reduce but returns the rank's own mean: the ranks' average is the mean of means."""
-    targets = _targets(labels)
-    count = _local_count(targets)
-    mean = _local_sum(logits, targets) / count.clamp(min=1)
-    all_reduce(count)  # called, as required, but the result is not used
-    return mean  # (world_size * mean) / world_size: the mean of the ranks' means
 
 
 @wrong("detached")

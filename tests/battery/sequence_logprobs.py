@@ -36,36 +36,6 @@ def _finish(picked, mask, average):
 # ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("not_shifted")
-def never_shifts(logits, labels, average=False):
-    """No shift: position t is scored against its own token."""
-    mask = labels != IGNORE
-    return _finish(_gather(logits.log_softmax(-1), labels), mask, average)
-
-
-@wrong("shifted_wrong_way")
-def shifts_the_wrong_way(logits, labels, average=False):
-    """logits[:, 1:] against labels[:, :-1]: position t + 1 predicts token t."""
-    logits, targets = logits[:, 1:], labels[:, :-1]
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
-
-
-@wrong("shifted_twice")
-def shifts_twice(logits, labels, average=False):
-    """Rolls the labels left "to align them", then slices logits[:, :-1] / labels[:, 1:] again."""
-    rolled = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE)], dim=1)
-    logits, targets = _shifted(logits, rolled)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
-
-
-@wrong("minus100_not_ignored")
-def sums_every_position(logits, labels, average=False):
-    """Clamps -100 to 0 and sums every shifted position: the prompt and padding count as id 0."""
-    logits, targets = _shifted(logits, labels.clamp(min=0))
-    picked = _gather(logits.log_softmax(-1), targets)
-    return picked.mean(-1) if average else picked.sum(-1)
-
-
 @wrong("minus100_not_ignored")
 def gathers_at_minus100(logits, labels, average=False):
     """Gathers the labels as they are: -100 is used as an index."""
@@ -74,67 +44,12 @@ def gathers_at_minus100(logits, labels, average=False):
     return _finish(picked, targets != IGNORE, average)
 
 
-@wrong("probs_not_logprobs")
-def softmax_not_log_softmax(logits, labels, average=False):
-    """Sums the label tokens' probabilities (softmax), not their log-probabilities."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.softmax(-1), targets), targets != IGNORE, average)
-
-
 @wrong("log_of_softmax")
 def log_of_the_softmax(logits, labels, average=False):
     """torch.log(softmax(...)): -inf once a label's probability underflows in float32."""
     logits, targets = _shifted(logits, labels)
     logps = torch.log(F.softmax(logits, dim=-1))
     return _finish(_gather(logps, targets), targets != IGNORE, average)
-
-
-@wrong("gathers_raw_logits")
-def forgets_the_normalisation(logits, labels, average=False):
-    """Gathers the raw logits of the labels: no log_softmax."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits, targets), targets != IGNORE, average)
-
-
-@wrong("argmax_not_label")
-def scores_the_prediction(logits, labels, average=False):
-    """Takes the log-probability of the most likely token at each target position."""
-    logits, targets = _shifted(logits, labels)
-    best = logits.log_softmax(-1).max(dim=-1).values
-    return _finish(best, targets != IGNORE, average)
-
-
-@wrong("counts_padding_positions")
-def averages_over_the_width(logits, labels, average=False):
-    """With average=True divides by the number of shifted positions, padding and prompt included."""
-    logits, targets = _shifted(logits, labels)
-    total = (_gather(logits.log_softmax(-1), targets) * (targets != IGNORE)).sum(-1)
-    return total / targets.shape[1] if average else total
-
-
-@wrong("counts_before_shift")
-def counts_the_unshifted_labels(logits, labels, average=False):
-    """With average=True divides by the labels that are not -100 before the shift."""
-    logits, targets = _shifted(logits, labels)
-    total = (_gather(logits.log_softmax(-1), targets) * (targets != IGNORE)).sum(-1)
-    return total / (labels != IGNORE).sum(-1) if average else total
-
-
-@wrong("mean_over_positions")
-def means_instead_of_summing(logits, labels, average=False):
-    """Uses .mean(-1) over the positions for the sum: every sequence divided by T - 1."""
-    logits, targets = _shifted(logits, labels)
-    picked = _gather(logits.log_softmax(-1), targets) * (targets != IGNORE)
-    if average:
-        return picked.sum(-1) / (targets != IGNORE).sum(-1)
-    return picked.mean(-1)
-
-
-@wrong("ignores_average")
-def always_sums(logits, labels, average=False):
-    """Never reads `average`: always the sum."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, False)
 
 
 @wrong("not_per_sequence")
@@ -153,38 +68,6 @@ def fills_labels_in_place(logits, labels, average=False):
     labels[labels == IGNORE] = 0  # in place: the caller's labels change
     logps = logits[:, :-1].log_softmax(-1)
     return _finish(_gather(logps, labels[:, 1:]), mask, average)
-
-
-@wrong("negated_logprobs")
-def returns_the_cross_entropy(logits, labels, average=False):
-    """Per-token cross-entropy summed: the negative log-likelihood, without the minus sign."""
-    logits, targets = _shifted(logits, labels)
-    nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T-1)
-    mask = targets != IGNORE
-    return _finish(nll, mask, average)
-
-
-@wrong("mask_not_shifted")
-def masks_before_shifting(logits, labels, average=False):
-    """Shifts the labels for the gather but takes the mask from the unshifted labels."""
-    mask = (labels != IGNORE)[:, :-1]  # one position off
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), mask, average)
-
-
-@wrong("skips_target_zero")
-def positive_labels_only(logits, labels, average=False):
-    """Selects the targets with labels > 0: a target of id 0 is dropped."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets > 0, average)
-
-
-@wrong("scores_last_position")
-def pads_shifted_labels_with_zero(logits, labels, average=False):
-    """Shifts the labels left and pads the end with 0, so the last position is scored as id 0."""
-    targets = F.pad(labels[:, 1:], (0, 1), value=0)  # (B, T): last position predicts id 0
-    mask = targets != IGNORE
-    return _finish(_gather(logits.log_softmax(-1), targets), mask, average)
 
 
 @wrong("nan_when_no_targets")
@@ -210,20 +93,6 @@ def returns_counts_too(logits, labels, average=False):
     logits, targets = _shifted(logits, labels)
     mask = targets != IGNORE
     return _finish(_gather(logits.log_softmax(-1), targets), mask, average), mask.sum(-1)
-
-
-@wrong("softmax_wrong_dim", says="dimension")
-def log_softmax_over_positions(logits, labels, average=False):
-    """Takes log_softmax(dim=1): each token id normalised across the positions."""
-    logits, targets = _shifted(logits.float(), labels)
-    return _finish(_gather(logits.log_softmax(dim=1), targets), targets != IGNORE, average)
-
-
-@wrong("not_shifted", says="the logits shifted, not the labels")
-def shifts_the_logits_only(logits, labels, average=False):
-    """Drops the last logits but pairs them with labels[:, :-1]: the labels are not shifted."""
-    logits, targets = logits[:, :-1].float(), labels[:, :-1]
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
 
 
 @wrong("wrong_type", says="a list of")
