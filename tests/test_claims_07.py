@@ -49,11 +49,14 @@ def measured(model: str, fix: str | None = None) -> tga.GAMeasurement:
     return tga.measure(model, batch(), tokenizer(), fix=fix)
 
 
+# The Trainers' output_dir (nothing is saved there): one folder, removed when the process ends.
+_OUT = tempfile.TemporaryDirectory(prefix="lmlessons-claims-07-")
+
+
 def _trainer(model: Any, **kwargs: Any) -> Any:
     from transformers import Trainer, TrainingArguments
 
-    out = tempfile.mkdtemp(prefix="lmlessons-claims-07-")
-    args = TrainingArguments(output_dir=out, use_cpu=True, report_to="none", **kwargs)
+    args = TrainingArguments(output_dir=_OUT.name, use_cpu=True, report_to="none", **kwargs)
     return Trainer(model=model, args=args)
 
 
