@@ -5,6 +5,9 @@ accounts and folders it registered, and nothing of another run's."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,3 +71,34 @@ def test_outside_a_run_registering_writes_nothing(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(leftovers.REGISTRY, raising=False)
     leftovers.register(["lmlt-ada"], ["/nowhere"])
     assert leftovers.registered() == ([], [])
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="makes an account: needs root and useradd",
+)
+def test_removing_an_account_removes_what_it_left_in_the_temp_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A learner's kernel leaves torch's ``torchinductor_<name>`` cache in the temp folder; the
+    account's removal takes it, and nothing that another account owns."""
+    from tools.hub_class import owned_by, remove_accounts
+
+    name = "lmlt-leftover"
+    remove_accounts([name])
+    subprocess.run(["useradd", "--no-create-home", name], check=True, capture_output=True)
+    leftovers.register([name], [])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # gettempdir() answers tmp_path
+    uid = pwd.getpwnam(name).pw_uid
+    cache, note, other = tmp_path / f"torchinductor_{name}", tmp_path / "note", tmp_path / "root's"
+    cache.mkdir()
+    (cache / "kernel.py").write_text("pass")
+    note.write_text("x")
+    other.mkdir()
+    for path in (cache, cache / "kernel.py", note):
+        os.chown(path, uid, uid)
+    assert sorted(owned_by(uid, tmp_path)) == [note, cache]
+    remove_accounts([name])
+    assert sorted(tmp_path.iterdir()) == [other]
+    with pytest.raises(KeyError):
+        pwd.getpwnam(name)

@@ -10,10 +10,13 @@ releases, collects and autogrades with nbgrader's commands in their own account.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -273,14 +276,35 @@ def as_teacher(
     return subprocess.run(cmd, cwd=course, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def owned_by(uid: int, folder: Path) -> list[Path]:
+    """The entries at the top of ``folder`` that account ``uid`` owns (what a learner's kernel
+    left in the temp folder: torch's ``torchinductor_<name>`` cache, ...)."""
+    found = []
+    for entry in folder.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # another process removed it meanwhile
+            if entry.lstat().st_uid == uid:
+                found.append(entry)
+    return found
+
+
 def remove_accounts(names: Iterable[str]) -> None:
-    """Delete the accounts ``names`` (processes, homes, memory cgroups), where they exist."""
+    """Delete the accounts ``names`` (processes, homes, what they left in the temp folder, memory
+    cgroups), where they exist."""
     for name in names:
+        try:
+            uid: int | None = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            uid = None
         for _ in range(100):  # userdel refuses an account whose processes are still ending
             subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
             if subprocess.run(["userdel", "-r", name], capture_output=True).returncode in (0, 6):
                 break  # 6: no such account
             time.sleep(0.1)
+        for entry in owned_by(uid, Path(tempfile.gettempdir())) if uid is not None else []:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
         for root in (Path("/sys/fs/cgroup/memory/lmlessons"), Path("/sys/fs/cgroup/lmlessons")):
             for _ in range(50):  # the killed processes leave their cgroup within moments
                 try:
