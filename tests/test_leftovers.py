@@ -28,6 +28,10 @@ from pathlib import Path
 from tools import leftovers
 leftovers.begin()
 subprocess.Popen(["bash", "-c", "(exec -a jupyterhub_idle_culler sleep 60) & exit 0"]).wait()
+for _ in range(200):  # the orphan's subshell takes a moment to exec under its new name
+    if subprocess.run(["pgrep", "-f", "^jupyterhub_idle_culler 60"], capture_output=True).stdout:
+        break
+    time.sleep(0.05)
 folder = Path(tempfile.mkdtemp(prefix="lmlessons-hub-"))
 leftovers.register(["lmlt-no-such-account"], [folder])
 left = leftovers.leftovers(grace_s=0)
