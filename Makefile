@@ -21,25 +21,33 @@ ONE_THREAD := OMP_NUM_THREADS=1
 # Strict nbval in make test starts each lesson's kernel with the scalar kernels (--scalar-kernels,
 # conftest.py): their float sums run in another order than the SIMD kernels that make execute
 # stored the outputs with, so a stored output that depended on that order fails.
-# axe-core (the site's accessibility check) from npm, into the venv: only make test-site needs it.
+# axe-core (the site's accessibility check) from npm, into the venv: make test and make test-site.
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
 .PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
+
+# pip compiles each installed module to bytecode one file at a time (most of an install's time);
+# compileall does it on every core afterwards. Like pip, it skips a file this Python cannot
+# compile (torch ships one written for Python 3.12); -qq keeps that quiet.
+PIP_INSTALL := $(PY) -m pip install --no-compile
+COMPILE := $(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 
 # The course: its lock and the editable package, nothing else (torch's requirement brings the
 # setuptools that the editable install builds with).
 $(COURSE_STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements.txt
-	$(PY) -m pip install --no-deps --no-build-isolation -e .
+	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	$(COMPILE)
 	touch $(COURSE_STAMP)
 
 # On top of the course: tests, lint, the website, nbgrader and the hub's packages (one resolve of
 # all three locks, so a package they share keeps its one pin).
 $(STAMP): $(COURSE_STAMP) requirements-hub.txt requirements-test.txt
-	$(PY) -m pip install -r requirements.txt -r requirements-hub.txt -r requirements-test.txt
+	$(PIP_INSTALL) -r requirements.txt -r requirements-hub.txt -r requirements-test.txt
+	$(COMPILE)
 	touch $(STAMP)
 
 setup-course: $(COURSE_STAMP)
@@ -65,9 +73,12 @@ lint: setup
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
-test: setup lint
-	$(ONE_THREAD) $(PYTEST) tests notebooks -m "not hub_faults" $(NBVAL) --scalar-kernels $(XDIST)
-	$(MAKE) --no-print-directory test-site
+# Lint and the site's build run side by side (one core each), then one session tests everything,
+# the built site included (tests/test_site.py, as make test-site runs it alone).
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint site $(AXE)
+	LMLESSONS_SITE_DIR=_build/site LMLESSONS_AXE=$(AXE) $(ONE_THREAD) \
+	  $(PYTEST) tests notebooks -m "not hub_faults" $(NBVAL) --scalar-kernels $(XDIST)
 
 # The edit loop: unit, property, oracle and static tests, nothing marked slow (under 60 s), one
 # torch thread per worker as in make test.
@@ -81,9 +92,10 @@ test-unit: setup
 test-notebooks: setup
 	$(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) $(XDIST)
 
-# Strict nbval of the lessons alone, with the scalar kernels, as make test runs them.
+# Strict nbval of the lessons alone, with the scalar kernels and MKL's compatible code path too
+# (--scalar-kernels=all, conftest.py): slower than make test's pass, and stricter.
 test-portable: setup
-	$(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) --scalar-kernels $(XDIST)
+	$(ONE_THREAD) $(PYTEST) notebooks $(NBVAL) --scalar-kernels=all $(XDIST)
 
 test-browser: setup
 	$(PYTEST) tests -m browser

@@ -26,21 +26,26 @@ ROOT = Path(__file__).resolve().parent
 #: classroom" -n 2 --durations=45``); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
     "tests/test_browser.py": 280.0,
+    "tests/test_site.py": 130.0,
     "tests/test_hub.py": 150.0,
     "tests/test_classroom.py": 115.0,
     "tests/test_bugzoo.py": 45.0,
     "tests/test_grpo_learn.py": 35.0,
     "tests/test_install.py": 30.0,
 }
-#: The scalar kernels: torch's default (no SIMD) ATen kernels, MKL's compatible code path and
-#: oneDNN held to SSE4.1. Their float sums run in another order than the SIMD kernels that
+#: The scalar kernels: torch's default (no SIMD) ATen kernels and oneDNN held to SSE4.1. Their
+#: float sums, matrix products included, run in another order than the SIMD kernels that
 #: ``make execute`` stored the outputs with, so strict nbval under them proves that no stored
-#: output depends on that order. Read by torch, MKL and oneDNN when a kernel starts.
+#: output depends on that order. Read by torch and oneDNN when a kernel starts.
 SCALAR_KERNELS = {
     "ATEN_CPU_CAPABILITY": "default",
-    "MKL_CBWR": "COMPATIBLE",
     "ONEDNN_MAX_CPU_ISA": "SSE41",
 }
+#: ``--scalar-kernels=all`` (``make test-portable``) adds MKL's compatible code path, which
+#: changes MKL's own matrix products too but nearly doubles the time of the lessons that train:
+#: 40 steps of lesson 10's fine-tuning took 8.0 s with the SIMD kernels, 9.0 s with
+#: SCALAR_KERNELS, 15.3 s with MKL's compatible path added (``python -m tools.bench_kernels``).
+MKL_COMPATIBLE = {"MKL_CBWR": "COMPATIBLE"}
 KERNEL_START_SECONDS = 8.0
 
 
@@ -63,9 +68,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--scalar-kernels",
-        action="store_true",
-        help="start the notebooks' kernels (nbval) with the scalar kernels (SCALAR_KERNELS); "
-        "the tests' own process keeps the kernels its CPU picks",
+        nargs="?",
+        const="torch",
+        default=None,
+        choices=["torch", "all"],
+        help="start the notebooks' kernels (nbval) with the scalar kernels (SCALAR_KERNELS; "
+        "=all adds MKL_COMPATIBLE); the tests' own process keeps the kernels its CPU picks",
     )
 
 
@@ -73,11 +81,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     """nbval starts a notebook's kernel in the setup of its first cell: with ``--scalar-kernels``
     that kernel inherits SCALAR_KERNELS, set for that setup only."""
-    if not item.config.getoption("scalar_kernels") or not type(item).__module__.startswith("nbval"):
+    which = item.config.getoption("scalar_kernels")
+    if which is None or not type(item).__module__.startswith("nbval"):
         yield
         return
-    saved = {name: os.environ.get(name) for name in SCALAR_KERNELS}
-    os.environ.update(SCALAR_KERNELS)
+    variables = {**SCALAR_KERNELS, **(MKL_COMPATIBLE if which == "all" else {})}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:

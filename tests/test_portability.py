@@ -66,7 +66,7 @@ def test_make_test_checks_every_lesson_once_with_the_scalar_kernels() -> None:
     # only the lessons' kernels: the tests' own process keeps the kernels its CPU picks
     assert not any(variable in run for variable in CPU_VARIABLES), run
     (portable,) = _nbval_runs("test-portable")
-    assert "--scalar-kernels" in portable, portable
+    assert "--scalar-kernels=all" in portable, portable
     (simd,) = _nbval_runs("test-notebooks")
     assert "--scalar-kernels" not in simd, simd
 
@@ -86,6 +86,28 @@ def _has_avx2() -> bool:
         return False
 
 
+def _printing_notebook(path: Path, printed: str) -> Path:
+    """A one-cell notebook that prints the CPU capability torch picked and the MKL and oneDNN
+    variables, with ``printed`` stored as its output."""
+    import nbformat
+
+    source = (
+        "import os, torch\n"
+        "print(torch.backends.cpu.get_cpu_capability(), os.environ.get('MKL_CBWR', '-'),"
+        " os.environ.get('ONEDNN_MAX_CPU_ISA', '-'))"
+    )
+    cell = nbformat.v4.new_code_cell(source, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed + "\n")]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(notebook, path)
+    return path
+
+
 @pytest.mark.skipif(
     not _has_avx2(), reason="needs an x86-64 CPU with AVX2 (and Linux /proc/cpuinfo)"
 )
@@ -93,49 +115,29 @@ def _has_avx2() -> bool:
 def test_scalar_kernels_reach_the_lessons_kernel_and_only_it(tmp_path: Path) -> None:
     """A renamed or misspelt variable, or a hook that never ran, would silently do nothing, and
     the check would prove nothing: a notebook whose stored output is what torch, MKL and oneDNN
-    read in a scalar kernel passes strict nbval with ``--scalar-kernels`` and fails without; the
-    test process itself keeps a SIMD kernel."""
-    import nbformat
-
-    source = (
-        "import os, torch\n"
-        "print(torch.backends.cpu.get_cpu_capability(), os.environ['MKL_CBWR'],"
-        " os.environ['ONEDNN_MAX_CPU_ISA'])"
-    )
-    cell = nbformat.v4.new_code_cell(source, execution_count=1)
-    cell.outputs = [
-        nbformat.v4.new_output("stream", name="stdout", text="DEFAULT COMPATIBLE SSE41\n")
-    ]
-    notebook = nbformat.v4.new_notebook(cells=[cell])
-    notebook.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "scalar.ipynb"
-    nbformat.write(notebook, path)
+    read in a scalar kernel passes strict nbval with ``--scalar-kernels`` and fails without;
+    ``=all`` adds MKL's compatible path; the test process itself keeps a SIMD kernel."""
+    scalar = _printing_notebook(tmp_path / "scalar.ipynb", "DEFAULT - SSE41")
+    everything = _printing_notebook(tmp_path / "all.ipynb", "DEFAULT COMPATIBLE SSE41")
     plain = {k: v for k, v in os.environ.items() if k not in CPU_VARIABLES}
-    for flag, expected in (["--scalar-kernels"], 0), ([], 1):
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(path),
-            "--nbval",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ]
+    runs = [
+        (scalar, ["--scalar-kernels"], 0),
+        (scalar, [], 1),
+        (everything, ["--scalar-kernels=all"], 0),
+        (everything, ["--scalar-kernels"], 1),
+    ]
+    for path, flag, expected in runs:
+        command = [sys.executable, "-m", "pytest", str(path), "--nbval", "-q"]
         # the repo's conftest.py (where the option lives) as a plugin: the notebook is outside it
         result = subprocess.run(
-            [*command, "-p", "conftest", *flag],
+            [*command, "-p", "no:cacheprovider", "-p", "conftest", *flag],
             cwd=ROOT,
             env=plain,
             capture_output=True,
             text=True,
             timeout=300,
         )
-        assert result.returncode == expected, result.stdout[-2000:]
+        assert result.returncode == expected, (path.name, flag, result.stdout[-2000:])
     assert _capability(plain) != "DEFAULT"
 
 

@@ -1,6 +1,6 @@
 """The course website (``make site``) in Chromium, served from 127.0.0.1 and nothing else.
 
-``make test-site`` builds the site into _build/site and runs this module on it
+``make test-site`` (and ``make test``) builds the site into _build/site and runs this module on it
 (``LMLESSONS_SITE_DIR``). Run on its own, the module tests _build/site when it was built from the
 current notebooks and skips otherwise (say ``make test-site``); with ``LMLESSONS_SITE_DIR`` set, a
 missing or stale site fails.
