@@ -52,7 +52,14 @@ $(STAMP): $(COURSE_STAMP) requirements-hub.txt requirements-test.txt
 
 setup-course: $(COURSE_STAMP)
 
-setup: $(STAMP)
+# ipywidgets 7 (Colab's), apart: tests/test_widgets_ipywidgets7.py puts it first on PYTHONPATH.
+IPYWIDGETS7 := $(VENV)/ipywidgets7
+$(IPYWIDGETS7): requirements-ipywidgets7.txt $(COURSE_STAMP)
+	rm -rf $(IPYWIDGETS7)
+	$(PY) -m pip install --quiet --no-deps --target $(IPYWIDGETS7) -r requirements-ipywidgets7.txt
+	touch $(IPYWIDGETS7)
+
+setup: $(STAMP) $(IPYWIDGETS7)
 
 $(AXE):
 	npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund $(AXE_CORE)

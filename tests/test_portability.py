@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ def _nbval_runs(target: str) -> list[str]:
     return [line for line in out.splitlines() if "-m pytest" in line and "--nbval" in line]
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_test_checks_every_lesson_once_with_the_scalar_kernels() -> None:
     (run,) = _nbval_runs("test")
     assert " notebooks " in run and "--scalar-kernels" in run, run

@@ -16,6 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from lmlessons.course.palette import BAD, GOOD, MUTED
+from lmlessons.course.widget_versions import live_bundle
 from lmlessons.exercises._result import inline
 from lmlessons.exercises.quizzes import QUIZZES, Question
 
@@ -189,7 +190,7 @@ class Quiz:
         return "".join(parts)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude))
+        data = dict(live_bundle(self.widget, include=include, exclude=exclude) or {})
         data["text/plain"] = str(self)  # deterministic, unlike a widget's repr
         data["text/html"] = self.static_html()  # the picture for viewers without a kernel
         return data

@@ -37,28 +37,12 @@ class FlattenRow:
     separator: bool
 
 
-#: The generated cases, in order (their tokens are drawn from 0 to 99, so 0 among them).
+#: The generated cases, in order (their tokens are drawn from 0 to 99, so 0 among them): two of
+#: one-token documents, then 18 drawn batches, every other one with a ``separator_id``.
 GENERATED = [
     FlattenRow((1,), separator=False),  # one one-token document
     FlattenRow((1, 1, 1), separator=True),  # one-token documents only
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
-    FlattenRow(DRAWN, separator=False),
-    FlattenRow(DRAWN, separator=True),
+    *(FlattenRow(DRAWN, separator=i % 2 == 1) for i in range(18)),
 ]
 
 

@@ -255,11 +255,20 @@ def var_for_std(rewards, *, num_generations, scale_rewards="group"):
     return advantages
 
 
-def _grouped_as(grouped: torch.Tensor, dim: int, rewards: torch.Tensor, scale: str) -> Any:
-    """The right formula on the groups that are ``grouped``'s slices along ``dim``."""
-    centred = grouped - grouped.mean(dim=dim, keepdim=True)
+def _grouped_as(
+    grouped: torch.Tensor,
+    dim: int,
+    rewards: torch.Tensor,
+    scale: str,
+    *,
+    mean_keepdim: bool = True,
+    std_keepdim: bool = True,
+) -> Any:
+    """The right formula on the groups that are ``grouped``'s slices along ``dim``; a
+    ``*_keepdim=False`` drops that statistic's dimension (it then broadcasts along the rows)."""
+    centred = grouped - grouped.mean(dim=dim, keepdim=mean_keepdim)
     if scale == "group":
-        centred = centred / (grouped.std(dim=dim, keepdim=True) + EPSILON)
+        centred = centred / (grouped.std(dim=dim, keepdim=std_keepdim) + EPSILON)
     elif scale == "batch":
         centred = centred / (rewards.std() + EPSILON)
     return centred.reshape(-1)
@@ -296,12 +305,7 @@ def std_over_the_other_axis(rewards, *, num_generations, scale_rewards="group"):
 def mean_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `mean(dim=1)` without `keepdim=True`, broadcast along the rows."""
     grouped = rewards.view(-1, num_generations)
-    centred = grouped - grouped.mean(dim=1)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=1) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.reshape(-1)
+    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=False, std_keepdim=False)
 
 
 @known("missing_keepdim")
@@ -309,24 +313,14 @@ def mean_without_keepdim_std_with(rewards, *, num_generations, scale_rewards="gr
     """Each group's `mean(dim=1)` without `keepdim=True` (the std with it), broadcast along
     the rows."""
     grouped = rewards.view(-1, num_generations)
-    centred = grouped - grouped.mean(dim=1)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=1, keepdim=True) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.reshape(-1)
+    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=False, std_keepdim=True)
 
 
 @known("missing_keepdim")
 def std_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `std(dim=1)` without `keepdim=True`, broadcast along the rows."""
     grouped = rewards.view(-1, num_generations)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    if scale_rewards == "group":
-        centred = centred / (grouped.std(dim=1) + 1e-4)
-    elif scale_rewards == "batch":
-        centred = centred / (rewards.std() + 1e-4)
-    return centred.reshape(-1)
+    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=True, std_keepdim=False)
 
 
 @known("batch_mean_subtracted")

@@ -76,8 +76,9 @@ class GeneratedWords:
     attention_mask: bool
 
 
-#: The generated cases, in order (their rows: :func:`._cases.random_word_rows`).
-GENERATED = [
+#: The settings of the generated cases: every ``mlm_probability`` (0, 1, 0.5, drawn) with every
+#: cap (none, 20, drawn), padding marked either way.
+_SETTINGS = [
     GeneratedWords(0.0, None, pad_is_special=True, attention_mask=False),
     GeneratedWords(1.0, None, pad_is_special=False, attention_mask=True),
     GeneratedWords(0.5, None, pad_is_special=True, attention_mask=True),
@@ -90,25 +91,11 @@ GENERATED = [
     GeneratedWords(1.0, DRAWN, pad_is_special=True, attention_mask=False),
     GeneratedWords(0.5, DRAWN, pad_is_special=True, attention_mask=True),
     GeneratedWords(DRAWN, DRAWN, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.0, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(1.0, None, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.5, None, pad_is_special=True, attention_mask=True),
-    GeneratedWords(DRAWN, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(0.0, 20, pad_is_special=True, attention_mask=True),
-    GeneratedWords(1.0, 20, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.5, 20, pad_is_special=True, attention_mask=False),
-    GeneratedWords(DRAWN, 20, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.0, DRAWN, pad_is_special=True, attention_mask=True),
-    GeneratedWords(1.0, DRAWN, pad_is_special=True, attention_mask=False),
-    GeneratedWords(0.5, DRAWN, pad_is_special=True, attention_mask=True),
-    GeneratedWords(DRAWN, DRAWN, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.0, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(1.0, None, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.5, None, pad_is_special=True, attention_mask=True),
-    GeneratedWords(DRAWN, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(0.0, 20, pad_is_special=True, attention_mask=True),
-    GeneratedWords(1.0, 20, pad_is_special=False, attention_mask=True),
 ]
+
+#: The generated cases, in order (their rows: :func:`._cases.random_word_rows`): the twelve
+#: settings cycled, each time on new rows.
+GENERATED = (_SETTINGS * 3)[:30]
 
 
 @dataclass(frozen=True)

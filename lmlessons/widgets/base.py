@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
+from IPython.display import display
 
 from lmlessons.course.palette import MUTED
+from lmlessons.course.widget_versions import ipywidgets_major, live_bundle
 from lmlessons.widgets.display import OutputRecord, outputs_html, shown_state
 
 #: What a widget draws: the records that replace its output, in one assignment.
@@ -117,7 +119,15 @@ class LessonWidget(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         """ipywidgets' bundle (the live view) plus the static picture for kernel-free viewers."""
-        data = super()._repr_mimebundle_(**kwargs)
+        data = live_bundle(self, **kwargs)
         if data is None:  # a closed widget: ipywidgets shows nothing
             return None
         return {**data, "text/html": self.static_html(), "text/plain": self.static_text()}
+
+    if ipywidgets_major() < 8:  # 7 displays through this method, which IPython calls first
+
+        def _ipython_display_(self, **kwargs: Any) -> None:
+            data = self._repr_mimebundle_()
+            if data is not None:
+                display(data, raw=True)
+                self._handle_displayed(**kwargs)
