@@ -25,7 +25,7 @@ ONE_THREAD := OMP_NUM_THREADS=1
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
+.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-binder test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
 # pip compiles each installed module to bytecode one file at a time (most of an install's time);
 # compileall does it on every core afterwards. Like pip, it skips a file this Python cannot
@@ -106,6 +106,17 @@ test-portable: setup
 
 test-browser: setup
 	$(PYTEST) tests -m browser
+
+# Binder's install as repo2docker runs it (binder/: `pip install --no-cache-dir -r
+# binder/requirements.txt` from the repository's root) in a fresh venv in a temp folder, then
+# lesson 01's student copy executed top to bottom in that venv's own kernel; the folder is removed.
+test-binder:
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(PYTHON) -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/python" -m pip install --quiet --no-cache-dir -r binder/requirements.txt && \
+	"$$tmp/venv/bin/jupyter" nbconvert --to notebook --execute --output-dir "$$tmp" \
+	  --ExecutePreprocessor.timeout=300 student/01_mlm_masking.ipynb && \
+	echo "binder: student/01_mlm_masking.ipynb ran in $$tmp/venv"
 
 # nbgrader builds, releases and autogrades the course (lessons 01 and 02) in a temp folder.
 test-classroom: setup

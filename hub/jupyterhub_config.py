@@ -63,6 +63,12 @@ class ClassAuthenticator(LocalAuthenticator, SharedPasswordAuthenticator):
         return course_account(username) and super().check_blocked_users(username, authentication)
 
 
+# Hand-written because no maintained spawner sets a learner's limits on a machine without systemd
+# or a container runtime: JupyterHub's LocalProcessSpawner reads mem_limit and cpu_limit but does
+# not enforce them (its own docstrings in jupyterhub/spawner.py say so); jupyterhub-systemdspawner
+# enforces both through systemd-run, which needs systemd as process 1 (not in a container, nor on
+# the machines this course was tested on); DockerSpawner and KubeSpawner need Docker or Kubernetes.
+# One cgroup file per learner is all a memory limit needs.
 def memory_cgroup(name: str, limit: int) -> Path | None:
     """A memory cgroup of ``limit`` bytes for learner ``name`` (cgroup v1 or v2), or None where
     the machine lets the hub make none."""

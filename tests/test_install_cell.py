@@ -4,7 +4,10 @@ fresh Python) and does nothing where ``lmlessons`` is importable."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import io
+import re
 from pathlib import Path
 from unittest import mock
 
@@ -28,7 +31,14 @@ def _first_code(path: Path) -> str:
     return "".join(code_cells(path)[0]["source"])
 
 
-INSTALL = _first_code(LESSONS[0])
+def _needs_trl(path: Path) -> bool:
+    """Whether the lesson runs TRL: it imports it, or calls the course's GRPO trainer."""
+    code = "".join("".join(cell["source"]) for cell in code_cells(path)[1:])
+    return re.search(r"\btrl\b|grpo_trainer", code) is not None
+
+
+PLAIN = next(_first_code(p) for p in LESSONS if not _needs_trl(p))
+WITH_TRL = next(_first_code(p) for p in LESSONS if _needs_trl(p))
 
 
 class _Shell:
@@ -41,39 +51,65 @@ class _Shell:
         self.magics.append((name, line))
 
 
-def _run(source: str, *, installed: bool) -> list[tuple[str, str]]:
+def _run(source: str, *, missing: tuple[str, ...]) -> tuple[list[tuple[str, str]], str]:
+    """The magics the cell runs where the packages ``missing`` are not installed, and what it
+    prints (the installed versions it reports are this venv's)."""
     shell = _Shell()
     code = TransformerManager().transform_cell(source)
     find_spec = importlib.util.find_spec
-    fake = (
-        find_spec
-        if installed
-        else (lambda name, *a: None if name == "lmlessons" else find_spec(name, *a))
-    )
-    with mock.patch("importlib.util.find_spec", fake):
+    fake = lambda name, *a: None if name in missing else find_spec(name, *a)  # noqa: E731
+    printed = io.StringIO()
+    with mock.patch("importlib.util.find_spec", fake), contextlib.redirect_stdout(printed):
         exec(compile(code, "<install cell>", "exec"), {"get_ipython": lambda: shell})
-    return shell.magics
+    return shell.magics, printed.getvalue()
 
 
 @pytest.mark.parametrize("path", [*LESSONS, *COPIES], ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_every_lesson_starts_with_the_same_install_cell(path: Path) -> None:
-    assert _first_code(path) == INSTALL
+def test_every_lesson_starts_with_the_install_cell_its_code_needs(path: Path) -> None:
+    lesson = ROOT / "notebooks" / path.name
+    assert _first_code(path) == (WITH_TRL if _needs_trl(lesson) else PLAIN)
+
+
+def test_only_the_lessons_that_run_trl_install_it() -> None:
+    trl = [p.stem for p in LESSONS if _needs_trl(p)]
+    assert trl and len(trl) < len(LESSONS), trl
+    assert PLAIN.replace("lmlessons @", "lmlessons[rl] @") != PLAIN
+    assert '"lmlessons[rl] @' in WITH_TRL and "lmlessons[rl]" not in PLAIN
 
 
 def test_the_install_cell_is_a_no_op_where_the_course_is_installed() -> None:
-    assert _run(INSTALL, installed=True) == []
+    for cell in (PLAIN, WITH_TRL):
+        assert _run(cell, missing=()) == ([], "")
     for path in LESSONS:  # executed here, where lmlessons is installed: no output at all
         assert code_cells(path)[0].get("outputs") == [], path.name
 
 
-def test_the_install_cell_installs_the_repository_where_the_course_is_missing() -> None:
-    magics = _run(INSTALL, installed=False)
+@pytest.mark.parametrize(
+    ("cell", "missing", "spec"),
+    [
+        (PLAIN, ("lmlessons",), "lmlessons"),
+        (WITH_TRL, ("lmlessons",), "lmlessons[rl]"),
+        (WITH_TRL, ("trl",), "lmlessons[rl]"),  # the course without TRL: lessons 11 and 12 add it
+    ],
+    ids=["plain", "trl-lesson", "trl-missing"],
+)
+def test_the_install_cell_installs_the_repository_where_it_is_missing(
+    cell: str, missing: tuple[str, ...], spec: str
+) -> None:
+    magics, printed = _run(cell, missing=missing)
     assert len(magics) == 1 and magics[0][0] == "pip"
     line = magics[0][1]
-    assert line.startswith("install ") and f'"lmlessons @ git+{_repository()}"' in line
+    assert line.startswith("install ") and f'"{spec} @ git+{_repository()}"' in line
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line  # never a CUDA torch
+    # it says what it installed: the versions the learner now has
+    assert printed.startswith("installed: lmlessons ") and "transformers " in printed, printed
+
+
+def test_a_plain_cell_leaves_a_course_without_trl_alone() -> None:
+    assert _run(PLAIN, missing=("trl",)) == ([], "")
 
 
 def test_the_check_catches_a_cell_that_always_installs() -> None:
-    always = INSTALL.replace('if importlib.util.find_spec("lmlessons") is None:\n    ', "")
-    assert always != INSTALL and _run(always, installed=True) != []
+    always = PLAIN.replace('if importlib.util.find_spec("lmlessons") is None:\n    ', "")
+    always = always.replace("\n    ", "\n")
+    assert always != PLAIN and _run(always, missing=())[0] != []
