@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent
 #: classroom" -n 2 --durations=45``); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
     "tests/test_browser.py": 280.0,
-    "tests/test_site.py": 130.0,
+    "tests/test_site.py": 98.0,  # alone, one process: `pytest tests/test_site.py`
     "tests/test_hub.py": 150.0,
     "tests/test_classroom.py": 115.0,
     "tests/test_bugzoo.py": 45.0,

@@ -37,8 +37,9 @@ def _needs_trl(path: Path) -> bool:
     return re.search(r"\btrl\b|grpo_trainer", code) is not None
 
 
-PLAIN = next(_first_code(p) for p in LESSONS if not _needs_trl(p))
-WITH_TRL = next(_first_code(p) for p in LESSONS if _needs_trl(p))
+NEEDS_TRL = {p.name for p in LESSONS if _needs_trl(p)}
+PLAIN = next(_first_code(p) for p in LESSONS if p.name not in NEEDS_TRL)
+WITH_TRL = next(_first_code(p) for p in LESSONS if p.name in NEEDS_TRL)
 
 
 class _Shell:
@@ -66,14 +67,11 @@ def _run(source: str, *, missing: tuple[str, ...]) -> tuple[list[tuple[str, str]
 
 @pytest.mark.parametrize("path", [*LESSONS, *COPIES], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_lesson_starts_with_the_install_cell_its_code_needs(path: Path) -> None:
-    lesson = ROOT / "notebooks" / path.name
-    assert _first_code(path) == (WITH_TRL if _needs_trl(lesson) else PLAIN)
+    assert _first_code(path) == (WITH_TRL if path.name in NEEDS_TRL else PLAIN)
 
 
 def test_only_the_lessons_that_run_trl_install_it() -> None:
-    trl = [p.stem for p in LESSONS if _needs_trl(p)]
-    assert trl and len(trl) < len(LESSONS), trl
-    assert PLAIN.replace("lmlessons @", "lmlessons[rl] @") != PLAIN
+    assert NEEDS_TRL and len(NEEDS_TRL) < len(LESSONS), NEEDS_TRL
     assert '"lmlessons[rl] @' in WITH_TRL and "lmlessons[rl]" not in PLAIN
 
 

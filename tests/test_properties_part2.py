@@ -20,6 +20,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from lmlessons._checks import IGNORE_INDEX
 from lmlessons.answer_only import (
     assistant_only_labels,
     completion_only_labels,
@@ -42,7 +43,7 @@ from lmlessons.perplexity import (
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-IGNORE = -100
+IGNORE = IGNORE_INDEX
 
 # ------------------------------------------------------------------------ plain-Python references
 

@@ -66,6 +66,7 @@ def _env(first: Path | None) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_the_lock_s_ipywidgets_8_shows_the_live_view_and_the_picture() -> None:
     shown = _probe(_env(None))
     assert shown["version"].startswith("8."), shown
