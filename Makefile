@@ -59,7 +59,16 @@ $(IPYWIDGETS7): requirements-ipywidgets7.txt $(COURSE_STAMP)
 	$(PY) -m pip install --quiet --no-deps --target $(IPYWIDGETS7) -r requirements-ipywidgets7.txt
 	touch $(IPYWIDGETS7)
 
-setup: $(STAMP) $(IPYWIDGETS7)
+# ipywidgets 7's front end (classic Notebook 6.5, widgetsnbextension 3.6, ipywidgets 7.7.1:
+# Google Colab's), apart: tests/test_browser_classic.py puts it first on the classic server's
+# PYTHONPATH, JUPYTER_PATH and JUPYTER_CONFIG_PATH.
+CLASSIC := $(VENV)/classic
+$(CLASSIC): requirements-classic.txt $(COURSE_STAMP)
+	rm -rf $(CLASSIC)
+	$(PY) -m pip install --quiet --no-deps --target $(CLASSIC) -r requirements-classic.txt
+	touch $(CLASSIC)
+
+setup: $(STAMP) $(IPYWIDGETS7) $(CLASSIC)
 
 $(AXE):
 	npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund $(AXE_CORE)

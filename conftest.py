@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent
 #: Seconds of the longest test files on 2 cores (``pytest tests -m "slow or browser or
 #: classroom" -n 2 --durations=45``); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
-    "tests/test_browser.py": 280.0,
+    "tests/test_browser.py": 250.0,
+    "tests/test_browser_classic.py": 35.0,
     "tests/test_site.py": 98.0,  # alone, one process: `pytest tests/test_site.py`
     "tests/test_hub.py": 150.0,
     "tests/test_classroom.py": 115.0,

@@ -1,9 +1,10 @@
 """The course in a real browser: JupyterLab 4 in Chromium, every lesson run and its widget moved.
 
-One JupyterLab server (over a temporary copy of notebooks/) and one Chromium serve all lessons;
-each lesson gets its own page and its kernel is shut down afterwards. Per lesson: open it, run all
-cells, wait for the kernel to go idle, assert no error output and no browser console errors, move
-the main widget and wait for the exact hidden state ``key=value ...`` the new value implies.
+One JupyterLab server (over a temporary copy of notebooks/), one Chromium and one JupyterLab page
+serve all lessons; each lesson is opened as a document in that page, closed afterwards and its
+kernel shut down. Per lesson: open it, run all cells, wait for the kernel to go idle, assert no
+error output and no browser console errors, move the main widget and wait for the exact hidden
+state ``key=value ...`` the new value implies.
 
 The per-lesson table lives in ONE place, ``tools/browser_lessons.py`` (``make screenshots``
 reads it too). Skips only when no Chromium can be found (``apt-get install chromium``).
@@ -77,6 +78,14 @@ def lab(chromium: str, repo_before: dict[str, Any]) -> Iterator[jb.JupyterLab]:
     assert not leftover, f"kernels left running after the lessons: {leftover}"
 
 
+@pytest.fixture(scope="module")
+def lessons_page(context: jb.BrowserContext, lab: jb.JupyterLab) -> Iterator[jb.LabPage]:
+    """The one JupyterLab page the lessons open in, one after another."""
+    shared = jb.lab_page(context, lab)
+    yield shared
+    shared.page.close()
+
+
 # ------------------------------------------------------------------------------------------
 # The harness can fail: a demo notebook whose slider is (or is not) wired to its marker
 # ------------------------------------------------------------------------------------------
@@ -130,9 +139,9 @@ def _demo_notebook(
 def test_harness_detects_broken_lessons(
     context: jb.BrowserContext, tmp_path: Path, repo_before: dict[str, Any]
 ) -> None:
-    """The checks pass on a working demo and fail on an unwired slider (the marker does not
-    change), on an exception, on a browser console error and on text too faint in the dark
-    theme."""
+    """In one shared page, as the lessons run: the checks pass on a working demo and fail on an
+    unwired slider (the marker does not change), on an exception, on a browser console error and
+    on text too faint in the dark theme; a failure is not carried over to the next notebook."""
     notebooks = tmp_path / "demo"
     notebooks.mkdir()
     _demo_notebook(notebooks / "00_wired.ipynb", wired=True)
@@ -143,43 +152,38 @@ def test_harness_detects_broken_lessons(
     files_before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
     spec, expected = jb.Slider("demo value", presses=3), "value=5 squared=25"
     with jb.JupyterLab(notebooks) as server:
+        shared = jb.lab_page(context, server)
+
+        def check(name: str, **kwargs: Any) -> jb.LessonResult:
+            return jb.check_lesson(
+                context,
+                server,
+                name,
+                spec,
+                expected,
+                run_timeout=RUN_TIMEOUT,
+                shared=shared,
+                **kwargs,
+            )
+
         dark = tmp_path / "dark.png"
-        result = jb.check_lesson(
-            context,
-            server,
-            "00_wired.ipynb",
-            spec,
-            expected,
-            run_timeout=RUN_TIMEOUT,
-            dark_screenshot=dark,
-        )
+        result = check("00_wired.ipynb", dark_screenshot=dark)
         assert dark.stat().st_size > 0
         assert result.markers_before == ["value=2 squared=4"]
         assert result.markers_after == [expected]
         with pytest.raises(AssertionError, match="did not appear"):
-            jb.check_lesson(
-                context,
-                server,
-                "01_unwired.ipynb",
-                spec,
-                expected,
-                run_timeout=RUN_TIMEOUT,
-                marker_timeout=3,
-            )
+            check("01_unwired.ipynb", marker_timeout=3)
         with pytest.raises(AssertionError, match="ZeroDivisionError"):
-            jb.check_lesson(
-                context, server, "02_error.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
-            )
+            check("02_error.ipynb")
         with pytest.raises(AssertionError, match=r"console errors:\n.*demo console error"):
-            jb.check_lesson(
-                context, server, "03_console.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
-            )
+            check("03_console.ipynb")
         with pytest.raises(
             AssertionError, match=r"too faint in JupyterLab Dark:\n.*dark grey note"
         ):
-            jb.check_lesson(
-                context, server, "04_faint.ipynb", spec, expected, run_timeout=RUN_TIMEOUT
-            )
+            check("04_faint.ipynb")
+        # After four failures in the same page, the working demo passes again on its own.
+        assert check("00_wired.ipynb").markers_after == [expected]
+        shared.page.close()
         assert server.running_kernels() == []
     # The server ran on a temporary copy: the demo files are untouched.
     assert {p.name: p.read_bytes() for p in notebooks.iterdir()} == files_before
@@ -221,6 +225,7 @@ def test_lesson_in_browser(
     lesson: Lesson,
     context: jb.BrowserContext,
     lab: jb.JupyterLab,
+    lessons_page: jb.LabPage,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
@@ -241,8 +246,10 @@ def test_lesson_in_browser(
         lesson.expected,
         run_timeout=RUN_TIMEOUT,
         dark_screenshot=dark,
+        shared=lessons_page,
     )
     assert dark.stat().st_size > 0
+    assert jb.markers(lessons_page.page) == [], "the lesson's outputs stayed on the page"
     with capsys.disabled():
         print(
             f"\n  browser {path.name}: open {result.open_s:.1f} s, run {result.cells} cells "

@@ -2,11 +2,14 @@
 
 requirements.txt, requirements-hub.txt and requirements-test.txt pin exact versions, and one pin
 whose Requires-Python is above the claimed minimum breaks the install there (Soup Sieve 3 needs
-Python 3.11.5; Debian 12's Python is 3.11.2). Each lock is resolved for Debian's own interpreter:
-a throwaway venv made with it, and the running pip pointed at it (`pip --python`; `make setup`
-also upgrades pip before it installs). A dry run installs nothing; the pip cache is the user's.
-pip's report of each run gives every locked package's Requires-Python, checked against the
-minimum that pyproject.toml and the README state.
+Python 3.11.5; Debian 12's Python is 3.11.2). The three locks are resolved together, as
+`make setup` installs them (one resolve, so a package they share keeps its one pin), for Debian's
+own interpreter: a throwaway venv made with it, and the running pip pointed at it (`pip --python`;
+`make setup` also upgrades pip before it installs). `make lab` (requirements.txt) and `make hub`
+(with requirements-hub.txt) install subsets of the same exact pins, so the one resolve covers
+them (each lock's own pins are checked to be in its report). A dry run installs nothing; the pip
+cache is the user's. pip's report gives every locked package's Requires-Python, checked against
+the minimum that pyproject.toml and the README state.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ DEBIAN_PYTHON = Path("/usr/bin/python3.11")
 
 @dataclass(frozen=True)
 class DryRun:
-    """A lock's `pip install --dry-run`: exit code, stderr and report (None if it failed)."""
+    """The locks' `pip install --dry-run`: exit code, stderr and report (None if it failed)."""
 
     returncode: int
     stderr: str
@@ -81,46 +84,60 @@ def debian_venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dry_runs(
-    debian_venv_python: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, DryRun]:
-    """Each lock's dry run for Debian's interpreter, run once for the module."""
-    out = tmp_path_factory.mktemp("pip-reports")
+def dry_run(debian_venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> DryRun:
+    """The three locks' dry run for Debian's interpreter, resolved together as make setup does."""
+    report = tmp_path_factory.mktemp("pip-report") / "report.json"
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    pip = [sys.executable, "-m", "pip", "--python", str(debian_venv_python)]
-    runs = {}
-    for lock in LOCKS:
-        report = out / f"{lock}.json"
-        cmd = [*pip, "install", "--dry-run", "--ignore-installed", "--quiet"]
-        cmd += ["--report", str(report), "-r", str(ROOT / lock)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        data = json.loads(report.read_text()) if done.returncode == 0 else None
-        runs[lock] = DryRun(done.returncode, done.stderr, data)
-    return runs
+    cmd = [sys.executable, "-m", "pip", "--python", str(debian_venv_python)]
+    cmd += ["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report)]
+    cmd += [arg for lock in LOCKS for arg in ("-r", str(ROOT / lock))]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    data = json.loads(report.read_text()) if done.returncode == 0 else None
+    return DryRun(done.returncode, done.stderr, data)
+
+
+def pins(lock: str) -> dict[str, str]:
+    """A lock's exact pins, {normalised name: version}."""
+    found = {}
+    for line in (ROOT / lock).read_text(encoding="utf-8").splitlines():
+        if match := re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;]+)", line):
+            found[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return found
+
+
+@pytest.mark.slow
+def test_the_locks_install_on_debians_python(dry_run: DryRun) -> None:
+    lines = dry_run.stderr.splitlines()
+    errors = "\n".join([line for line in lines if line.startswith("ERROR")] or lines[-25:])
+    assert dry_run.returncode == 0, f"the locks do not install on {DEBIAN_PYTHON}:\n{errors}"
+    # A yanked release installs when pinned exactly (Soup Sieve 3.0.1 was yanked for 3.11 < 3.11.5).
+    yanked = [line for line in lines if "is a yanked version" in line]
+    assert not yanked, f"a lock pins a yanked release: {yanked}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lock", LOCKS)
-def test_lock_installs_on_debians_python(lock: str, dry_runs: dict[str, DryRun]) -> None:
-    run = dry_runs[lock]
-    lines = run.stderr.splitlines()
-    errors = "\n".join([line for line in lines if line.startswith("ERROR")] or lines[-25:])
-    assert run.returncode == 0, f"{lock} does not install on {DEBIAN_PYTHON}:\n{errors}"
-    # A yanked release installs when pinned exactly (Soup Sieve 3.0.1 was yanked for 3.11 < 3.11.5).
-    yanked = [line for line in run.stderr.splitlines() if "is a yanked version" in line]
-    assert not yanked, f"{lock} pins a yanked release: {yanked}"
+def test_every_pin_of_each_lock_is_in_the_resolve(lock: str, dry_run: DryRun) -> None:
+    assert dry_run.report is not None, "no pip report: the dry run failed"
+    resolved = {
+        re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower(): item["metadata"]["version"]
+        for item in dry_run.report["install"]
+    }
+    wanted = pins(lock)
+    assert wanted, f"no exact pins read from {lock}"
+    differ = {  # a pin ==2.13.0 admits the local build 2.13.0+cpu, as pip reads it
+        name: (v, resolved.get(name))
+        for name, v in wanted.items()
+        if name not in resolved or not SpecifierSet(f"=={v}").contains(resolved[name])
+    }
+    assert not differ, f"{lock}: pinned vs resolved {differ}"
 
 
 @pytest.mark.slow
-def test_no_locked_package_needs_more_than_the_claimed_python(dry_runs: dict[str, DryRun]) -> None:
-    minimum = claimed_minimum()
-    excluded = {}
-    for lock, run in dry_runs.items():
-        assert run.report is not None, f"no pip report for {lock}: its dry run failed"
-        excluded[lock] = packages_excluding(run.report, minimum)
-    assert not any(excluded.values()), (
-        f"Python {minimum} is claimed, but these need more: {excluded}"
-    )
+def test_no_locked_package_needs_more_than_the_claimed_python(dry_run: DryRun) -> None:
+    assert dry_run.report is not None, "no pip report: the dry run failed"
+    excluded = packages_excluding(dry_run.report, claimed_minimum())
+    assert not excluded, f"Python {claimed_minimum()} is claimed, but these need more: {excluded}"
 
 
 def test_readme_states_the_minimum_of_pyproject() -> None:

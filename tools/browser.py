@@ -9,13 +9,19 @@ Shared by ``tests/test_browser.py`` (the end-to-end browser test) and ``tools.sc
   switched off in that config dir (``labconfig/page_config.json``). It is stopped by its own PID.
 - :func:`launch_chromium` starts Debian's Chromium through the ``playwright`` package
   (``executable_path``; ``playwright install`` is never needed).
-- :func:`open_notebook`, :func:`run_all_cells`, :func:`move_widget`, :func:`wait_for_marker` drive
-  one lesson in one page. Lesson widgets put their state ``key=value ...`` into their output as a
-  hidden element ``<div class="lmlessons-state" data-state="key=value ..." hidden>`` (nothing a
-  learner sees); the test waits for the exact state the new widget value implies.
+- :func:`lab_page` starts JupyterLab's front end in one page; :func:`open_document`,
+  :func:`run_all_cells`, :func:`wait_for_marker` and :func:`close_document` drive one lesson
+  after another in it (:func:`check_lesson`: the whole check of one lesson). Lesson widgets put
+  their state ``key=value ...`` into their output as a hidden element ``<div
+  class="lmlessons-state" data-state="key=value ..." hidden>`` (nothing a learner sees); the test
+  waits for the exact state the new widget value implies.
 
 The per-lesson table (which widget to move and what it must print) is
 ``tools/browser_lessons.py``.
+
+ipywidgets 7's front end (Google Colab's runtime): :class:`ClassicNotebook` starts classic
+Notebook 6.5 the same way, with widgetsnbextension 3.6 from a ``pip install --target`` folder, and
+:func:`check_lesson_classic` runs one lesson in its page (``tests/test_browser_classic.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import nbformat
 
@@ -131,6 +137,9 @@ class JupyterLab:
     removed on exit.
     """
 
+    #: The server's name in error messages.
+    name: ClassVar[str] = "jupyter lab"
+
     def __init__(
         self,
         notebooks_dir: Path = NOTEBOOKS_DIR,
@@ -152,7 +161,7 @@ class JupyterLab:
         self.proc: subprocess.Popen[bytes] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> JupyterLab:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -197,6 +206,15 @@ class JupyterLab:
             json.dumps({"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}, indent=2)
         )
 
+        env = self._environment(dirs)
+        for _ in range(3):  # the free port can be taken between probe and bind: retry
+            self.port = free_port()
+            if self._launch(env, dirs["workspaces"]):
+                return
+        raise RuntimeError(f"{self.name} could not bind a free port:\n{self.log_tail()}")
+
+    def _environment(self, dirs: dict[str, Path]) -> dict[str, str]:
+        """The server's environment: its own config, data, runtime and IPython dirs."""
         env = dict(os.environ)
         env.update(
             JUPYTER_CONFIG_DIR=str(dirs["config"]),
@@ -213,16 +231,11 @@ class JupyterLab:
         )
         env.pop("JUPYTER_PATH", None)
         env.pop("JUPYTER_CONFIG_PATH", None)
+        return env
 
-        for _ in range(3):  # the free port can be taken between probe and bind: retry
-            self.port = free_port()
-            if self._launch(env, dirs["workspaces"]):
-                return
-        raise RuntimeError(f"jupyter lab could not bind a free port:\n{self.log_tail()}")
-
-    def _launch(self, env: dict[str, str], workspaces: Path) -> bool:
-        """Start the server on ``self.port``; True once it answers, False if the port was taken."""
-        cmd = [
+    def _command(self, workspaces: Path) -> list[str]:
+        """The command line that starts the server on ``self.port``."""
+        return [
             self.python,
             "-m",
             "jupyterlab",
@@ -237,6 +250,10 @@ class JupyterLab:
             "--LabApp.news_url=None",  # belt and braces: no news fetched even if the plugin were on
             "--ServerApp.open_browser=False",
         ]
+
+    def _launch(self, env: dict[str, str], workspaces: Path) -> bool:
+        """Start the server on ``self.port``; True once it answers, False if the port was taken."""
+        cmd = self._command(workspaces)
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         with open(self.log_path, "ab") as log:  # the server keeps its own copy of the handle
@@ -255,7 +272,7 @@ class JupyterLab:
                 if "already in use" in self.log_tail():
                     return False
                 raise RuntimeError(
-                    f"jupyter lab exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                    f"{self.name} exited with code {self.proc.returncode}:\n{self.log_tail()}"
                 )
             try:
                 self.api("GET", "/api/status")
@@ -264,7 +281,7 @@ class JupyterLab:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"jupyter lab did not answer on {self.base_url} within "
+                    f"{self.name} did not answer on {self.base_url} within "
                     f"{self.startup_timeout} s:\n{self.log_tail()}"
                 )
             time.sleep(0.25)
@@ -319,11 +336,55 @@ class JupyterLab:
                 count += 1
         return count
 
-    def lab_url(self, notebook: str, workspace: str) -> str:
-        """URL opening ``notebook`` in a fresh named workspace (no tabs restored from before)."""
-        return (
-            f"{self.base_url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
+
+class ClassicNotebook(JupyterLab):
+    """A throw-away classic Notebook 6.5 server (the page whose widget front end is ipywidgets 7's
+    widgetsnbextension, as on Google Colab) over a temporary copy of ``notebooks_dir``.
+
+    ``site`` is a ``pip install --target`` folder with notebook 6.5, widgetsnbextension 3.6,
+    ipywidgets 7 and the kernel they need: it goes first on the server's and the kernels'
+    ``PYTHONPATH`` (over ``python``'s own packages), and its ``share/jupyter`` (the nbextension)
+    and ``etc/jupyter`` (the config that switches it on) first on ``JUPYTER_PATH`` and
+    ``JUPYTER_CONFIG_PATH``. Temp dirs, copy, ``slices`` and clean-up as :class:`JupyterLab`.
+    """
+
+    name: ClassVar[str] = "jupyter notebook (classic)"
+
+    def __init__(self, notebooks_dir: Path = NOTEBOOKS_DIR, *, site: Path, **kwargs: Any) -> None:
+        super().__init__(notebooks_dir, **kwargs)
+        self.site = Path(site).resolve()  # the server runs in its temp dir
+        if not (self.site / "notebook" / "notebookapp.py").is_file():
+            raise ValueError(f"site must hold classic notebook (notebook/notebookapp.py): {site!r}")
+
+    def _environment(self, dirs: dict[str, Path]) -> dict[str, str]:
+        env = super()._environment(dirs)
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(self.site), env["PYTHONPATH"]]),
+            JUPYTER_PATH=str(self.site / "share" / "jupyter"),
+            JUPYTER_CONFIG_PATH=str(self.site / "etc" / "jupyter"),
         )
+        return env
+
+    def _command(self, workspaces: Path) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            "notebook",
+            "--no-browser",
+            "--NotebookApp.ip=127.0.0.1",
+            f"--NotebookApp.port={self.port}",
+            "--NotebookApp.port_retries=0",
+            f"--NotebookApp.token={self.token}",
+            f"--NotebookApp.notebook_dir={self.root_dir}",
+            "--NotebookApp.open_browser=False",
+            # The venv's JupyterLab 4 enables itself as a server extension of classic Notebook
+            # (etc/jupyter/jupyter_notebook_config.d/jupyterlab.json) and would take the page over.
+            '--NotebookApp.nbserver_extensions={"jupyterlab": False}',
+        ]
+
+    def notebook_url(self, notebook: str) -> str:
+        """URL of classic Notebook's page for ``notebook`` (relative to the server root)."""
+        return f"{self.base_url}/notebooks/{notebook}?token={self.token}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,6 +435,12 @@ class ConsoleLog:
 # --------------------------------------------------------------------------------------------
 # One lesson in one page
 # --------------------------------------------------------------------------------------------
+# JupyterLab's front end started: the app and its main area are there.
+_JS_APP_READY = (
+    "() => window.jupyterapp && window.jupyterapp.shell"
+    " && document.querySelector('#jp-main-dock-panel')"
+)
+
 _JS_NOTEBOOK_READY = """(name) => {
   const app = window.jupyterapp;
   if (!app || !app.shell) return false;
@@ -439,9 +506,12 @@ _JS_DOM_ERRORS = """() => {
   return found;
 }"""
 
-_JS_MARKERS = """(cls) => {
+#: Where the outputs are: JupyterLab's output areas (classic Notebook's: :data:`CLASSIC_OUTPUTS`).
+LAB_OUTPUTS = ".jp-Notebook .jp-OutputArea-output"
+
+_JS_MARKERS = """(cls, outputs) => {
   const states = [];
-  for (const el of document.querySelectorAll(`.jp-Notebook .jp-OutputArea-output .${cls}`)) {
+  for (const el of document.querySelectorAll(`${outputs} .${cls}`)) {
     const state = el.getAttribute('data-state');
     if (state !== null) states.push(state.trim());
   }
@@ -456,16 +526,45 @@ class RunReport:
     kernel: str
 
 
-def open_notebook(
-    page: Page, lab: JupyterLab, notebook: str, *, workspace: str, timeout: float = 90.0
-) -> None:
-    """Open ``notebook`` (relative to the server root) and wait until its kernel is idle."""
+@dataclass
+class LabPage:
+    """One JupyterLab page that opens lesson after lesson (:func:`lab_page`), with its console
+    log: booting JupyterLab's front end costs a few seconds of Chromium each time, so the
+    lessons share it, each opened as a document and closed before the next."""
+
+    page: Page
+    console: ConsoleLog
+
+
+def lab_page(context: BrowserContext, lab: JupyterLab, *, timeout: float = 90.0) -> LabPage:
+    """A new page with JupyterLab started in an empty workspace of its own."""
+    page = context.new_page()
+    console = ConsoleLog().attach(page)
     page.goto(
-        lab.lab_url(notebook, workspace), wait_until="domcontentloaded", timeout=timeout * 1000
+        f"{lab.base_url}/lab/workspaces/lessons?reset&token={lab.token}",
+        wait_until="domcontentloaded",
+        timeout=timeout * 1000,
+    )
+    page.wait_for_function(_JS_APP_READY, timeout=timeout * 1000, polling=250)
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # more room for wide outputs
+    return LabPage(page, console)
+
+
+def open_document(page: Page, notebook: str, *, timeout: float = 90.0) -> None:
+    """Open ``notebook`` in the running JupyterLab and wait until its kernel is idle."""
+    page.evaluate(
+        "(p) => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }", notebook
     )
     wait_for_notebook(page, notebook, timeout=timeout)
-    # More room for wide outputs (token tables): the file browser is not part of a lesson.
-    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+
+
+def close_document(page: Page) -> None:
+    """Close the current notebook without saving (the lesson's run is not kept): its cells and
+    outputs leave the page, so the next lesson's markers are its own."""
+    page.evaluate(
+        "() => { const w = window.jupyterapp.shell.currentWidget;"
+        " if (w && w.context) { w.context.model.dirty = false; w.dispose(); } }"
+    )
 
 
 def wait_for_notebook(page: Page, notebook: str, *, timeout: float = 90.0) -> None:
@@ -496,9 +595,15 @@ def run_all_cells(page: Page, *, timeout: float = 120.0) -> RunReport:
         "() => { const s = (" + _JS_RUN_STATUS + ")(); return s.done === 0; }", timeout=10_000
     )
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    return _wait_for_run(page, _JS_RUN_STATUS, start, timeout)
+
+
+def _wait_for_run(page: Page, status_js: str, start: float, timeout: float) -> RunReport:
+    """Poll ``status_js`` (a run status: kernel, done, total, counts, errors) until every code
+    cell ran and the kernel is idle; AssertionError on an error output or after ``timeout``."""
     status: dict[str, Any] = {}
     while True:
-        status = page.evaluate(_JS_RUN_STATUS)
+        status = page.evaluate(status_js)
         if status["errors"]:
             raise AssertionError(
                 "error output while running the notebook:\n" + "\n".join(status["errors"])
@@ -524,23 +629,27 @@ def error_outputs(page: Page) -> list[str]:
     return list(page.evaluate(_JS_DOM_ERRORS))
 
 
-def markers(page: Page) -> list[str]:
-    """Every widget state (``data-state`` of a hidden ``.lmlessons-state``) in the outputs."""
-    return list(page.evaluate(_JS_MARKERS, STATE_CLASS))
+def markers(page: Page, *, outputs: str = LAB_OUTPUTS) -> list[str]:
+    """Every widget state (``data-state`` of a hidden ``.lmlessons-state``) in the outputs
+    (``outputs``: the CSS selector of the output areas)."""
+    return list(page.evaluate("(a) => (" + _JS_MARKERS + ")(a[0], a[1])", [STATE_CLASS, outputs]))
 
 
-def wait_for_marker(page: Page, expected: str, *, timeout: float = 30.0) -> None:
+def wait_for_marker(
+    page: Page, expected: str, *, timeout: float = 30.0, outputs: str = LAB_OUTPUTS
+) -> None:
     """Wait until a widget's state is exactly ``expected`` (``key=value ...``)."""
     if not expected.strip() or expected.startswith("[widget]"):
         raise ValueError(f"expected must be a state 'key=value ...', got {expected!r}")
-    js = "(args) => (" + _JS_MARKERS + ")(args[0]).includes(args[1])"
+    js = "(args) => (" + _JS_MARKERS + ")(args[0], args[2]).includes(args[1])"
     try:
         page.wait_for_function(
-            js, arg=[STATE_CLASS, expected.strip()], timeout=timeout * 1000, polling=100
+            js, arg=[STATE_CLASS, expected.strip(), outputs], timeout=timeout * 1000, polling=100
         )
     except Exception as exc:
+        shown = markers(page, outputs=outputs)
         raise AssertionError(
-            f"marker {expected!r} did not appear within {timeout} s; markers shown: {markers(page)}"
+            f"marker {expected!r} did not appear within {timeout} s; markers shown: {shown}"
         ) from exc
 
 
@@ -556,8 +665,9 @@ class _Labelled:
     label: str
     css: ClassVar[str] = ""
 
-    def locate(self, page: Page) -> Locator:
-        return page.locator(f".jp-Notebook {self.css}").filter(
+    def locate(self, page: Page, root: str = ".jp-Notebook") -> Locator:
+        """The widget in the notebook ``root`` (a CSS selector: JupyterLab's notebook)."""
+        return page.locator(f"{root} {self.css}").filter(
             has=page.locator(".widget-label", has_text=_label_regex(self.label))
         )
 
@@ -579,7 +689,8 @@ class Slider(_Labelled):
     css: ClassVar[str] = ".widget-slider"
 
     def move(self, widget: Locator) -> None:
-        handle = self._part(widget, ".noUi-handle")
+        # noUiSlider in ipywidgets 8; jQuery UI's slider in 7 (classic Notebook's page)
+        handle = self._part(widget, ".noUi-handle, .ui-slider-handle")
         handle.focus()
         for _ in range(self.presses):
             handle.press(self.key)
@@ -636,13 +747,16 @@ class Toggle(_Labelled):
 WidgetSpec = Slider | TextInput | Dropdown | Toggle
 
 
-def find_widget(page: Page, spec: WidgetSpec, *, timeout: float = 30.0) -> Locator:
-    """The one rendered widget matching ``spec``; fails with the labels present otherwise."""
-    widget = spec.locate(page)
+def find_widget(
+    page: Page, spec: WidgetSpec, *, timeout: float = 30.0, root: str = ".jp-Notebook"
+) -> Locator:
+    """The one rendered widget matching ``spec`` in the notebook ``root`` (a CSS selector);
+    fails with the labels present otherwise."""
+    widget = spec.locate(page, root)
     try:
         widget.first.wait_for(state="attached", timeout=timeout * 1000)
     except Exception as exc:
-        labels = page.locator(".jp-Notebook .jupyter-widgets .widget-label").all_text_contents()
+        labels = page.locator(f"{root} .jupyter-widgets .widget-label").all_text_contents()
         raise AssertionError(
             f"no {spec.describe()} rendered; widget labels present: {labels}"
         ) from exc
@@ -750,25 +864,35 @@ def _assert_no_errors(page: Page, notebook: str, when: str) -> None:
     assert not errors, f"{notebook}: error output {when}:\n" + "\n---\n".join(errors)
 
 
+_JS_LAB_IDLE = (
+    "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
+    " return k && k.status === 'idle'; }"
+)
+
+
 def _move_and_wait(
-    page: Page, notebook: str, spec: WidgetSpec, widget: Locator, expected: str, timeout: float
+    page: Page,
+    notebook: str,
+    spec: WidgetSpec,
+    widget: Locator,
+    expected: str,
+    timeout: float,
+    *,
+    outputs: str = LAB_OUTPUTS,
+    kernel_idle: str = _JS_LAB_IDLE,
 ) -> list[str]:
-    """Move ``widget``, wait for the ``expected`` marker line and for the kernel to go idle;
-    return the markers shown before the move (``expected`` must not be one of them)."""
-    before = markers(page)
+    """Move ``widget``, wait for the ``expected`` marker line in ``outputs`` and for the kernel
+    to go idle (``kernel_idle``: JS that says so); return the markers shown before the move
+    (``expected`` must not be one of them)."""
+    before = markers(page, outputs=outputs)
     assert expected.strip() not in before, (
         f"{notebook}: the marker {expected!r} is shown before the widget moved, so the test "
         f"could not tell whether the widget works; pick a move that changes it. Shown: {before}"
     )
     spec.move(widget)
-    wait_for_marker(page, expected, timeout=timeout)
+    wait_for_marker(page, expected, timeout=timeout, outputs=outputs)
     # Let the callback finish (plots after the marker) before the last checks.
-    page.wait_for_function(
-        "() => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;"
-        " return k && k.status === 'idle'; }",
-        timeout=timeout * 1000,
-        polling=100,
-    )
+    page.wait_for_function(kernel_idle, timeout=timeout * 1000, polling=100)
     page.wait_for_timeout(300)
     return before
 
@@ -791,17 +915,19 @@ def check_lesson(
     widget_timeout: float = 30.0,
     screenshot: Path | None = None,
     dark_screenshot: Path | None = None,
+    shared: LabPage | None = None,
 ) -> LessonResult:
-    """Open ``notebook`` in a new page, run all cells, assert no error output and no console
-    errors, move the main widget and wait for the ``expected`` marker line, then check in
-    JupyterLab Dark that every text of the widget's output is readable (``dark_screenshot``:
-    where to save that view). Closes the page and
-    shuts the notebook's kernel down afterwards. Raises AssertionError when a check fails."""
+    """Open ``notebook``, run all cells, assert no error output and no console errors, move the
+    main widget and wait for the ``expected`` marker line, then check in JupyterLab Dark that
+    every text of the widget's output is readable (``dark_screenshot``: where to save that view).
+    In ``shared`` (:func:`lab_page`) when given, else in a page of its own. Closes the notebook
+    and shuts its kernel down afterwards. Raises AssertionError when a check fails."""
     t0 = time.monotonic()
-    page = context.new_page()
-    console = ConsoleLog().attach(page)
+    here = shared or lab_page(context, lab)
+    page = here.page
+    errors_before, ignored_before = len(here.console.errors), len(here.console.ignored)
     try:
-        open_notebook(page, lab, notebook, workspace="lesson-" + Path(notebook).stem)
+        open_document(page, notebook)
         t_open = time.monotonic()
         run = run_all_cells(page, timeout=run_timeout)
         t_run = time.monotonic()
@@ -811,9 +937,8 @@ def check_lesson(
         t_move = time.monotonic()
         after = markers(page)
         _assert_no_errors(page, notebook, "after moving the widget")
-        assert not console.errors, f"{notebook}: browser console errors:\n" + "\n".join(
-            console.errors
-        )
+        console = here.console.errors[errors_before:]
+        assert not console, f"{notebook}: browser console errors:\n" + "\n".join(console)
         if screenshot is not None:
             _screenshot(page, widget, screenshot)
         _check_dark(page, widget, notebook, dark_screenshot)
@@ -826,14 +951,16 @@ def check_lesson(
             cells=run.cells,
             markers_before=before,
             markers_after=after,
-            ignored_console=list(console.ignored),
+            ignored_console=here.console.ignored[ignored_before:],
         )
     except AssertionError as exc:
         raise AssertionError(
             f"{exc}\n--- JupyterLab server log, last lines ---\n{lab.log_tail(15)}"
         ) from None
     finally:
-        page.close()
+        close_document(page)
+        if shared is None:
+            page.close()
         lab.shutdown_sessions(notebook)
 
 
@@ -850,12 +977,7 @@ def lab_plugin_state(
             wait_until="domcontentloaded",
             timeout=timeout * 1000,
         )
-        page.wait_for_function(
-            "() => window.jupyterapp && window.jupyterapp.shell"
-            " && document.querySelector('#jp-main-dock-panel')",
-            timeout=timeout * 1000,
-            polling=250,
-        )
+        page.wait_for_function(_JS_APP_READY, timeout=timeout * 1000, polling=250)
         page.evaluate("() => window.jupyterapp.started")
         page.wait_for_timeout(3000)  # the news prompt, when enabled, appears shortly after start
         plugins = page.evaluate(
@@ -866,3 +988,154 @@ def lab_plugin_state(
         return {"plugins": plugins, "toasts": toasts, "console_errors": list(console.errors)}
     finally:
         page.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Classic Notebook 6.5's page (ipywidgets 7's front end, widgetsnbextension: Google Colab's)
+# --------------------------------------------------------------------------------------------
+#: Classic Notebook's notebook and its output areas (``root`` and ``outputs`` above).
+CLASSIC_NOTEBOOK = "#notebook-container"
+CLASSIC_OUTPUTS = "#notebook-container .output_area"
+
+# The kernel indicator in the page's header says whether the kernel is idle.
+_JS_CLASSIC_IDLE = """() => {
+  const icon = document.querySelector('#kernel_indicator_icon');
+  return !!icon && icon.classList.contains('kernel_idle_icon');
+}"""
+
+# Ready: the notebook loaded, its kernel connected and idle, and widgetsnbextension's manager
+# attached to the kernel (a cell run before that shows the static picture, not the widget).
+_JS_CLASSIC_READY = """(name) => {
+  const nb = window.Jupyter && window.Jupyter.notebook;
+  if (!nb || !nb._fully_loaded || nb.notebook_path !== name) return false;
+  const kernel = nb.kernel;
+  return !!kernel && kernel.is_connected() && !!kernel.widget_manager && (IDLE)();
+}""".replace("IDLE", _JS_CLASSIC_IDLE)
+
+# As _JS_RUN_STATUS, over classic Notebook's cells (outputs are nbformat dicts there too).
+_JS_CLASSIC_RUN_STATUS = """() => {
+  const cells = [];
+  const errors = [];
+  Jupyter.notebook.get_cells().forEach((c, i) => {
+    if (c.cell_type !== 'code' || !c.get_text().trim()) return;
+    const n = c.input_prompt_number;
+    cells.push(typeof n === 'number' ? n : null);
+    if ((c.metadata.tags || []).includes('raises-exception')) return;
+    for (const out of c.output_area.outputs) {
+      const text = Array.isArray(out.text) ? out.text.join('') : (out.text || '');
+      const stderr = out.output_type === 'stream' && out.name === 'stderr';
+      if (out.output_type === 'error') {
+        const trace = (out.traceback || []).join('\\n');
+        errors.push(`cell ${i}: ${out.ename}: ${out.evalue}\\n` + trace);
+      } else if (stderr && text.includes('Traceback')) {
+        errors.push(`cell ${i} (stderr): ${text}`);
+      }
+    }
+  });
+  const idle = (IDLE)();
+  return {kernel: idle ? 'idle' : 'busy', done: cells.filter(c => c !== null).length,
+          total: cells.length, counts: cells, errors: errors};
+}""".replace("IDLE", _JS_CLASSIC_IDLE)
+
+# What the learner sees: tracebacks, and widgets widgetsnbextension 3.6 could not render.
+_JS_CLASSIC_DOM_ERRORS = """() => {
+  const found = [];
+  document.querySelectorAll('#notebook-container .output_area').forEach((el) => {
+    const text = el.textContent || '';
+    if ((el.querySelector('.output_stderr') && text.includes('Traceback'))
+        || text.includes('Error rendering Jupyter widget')) found.push(text.slice(0, 2000));
+  });
+  return found;
+}"""
+
+
+def open_classic_notebook(
+    page: Page, server: ClassicNotebook, notebook: str, *, timeout: float = 90.0
+) -> None:
+    """Open ``notebook`` in classic Notebook's page and wait until its kernel is idle and
+    widgetsnbextension's widget manager is attached to it."""
+    page.goto(server.notebook_url(notebook), wait_until="domcontentloaded", timeout=timeout * 1000)
+    try:
+        page.wait_for_function(_JS_CLASSIC_READY, arg=notebook, timeout=timeout * 1000, polling=250)
+    except Exception as exc:
+        raise AssertionError(
+            f"{notebook} did not open with an idle kernel and a widget manager "
+            f"(widgetsnbextension) within {timeout} s"
+        ) from exc
+
+
+def run_all_cells_classic(page: Page, *, timeout: float = 120.0) -> RunReport:
+    """Classic Notebook's :func:`run_all_cells`: clear every output and prompt number, run all
+    cells, wait until each non-empty code cell has a count and the kernel is idle."""
+    start = time.monotonic()
+    page.evaluate(
+        "() => { Jupyter.notebook.get_cells().forEach((c) => { if (c.cell_type === 'code') "
+        "{ c.clear_output(); c.set_input_prompt(); } }); Jupyter.notebook.execute_all_cells(); }"
+    )
+    return _wait_for_run(page, _JS_CLASSIC_RUN_STATUS, start, timeout)
+
+
+#: The class of a course widget's static picture (``Widget.static_html`` in
+#: lmlessons/widgets/base.py): what a page shows when it cannot render the live widget.
+STATIC_CLASS = "lmlessons-static"
+
+
+def _assert_clean_classic(page: Page, console: ConsoleLog, notebook: str, when: str) -> None:
+    errors = list(page.evaluate(_JS_CLASSIC_DOM_ERRORS))
+    assert not errors, f"{notebook}: error output {when}:\n" + "\n---\n".join(errors)
+    assert not console.errors, f"{notebook}: browser console errors {when}:\n" + "\n".join(
+        console.errors
+    )
+
+
+def check_lesson_classic(
+    context: BrowserContext,
+    server: ClassicNotebook,
+    notebook: str,
+    spec: WidgetSpec,
+    expected: str,
+    *,
+    run_timeout: float = 120.0,
+    marker_timeout: float = 60.0,
+    widget_timeout: float = 30.0,
+) -> LessonResult:
+    """:func:`check_lesson` in classic Notebook's page: open ``notebook``, run all cells, assert
+    no error output and no console errors, that the widget is rendered live (no static picture
+    in its place), move it and wait for the ``expected`` marker. Closes the page and shuts the
+    notebook's kernel down afterwards. Raises AssertionError when a check fails."""
+    t0 = time.monotonic()
+    page = context.new_page()
+    console = ConsoleLog().attach(page)
+    try:
+        open_classic_notebook(page, server, notebook)
+        t_open = time.monotonic()
+        run = run_all_cells_classic(page, timeout=run_timeout)
+        t_run = time.monotonic()
+        _assert_clean_classic(page, console, notebook, "after run-all")
+        static = page.locator(f"{CLASSIC_OUTPUTS} .{STATIC_CLASS}").count()
+        assert static == 0, f"{notebook}: {static} static picture(s) shown instead of widgets"
+        widget = find_widget(page, spec, timeout=widget_timeout, root=CLASSIC_NOTEBOOK)
+        before = _move_and_wait(
+            page, notebook, spec, widget, expected, marker_timeout,
+            outputs=CLASSIC_OUTPUTS, kernel_idle=_JS_CLASSIC_IDLE,
+        )  # fmt: skip
+        t_move = time.monotonic()
+        _assert_clean_classic(page, console, notebook, "after moving the widget")
+        return LessonResult(
+            notebook=notebook,
+            open_s=t_open - t0,
+            run_s=t_run - t_open,
+            move_s=t_move - t_run,
+            total_s=time.monotonic() - t0,
+            cells=run.cells,
+            markers_before=before,
+            markers_after=markers(page, outputs=CLASSIC_OUTPUTS),
+            ignored_console=list(console.ignored),
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\n--- classic Notebook server log, last lines ---\n{server.log_tail(15)}"
+        ) from None
+    finally:
+        page.close()
+        server.shutdown_sessions(notebook)
