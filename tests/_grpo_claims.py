@@ -1,16 +1,13 @@
 """What the GRPO claims tests (``tests/test_claims_12.py``, ``tests/test_claims_13.py``) share:
-controlled inputs for TRL's ``GRPOTrainer._compute_loss``, a fresh ``dapo`` trainer on the course
-GPT-2, and the loss TRL computes from given log-probabilities."""
+controlled inputs for TRL's ``GRPOTrainer._compute_loss`` and the loss TRL computes from given
+log-probabilities. Their trainers come from the session fixture ``grpo_trainer``
+(``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
-
-from lmlessons.course.rl import grpo_trainer
 
 
 def loss_inputs(b: int = 8, c: int = 5, *, seed: int = 0) -> dict:
@@ -26,17 +23,6 @@ def loss_inputs(b: int = 8, c: int = 5, *, seed: int = 0) -> dict:
         "num_items_in_batch": torch.tensor(int(lengths.sum())),
         "old_per_token_logps": -torch.rand(b, c, generator=g) * 3,  # (B, C)
     }
-
-
-def fresh_dapo_trainer(tmp_path: Path) -> Any:
-    """A fresh ``dapo`` trainer (one per test: another test's ``TrainingArguments`` resets
-    accelerate's state), in training mode, as ``train()``'s loop leaves it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = grpo_trainer(str(tmp_path), loss_type="dapo")
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
-    return trainer
 
 
 def trl_loss(trainer: Any, monkeypatch: Any, inputs: dict, logps: torch.Tensor) -> torch.Tensor:

@@ -120,3 +120,121 @@ def sft_trainer(trl, sft_examples, tmp_path_factory):
         return built[key]
 
     return build
+
+
+# TRL's trainers built once per session: ``dpo_trainer`` and ``grpo_trainer`` below. Building
+# ``TrainingArguments`` (any TRL config) resets accelerate's shared state
+# (``AcceleratorState._reset_state``), after which an older trainer's ``accelerator`` has no
+# ``num_processes`` or ``device``; so a cached trainer is handed out with the state it was built
+# with restored. Call them in each test (or in a function-scoped fixture), not once per module.
+
+
+def _accelerate_state() -> list:
+    """accelerate's shared state now: ``(class, a copy of its shared dict)`` per state class."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    return [(cls, dict(cls._shared_state)) for cls in (PartialState, AcceleratorState)]
+
+
+def _restore_accelerate_state(saved: list) -> None:
+    """Put back a state :func:`_accelerate_state` saved (in place, as accelerate asks)."""
+    for cls, state in saved:
+        cls._shared_state.clear()
+        cls._shared_state.update(state)
+
+
+@pytest.fixture(scope="session")
+def dpo_trainer(trl, tmp_path_factory):
+    """``dpo_trainer(parts, *, fresh=False, **dpo_config)``: TRL's ``DPOTrainer`` on what
+    ``parts()`` returns, a dict of ``pairs`` (preference rows; their ``prompt``, ``chosen`` and
+    ``rejected`` are the dataset), ``processing_class``, ``model`` and ``ref_model`` (``None``:
+    TRL loads a reference from ``model.config._name_or_path``). Float32 on the CPU,
+    ``max_length=None``, one batch of all the pairs, nothing saved, reported or shown;
+    ``dpo_config``: more ``DPOConfig`` arguments. In training mode (the metrics' "train" keys).
+    Returns ``SimpleNamespace(trainer, tok, pairs, examples)``: ``examples`` are the prepared
+    ``prompt_ids``, ``chosen_ids`` and ``rejected_ids`` of each pair.
+
+    Built once per session (per xdist worker) for each ``parts`` function and ``dpo_config``, and
+    never trained: a test changes it only with ``monkeypatch``. ``fresh=True`` builds a new one,
+    not cached, for a test that trains or otherwise changes it, or that expects the build to
+    fail."""
+    from types import SimpleNamespace
+
+    import datasets
+
+    built: dict = {}
+
+    def build(parts, *, fresh: bool = False, **dpo_config):
+        key = (parts, tuple(sorted(dpo_config.items())))
+        if fresh or key not in built:
+            given = parts()
+            rows = [{k: p[k] for k in ("prompt", "chosen", "rejected")} for p in given["pairs"]]
+            args = trl.DPOConfig(
+                output_dir=str(tmp_path_factory.mktemp("dpo")),
+                report_to="none",
+                use_cpu=True,
+                save_strategy="no",
+                disable_tqdm=True,
+                **{
+                    "bf16": False,
+                    "max_length": None,
+                    "per_device_train_batch_size": len(rows),
+                    **dpo_config,
+                },
+            )
+            trainer = trl.DPOTrainer(
+                model=given["model"],
+                ref_model=given["ref_model"],
+                args=args,
+                train_dataset=datasets.Dataset.from_list(rows),
+                processing_class=given["processing_class"],
+            )
+            trainer.model.train()  # the metrics' "train" keys; TRL disabled dropout
+            ids = ("prompt_ids", "chosen_ids", "rejected_ids")
+            examples = [{k: ex[k] for k in ids} for ex in trainer.train_dataset]
+            made = SimpleNamespace(
+                trainer=trainer, tok=given["processing_class"], pairs=given["pairs"],
+                examples=examples,
+            )  # fmt: skip
+            if fresh:
+                return made
+            built[key] = (made, _accelerate_state())
+        made, state = built[key]
+        _restore_accelerate_state(state)
+        return made
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def grpo_trainer(trl, tmp_path_factory):
+    """``grpo_trainer(*, fresh=False, **kwargs)``: the course's ``GRPOTrainer``,
+    ``lmlessons.course.rl.grpo_trainer(output_dir, **kwargs)`` (the course GPT-2 and chat
+    tokenizer) in a temporary folder, built with its warnings silenced, in training mode with
+    ``current_gradient_accumulation_steps = 1`` (as ``train()``'s loop leaves them).
+
+    Built once per session (per xdist worker) for each set of ``kwargs``, and never trained: a
+    test changes it only with ``monkeypatch``. ``fresh=True`` builds a new one, not cached, for a
+    test that trains or otherwise changes it, or that watches what the build does."""
+    import warnings
+
+    from lmlessons.course.rl import grpo_trainer as course_grpo_trainer
+
+    built: dict = {}
+
+    def build(*, fresh: bool = False, **kwargs):
+        key = tuple(sorted(kwargs.items()))
+        if fresh or key not in built:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trainer = course_grpo_trainer(str(tmp_path_factory.mktemp("grpo")), **kwargs)
+            trainer.model.train()
+            trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
+            if fresh:
+                return trainer
+            built[key] = (trainer, _accelerate_state())
+        trainer, state = built[key]
+        _restore_accelerate_state(state)
+        return trainer
+
+    return build

@@ -1,14 +1,14 @@
 """Behaviour tests of the claims lesson 11 (preference losses) makes about TRL.
 
 Each ``test_claim_11_*`` checks its entry of ``docs/claims.md`` against the installed TRL, on the
-course GPT-2 checkpoint, the chat tokenizer and the course's preference set, nothing downloaded.
+course GPT-2 checkpoint, the chat tokenizer and the course's preference set, nothing downloaded;
+the ``DPOTrainer``s come from the session fixture ``dpo_trainer`` (``tests/conftest.py``).
 TRL is a course dependency (``requirements.txt``): skipped, with the reason, without it.
 """
 
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,8 +21,6 @@ from lmlessons.preference import preference_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
-KEYS = ("prompt", "chosen", "rejected")
-
 
 def _noisy(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     """A copy of ``model`` with seeded noise on every weight: a policy that is not the reference."""
@@ -34,34 +32,24 @@ def _noisy(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     return out
 
 
-def _args(trl, tmp_path, **options):
-    return trl.DPOConfig(
-        output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, max_length=None,
-        per_device_train_batch_size=4, save_strategy="no", disable_tqdm=True, **options,
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def course_dpo(trl, tmp_path_factory):
-    """A ``DPOTrainer`` on 6 course pairs (every kind): a noisy copy of the course GPT-2 as the
-    policy, the checkpoint as the explicit reference."""
-    import datasets
-
-    tok = chat_tokenizer()
+def _course_parts() -> dict:
+    """6 course pairs (every kind): a noisy copy of the course GPT-2 as the policy, the
+    checkpoint as the explicit reference, the chat tokenizer."""
     held_out = preference_set("validation")
-    pairs = held_out[:4] + held_out[-2:]  # first-word pairs of both kinds, then topic pairs
     reference = load_checkpoint("gpt2")
-    trainer = trl.DPOTrainer(
-        model=_noisy(reference, 0),
-        ref_model=reference,
-        args=_args(trl, tmp_path_factory.mktemp("dpo")),
-        train_dataset=datasets.Dataset.from_list([{k: p[k] for k in KEYS} for p in pairs]),
-        processing_class=tok,
-    )
-    trainer.model.train()
-    examples = [{k: ex[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
-                for ex in trainer.train_dataset]  # fmt: skip
-    return SimpleNamespace(trainer=trainer, tok=tok, pairs=pairs, examples=examples)
+    return {
+        "pairs": held_out[:4] + held_out[-2:],  # first-word pairs of both kinds, then topic pairs
+        "processing_class": chat_tokenizer(),
+        "model": _noisy(reference, 0),
+        "ref_model": reference,
+    }
+
+
+@pytest.fixture
+def course_dpo(dpo_trainer):
+    """The ``DPOTrainer`` on :func:`_course_parts`, built once per session (the session fixture
+    ``dpo_trainer``: ``course_dpo.trainer``, ``.tok``, ``.pairs``, ``.examples``)."""
+    return dpo_trainer(_course_parts)
 
 
 def _logged_loss(trainer, batch) -> tuple[float, dict[str, float]]:
@@ -113,38 +101,35 @@ def test_claim_11_accuracy_zero_when_policy_is_reference(course_dpo, monkeypatch
     assert logged["rewards/margins"] == 0.0
 
 
-def test_claim_11_checkpoint_without_reference_fails(trl, course_dpo, tmp_path):
+def _one_pair(course_dpo, model) -> dict:
+    """The first course pair with ``model`` as the policy and no reference (``ref_model=None``)."""
+    return {
+        "pairs": course_dpo.pairs[:1],
+        "processing_class": course_dpo.tok,
+        "model": model,
+        "ref_model": None,
+    }
+
+
+def test_claim_11_checkpoint_without_reference_fails(dpo_trainer, course_dpo):
     """``load_checkpoint`` builds the model from its files: ``config._name_or_path`` is empty and
     ``ref_model=None`` cannot build a reference from it."""
-    import datasets
-
     model = load_checkpoint("gpt2")
     assert model.config._name_or_path == ""
     with pytest.raises(OSError):
-        trl.DPOTrainer(
-            model=model,
-            args=_args(trl, tmp_path),
-            train_dataset=datasets.Dataset.from_list([{k: course_dpo.pairs[0][k] for k in KEYS}]),
-            processing_class=course_dpo.tok,
-        )
+        dpo_trainer(lambda: _one_pair(course_dpo, model), fresh=True)
 
 
-def test_claim_11_reference_reloaded_from_folder(trl, course_dpo, tmp_path):
+def test_claim_11_reference_reloaded_from_folder(dpo_trainer, course_dpo, tmp_path):
     """A model loaded from a folder and changed in memory: with ``ref_model=None`` TRL's
     reference holds the folder's weights, not the policy's."""
-    import datasets
     from transformers import GPT2LMHeadModel
 
     saved = load_checkpoint("gpt2")
     saved.save_pretrained(tmp_path / "model")
     policy = GPT2LMHeadModel.from_pretrained(tmp_path / "model")
     policy.load_state_dict(_noisy(saved, 1).state_dict())  # changed in memory, not saved
-    trainer = trl.DPOTrainer(
-        model=policy,
-        args=_args(trl, tmp_path / "out"),
-        train_dataset=datasets.Dataset.from_list([{k: course_dpo.pairs[0][k] for k in KEYS}]),
-        processing_class=course_dpo.tok,
-    )
+    trainer = dpo_trainer(lambda: _one_pair(course_dpo, policy), fresh=True).trainer
     ref = dict(trainer.ref_model.named_parameters())
     for name, weight in saved.named_parameters():
         assert torch.equal(ref[name].detach(), weight.detach()), name

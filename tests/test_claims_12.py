@@ -2,8 +2,9 @@
 
 Each ``test_claim_12_*`` checks its entry of ``docs/claims.md`` against the installed TRL: real
 one-step runs of :func:`lmlessons.course.rl.grpo_trainer` (the course GPT-2 and chat tokenizer,
-nothing downloaded), and ``GRPOTrainer._compute_loss`` on tensors the test controls. TRL is a course
-dependency (``requirements.txt``); these tests are skipped where it is not installed.
+nothing downloaded; built by the session fixture ``grpo_trainer``), and
+``GRPOTrainer._compute_loss`` on tensors the test controls. TRL is a course dependency
+(``requirements.txt``); these tests are skipped where it is not installed.
 """
 
 from __future__ import annotations
@@ -13,25 +14,25 @@ import warnings
 
 import pytest
 import torch
-from _grpo_claims import fresh_dapo_trainer, loss_inputs, trl_loss
+from _grpo_claims import loss_inputs, trl_loss
 
-from lmlessons.course.rl import grpo_trainer, length_reward
+from lmlessons.course.rl import length_reward
 from lmlessons.grpo import LOSS_TYPES, TRL_LOSS_TYPES, group_advantages
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture
-def dapo_trainer(trl, tmp_path):
-    """A fresh ``dapo`` trainer per test (``fresh_dapo_trainer``)."""
-    return fresh_dapo_trainer(tmp_path)
+def dapo_trainer(grpo_trainer):
+    """The course's ``dapo`` trainer, built once per session (``grpo_trainer``)."""
+    return grpo_trainer(loss_type="dapo")
 
 
 MAX_LEN = 16  # the lesson's max_completion_length
 
 
 @pytest.fixture(scope="module")
-def step_one(trl, tmp_path_factory):
+def step_one(grpo_trainer):
     """One optimizer step per loss type, seed 0, reward = length: TRL's logged loss, and what
     the reward function was handed (the completions' ids and the keyword arguments)."""
     seen: dict[str, dict] = {}
@@ -42,11 +43,9 @@ def step_one(trl, tmp_path_factory):
             seen[_t] = {"ids": [list(ids) for ids in completion_ids], "kwargs": kwargs}
             return length_reward(completions, completion_ids)
 
+        trainer = grpo_trainer(fresh=True, loss_type=loss_type, reward_funcs=reward)  # trained
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            trainer = grpo_trainer(
-                str(tmp_path_factory.mktemp("grpo")), loss_type=loss_type, reward_funcs=reward
-            )
             trainer.train()
         logged[loss_type] = trainer.state.log_history[0]["loss"]
     return logged, seen, trainer
@@ -122,22 +121,18 @@ def test_claim_12_eight_loss_types(trl, dapo_trainer, monkeypatch):
         assert torch.allclose(row[m], row[m][0].expand(int(m.sum())), atol=1e-7)
 
 
-def test_claim_12_gspo_trl_warns(trl, tmp_path, monkeypatch):
+def test_claim_12_gspo_trl_warns(grpo_trainer, monkeypatch):
     import trl.trainer.grpo_trainer as module
 
     said: list[str] = []
     monkeypatch.setattr(module.logger, "warning", lambda msg, *a, **k: said.append(str(msg)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        grpo_trainer(str(tmp_path), loss_type="dapo", importance_sampling_level="sequence")
+    grpo_trainer(fresh=True, loss_type="dapo", importance_sampling_level="sequence")
     (warning,) = [m for m in said if "importance_sampling_level='sequence'" in m]
     assert "completion length" in warning and "loss_type='grpo'" in warning
 
 
-def test_claim_12_micro_batch_size(trl, tmp_path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        args = grpo_trainer(str(tmp_path)).args
+def test_claim_12_micro_batch_size(dapo_trainer):
+    args = dapo_trainer.args
     assert args.per_device_train_batch_size == 32 == 8 * args.num_generations
     assert args.gradient_accumulation_steps == 1 and args.steps_per_generation == 1
 

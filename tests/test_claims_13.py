@@ -3,7 +3,8 @@
 what the older ``dapo`` normaliser did, and the defaults the lesson's AdamW argument rests on.
 
 Each ``test_claim_13_*`` checks its entry of ``docs/claims.md`` against the installed TRL, on
-``GRPOTrainer._compute_loss`` with tensors the test controls (the course GPT-2, nothing downloaded).
+``GRPOTrainer._compute_loss`` with tensors the test controls (the course GPT-2, nothing downloaded;
+the trainer from the session fixture ``grpo_trainer``).
 TRL is a course dependency (``requirements.txt``); these tests are skipped where it is not
 installed.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _grpo_claims import fresh_dapo_trainer, loss_inputs, trl_loss
+from _grpo_claims import loss_inputs, trl_loss
 
 from lmlessons.grpo import aggregate_loss
 
@@ -20,14 +21,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture
-def dapo_trainer(trl, tmp_path):
-    """A fresh ``dapo`` trainer per test (``fresh_dapo_trainer``)."""
-    return fresh_dapo_trainer(tmp_path)
+def dapo_trainer(grpo_trainer):
+    """The course's ``dapo`` trainer, built once per session (``grpo_trainer``)."""
+    return grpo_trainer(loss_type="dapo")
 
 
-def test_claim_13_dapo_window_rescaled(trl, tmp_path, monkeypatch):
+def test_claim_13_dapo_window_rescaled(dapo_trainer, monkeypatch):
     """TRL 1.16 divides the dapo sum by num_items_in_batch * GA / steps_per_generation."""
-    trainer = fresh_dapo_trainer(tmp_path)
+    trainer = dapo_trainer
     g = torch.Generator().manual_seed(0)
     b, c = 8, 5
     mask = (torch.arange(c) < torch.tensor([1, 3, 5, 2, 4, 5, 2, 3])[:, None]).long()  # (B, C)

@@ -1,6 +1,7 @@
 """Oracle: the losses of ``lmlessons.grpo`` and ``lmlessons.kl`` equal TRL's.
 
-One ``GRPOTrainer`` per module, on the course GPT-2 and tokenizer, never trained: its
+One ``GRPOTrainer`` per session (the fixture ``grpo_trainer``: the course's own
+``lmlessons.course.rl.grpo_trainer``, on the course GPT-2 and chat tokenizer), never trained: its
 ``_compute_loss`` runs on tensors the test controls, its model's forward replaced by a function
 that returns given per-token log-probabilities (``_get_per_token_logps_and_entropies``). Each loss
 type's value and gradient with respect to those log-probabilities equal the course's to 1e-6.
@@ -10,6 +11,7 @@ type's value and gradient with respect to those log-probabilities equal the cour
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -30,40 +32,16 @@ MAX_COMPLETION_LENGTH = 6  # > C: dr_grpo's constant is not the batch's width
 OTHER_WINDOW_TOKENS = 9  # tokens of the accumulation window outside this micro-batch (dapo)
 
 
-@pytest.fixture(scope="module")
-def grpo_trainer(trl, tmp_path_factory):
-    """A ``GRPOTrainer`` in training mode with one accumulation step, as after its first
-    ``train()`` step begins (``current_gradient_accumulation_steps`` is set by the loop)."""
-    import datasets
+#: The oracle's ``lmlessons.course.rl.grpo_trainer`` arguments: 2 prompts x G completions.
+ORACLE = {"num_prompts": 2, "num_generations": G, "max_completion_length": MAX_COMPLETION_LENGTH}
 
-    from lmlessons.course.chat import sep_eos_tokenizer
-    from lmlessons.course.models import tiny_gpt2
 
-    def no_reward(completions, **kwargs):
-        return [0.0] * len(completions)
-
-    # The course tokenizer names no EOS token; TRL 1.16 then puts None among the ids that end a
-    # generation (``GRPOTrainer.__init__``) and ``generate`` fails. [SEP] ends a sequence in the
-    # course GPT-2's config (its ``eos_token_id``): name it.
-    tok = sep_eos_tokenizer()
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("grpo")),
-        report_to="none",
-        use_cpu=True,
-        per_device_train_batch_size=B,
-        num_generations=G,
-        max_completion_length=MAX_COMPLETION_LENGTH,
-    )
-    trainer = trl.GRPOTrainer(
-        model=tiny_gpt2(tok, seed=0),
-        reward_funcs=no_reward,
-        args=args,
-        train_dataset=datasets.Dataset.from_list([{"prompt": "the dog"}] * B),
-        processing_class=tok,
-    )
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    return trainer
+@pytest.fixture
+def grpo(grpo_trainer):
+    """The course's ``GRPOTrainer`` with :data:`ORACLE`, built once per session (the session
+    fixture ``grpo_trainer``: in training mode, one accumulation step, as after its first
+    ``train()`` step begins)."""
+    return grpo_trainer(**ORACLE)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +116,7 @@ SETTINGS = {  # name: (old logps given, beta, (epsilon_low, epsilon_high), use_b
 
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_loss_and_gradient_equal_trl(grpo_trainer, monkeypatch, batch, loss_type, setting):
+def test_loss_and_gradient_equal_trl(grpo, monkeypatch, batch, loss_type, setting):
     old, beta, eps, correction = SETTINGS[setting]
     for name, value in [
         ("loss_type", loss_type),
@@ -146,11 +124,11 @@ def test_loss_and_gradient_equal_trl(grpo_trainer, monkeypatch, batch, loss_type
         ("epsilon_low", eps[0]),
         ("epsilon_high", eps[1]),
     ]:
-        monkeypatch.setattr(grpo_trainer, name, value)
-    monkeypatch.setattr(grpo_trainer.args, "use_bias_correction_kl", correction)
+        monkeypatch.setattr(grpo, name, value)
+    monkeypatch.setattr(grpo.args, "use_bias_correction_kl", correction)
     num_items = int(batch["mask"].sum()) + OTHER_WINDOW_TOKENS
     theirs, their_grad = _trl_loss_and_grad(
-        grpo_trainer, monkeypatch, batch, old=old, ref=beta > 0, num_items=num_items
+        grpo, monkeypatch, batch, old=old, ref=beta > 0, num_items=num_items
     )
     ours, our_grad = _course_loss_and_grad(
         batch,
@@ -166,19 +144,17 @@ def test_loss_and_gradient_equal_trl(grpo_trainer, monkeypatch, batch, loss_type
     assert our_grad.abs().sum() > 0  # the gradient is not trivially 0 on both sides
 
 
-def test_trl_scales_the_means_for_accumulation_and_dapo_by_its_window(
-    grpo_trainer, monkeypatch, batch
-):
+def test_trl_scales_the_means_for_accumulation_and_dapo_by_its_window(grpo, monkeypatch, batch):
     """With 2 accumulation steps (and one generation per step): TRL divides the grpo, bnpo and
     dr_grpo losses of a micro-batch by 2, and the dapo loss by the window's token count only."""
-    monkeypatch.setattr(grpo_trainer, "current_gradient_accumulation_steps", 2)
-    monkeypatch.setattr(grpo_trainer.args, "steps_per_generation", 2)
+    monkeypatch.setattr(grpo, "current_gradient_accumulation_steps", 2)
+    monkeypatch.setattr(grpo.args, "steps_per_generation", 2)
     num_items = int(batch["mask"].sum()) + OTHER_WINDOW_TOKENS
     for loss_type in LOSS_TYPES:
-        monkeypatch.setattr(grpo_trainer, "loss_type", loss_type)
-        monkeypatch.setattr(grpo_trainer, "beta", 0.0)
+        monkeypatch.setattr(grpo, "loss_type", loss_type)
+        monkeypatch.setattr(grpo, "beta", 0.0)
         theirs, _ = _trl_loss_and_grad(
-            grpo_trainer, monkeypatch, batch, old=True, ref=False, num_items=num_items
+            grpo, monkeypatch, batch, old=True, ref=False, num_items=num_items
         )
         ours, _ = _course_loss_and_grad(
             batch,
@@ -200,17 +176,15 @@ REWARDS = {
 
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
-def test_group_advantages_equal_trl(grpo_trainer, monkeypatch, scale_rewards):
+def test_group_advantages_equal_trl(grpo, monkeypatch, scale_rewards):
     """TRL generates completions (2 prompts x 4) and scores them with the given rewards
     (``_calculate_rewards`` replaced); the advantages it returns are the course's."""
-    monkeypatch.setattr(grpo_trainer, "scale_rewards", scale_rewards)
+    monkeypatch.setattr(grpo, "scale_rewards", scale_rewards)
     for name, values in REWARDS.items():
         rewards = torch.tensor(values)  # (B,)
-        monkeypatch.setattr(
-            grpo_trainer, "_calculate_rewards", lambda *a, r=rewards, **k: r[:, None]
-        )
+        monkeypatch.setattr(grpo, "_calculate_rewards", lambda *a, r=rewards, **k: r[:, None])
         with torch.no_grad():
-            out = grpo_trainer._generate_and_score_completions([{"prompt": "the dog"}] * B)
+            out = grpo._generate_and_score_completions([{"prompt": "the dog"}] * B)
         ours = group_advantages(rewards, num_generations=G, scale_rewards=scale_rewards)
         torch.testing.assert_close(ours, out["advantages"], rtol=0, atol=1e-6, msg=name)
 
@@ -232,7 +206,7 @@ def test_generalized_jsd_equals_trl(gkd_trainer_class, beta):
     labels = torch.randint(0, 7, (2, 4), generator=g)  # (B, T)
     labels[0, :2] = -100
     theirs_fn = gkd_trainer_class.generalized_jsd_loss
-    cases = [
+    cases: list[dict[str, Any]] = [
         {"temperature": 1.0},  # batchmean without labels: divided by B
         {"temperature": 2.0, "labels": labels},  # batchmean: divided by the counted positions
         {"labels": labels, "reduction": "sum"},
@@ -248,16 +222,16 @@ def test_generalized_jsd_equals_trl(gkd_trainer_class, beta):
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
-def test_sequence_level_ratio_equals_trl(grpo_trainer, monkeypatch, batch, loss_type):
+def test_sequence_level_ratio_equals_trl(grpo, monkeypatch, batch, loss_type):
     """GSPO (``importance_sampling_level="sequence"``): off-policy, with and without the KL term,
     the course's loss and gradient equal TRL's."""
-    monkeypatch.setattr(grpo_trainer, "importance_sampling_level", "sequence")
-    monkeypatch.setattr(grpo_trainer, "loss_type", loss_type)
+    monkeypatch.setattr(grpo, "importance_sampling_level", "sequence")
+    monkeypatch.setattr(grpo, "loss_type", loss_type)
     num_items = int(batch["mask"].sum()) + OTHER_WINDOW_TOKENS
     for beta in (0.0, 0.04):
-        monkeypatch.setattr(grpo_trainer, "beta", beta)
+        monkeypatch.setattr(grpo, "beta", beta)
         theirs, their_grad = _trl_loss_and_grad(
-            grpo_trainer, monkeypatch, batch, old=True, ref=beta > 0, num_items=num_items
+            grpo, monkeypatch, batch, old=True, ref=beta > 0, num_items=num_items
         )
         logps = batch["logps"].clone().requires_grad_()  # (B, C)
         per_token = token_losses(
@@ -285,14 +259,14 @@ def test_sequence_level_ratio_equals_trl(grpo_trainer, monkeypatch, batch, loss_
         assert not torch.allclose(per_token, token_level)  # the option changes the loss
 
 
-def test_dapo_with_every_completion_masked_is_zero_as_in_trl(grpo_trainer, monkeypatch, batch):
+def test_dapo_with_every_completion_masked_is_zero_as_in_trl(grpo, monkeypatch, batch):
     """A window whose completions are all masked (``mask_truncated_completions=True`` and every
     one truncated): TRL clamps ``num_items_in_batch`` 0 to 1 and returns 0; so does the course."""
-    monkeypatch.setattr(grpo_trainer, "loss_type", "dapo")
-    monkeypatch.setattr(grpo_trainer, "beta", 0.0)
+    monkeypatch.setattr(grpo, "loss_type", "dapo")
+    monkeypatch.setattr(grpo, "beta", 0.0)
     empty = dict(batch, mask=torch.zeros_like(batch["mask"]))
     theirs, their_grad = _trl_loss_and_grad(
-        grpo_trainer, monkeypatch, empty, old=True, ref=False, num_items=0
+        grpo, monkeypatch, empty, old=True, ref=False, num_items=0
     )
     ours, our_grad = _course_loss_and_grad(
         empty, loss_type="dapo", old=True, beta=0.0, eps=(0.2, 0.2), correction=True, num_items=0
@@ -301,15 +275,15 @@ def test_dapo_with_every_completion_masked_is_zero_as_in_trl(grpo_trainer, monke
     torch.testing.assert_close(our_grad, their_grad, rtol=0, atol=0)
 
 
-def test_trl_accepts_exactly_the_eight_loss_types(grpo_trainer, monkeypatch, batch):
+def test_trl_accepts_exactly_the_eight_loss_types(grpo, monkeypatch, batch):
     """``TRL_LOSS_TYPES``: each computes a finite loss in ``_compute_loss``; another name is
     refused there."""
-    monkeypatch.setattr(grpo_trainer, "beta", 0.0)
+    monkeypatch.setattr(grpo, "beta", 0.0)
     for loss_type in TRL_LOSS_TYPES:
-        monkeypatch.setattr(grpo_trainer, "loss_type", loss_type)
-        loss, _ = _trl_loss_and_grad(grpo_trainer, monkeypatch, batch, old=True, ref=False,
+        monkeypatch.setattr(grpo, "loss_type", loss_type)
+        loss, _ = _trl_loss_and_grad(grpo, monkeypatch, batch, old=True, ref=False,
                                      num_items=int(batch["mask"].sum()))  # fmt: skip
         assert torch.isfinite(loss), loss_type
-    monkeypatch.setattr(grpo_trainer, "loss_type", "ppo")
+    monkeypatch.setattr(grpo, "loss_type", "ppo")
     with pytest.raises(ValueError, match="Unknown loss type"):
-        _trl_loss_and_grad(grpo_trainer, monkeypatch, batch, old=True, ref=False, num_items=1)
+        _trl_loss_and_grad(grpo, monkeypatch, batch, old=True, ref=False, num_items=1)

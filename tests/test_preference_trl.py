@@ -1,11 +1,12 @@
 """Oracle: lmlessons.preference against TRL 1.16's ``DPOTrainer`` and ``CPOTrainer``.
 
-One ``DPOTrainer`` per module, on the course GPT-2 and the course tokenizer, never trained: its
-collator, its log-probabilities and its ``compute_loss`` run on our batches. TRL 1.16 has no
-``dpo_loss`` function (the loss is written inside ``DPOTrainer._compute_loss``), so the loss of
-each ``loss_type`` and its gradient are read through ``compute_loss`` itself, with a stand-in
-model that returns our policy log-probabilities and the reference ones passed as precomputed
-(``ref_chosen_logps`` in the batch, as with ``precompute_ref_log_probs=True``). SimPO is
+One ``DPOTrainer`` per session (the fixture ``dpo_trainer``), on tiny GPT-2s and the course
+tokenizer, never trained: its collator, its log-probabilities and its ``compute_loss`` run on our
+batches. TRL 1.16 has no ``dpo_loss`` function (the loss is written inside
+``DPOTrainer._compute_loss``), so the loss of each ``loss_type`` and its gradient are read through
+``compute_loss`` itself, with a stand-in model that returns our policy log-probabilities and the
+reference ones passed as precomputed (``ref_chosen_logps`` in the batch, as with
+``precompute_ref_log_probs=True``). SimPO is
 ``CPOTrainer.cpo_loss`` (``trl.experimental.cpo``), called on our tensors.
 
 TRL is a course dependency (``requirements.txt``): skipped, with the reason, without it.
@@ -35,7 +36,6 @@ PAIRS = [
     {"prompt": "a bird", "chosen": " sang a song all day long", "rejected": " fell"},
     {"prompt": "the river ran", "chosen": " under the old bridge", "rejected": " up the hill"},
 ]
-KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 METRICS = (
     "rewards/chosen",
     "rewards/rejected",
@@ -46,43 +46,33 @@ METRICS = (
 )
 
 
-def _dpo_tokenizer():
-    """The course tokenizer with ``eos_token = "[SEP]"``: it has no end-of-text token, and TRL
-    appends ``eos_token`` as text to every chosen and rejected completion (``add_eos``)."""
+def _tiny_parts() -> dict:
+    """The :data:`PAIRS` on tiny GPT-2s: policy ``tiny_gpt2(seed=0)``, an explicit reference
+    ``tiny_gpt2(seed=1)`` (with ``ref_model=None`` TRL would reload the policy from
+    ``config._name_or_path``, which is empty for a model built from a config), and the course
+    tokenizer with ``eos_token = "[SEP]"``: it has no end-of-text token, and TRL appends
+    ``eos_token`` as text to every chosen and rejected completion (``add_eos``)."""
     from lmlessons.course.chat import sep_eos_tokenizer
-
-    return sep_eos_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def dpo(trl, tmp_path_factory):
-    """A ``DPOTrainer``: policy ``tiny_gpt2(seed=0)``, an explicit reference ``tiny_gpt2(seed=1)``
-    (with ``ref_model=None`` TRL would reload the policy from ``config._name_or_path``, which is
-    empty for a model built from a config), float32 on the CPU."""
-    import datasets
-
     from lmlessons.course.models import tiny_gpt2
 
-    tok = _dpo_tokenizer()
-    args = trl.DPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("dpo")),
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        max_length=None,
-        per_device_train_batch_size=len(PAIRS),
-    )
-    trainer = trl.DPOTrainer(
-        model=tiny_gpt2(tok, seed=0),
-        ref_model=tiny_gpt2(tok, seed=1),
-        args=args,
-        train_dataset=datasets.Dataset.from_list(PAIRS),
-        processing_class=tok,
-    )
-    trainer.model.train()  # the metrics' "train" keys; TRL disabled dropout
-    examples = [{k: ex[k] for k in KEYS} for ex in trainer.train_dataset]
-    return SimpleNamespace(trainer=trainer, tok=tok, examples=examples)
+    tok = sep_eos_tokenizer()
+    return {
+        "pairs": PAIRS,
+        "processing_class": tok,
+        "model": tiny_gpt2(tok, seed=0),
+        "ref_model": tiny_gpt2(tok, seed=1),
+    }
+
+
+#: The oracle's ``DPOConfig`` arguments beyond the session fixture ``dpo_trainer``'s.
+ORACLE = {"gradient_checkpointing": False}
+
+
+@pytest.fixture
+def dpo(dpo_trainer):
+    """The ``DPOTrainer`` on :func:`_tiny_parts`, float32 on the CPU, built once per session (the
+    session fixture ``dpo_trainer``: ``dpo.trainer``, ``dpo.tok``, ``dpo.examples``)."""
+    return dpo_trainer(_tiny_parts, **ORACLE)
 
 
 def _loss_and_logs(trainer, model, inputs) -> tuple[torch.Tensor, dict[str, float]]:
@@ -288,39 +278,31 @@ def test_trl_eos_sep_ends_every_completion_with_two_seps(dpo):
         assert alone[-1] == sep and example["prompt_ids"] == alone[:-1]
 
 
-def test_trl_without_a_reference_reloads_the_policy_by_name(trl, dpo):
+def test_trl_without_a_reference_reloads_the_policy_by_name(dpo_trainer, dpo):
     """``ref_model=None`` makes TRL load a reference from ``model.config._name_or_path``: for a
     model built from a config it is empty and the trainer cannot be built."""
-    import datasets
-
     from lmlessons.course.models import tiny_gpt2
 
     model = tiny_gpt2(dpo.tok, seed=0)
     assert model.config._name_or_path == ""
+    parts = {"pairs": PAIRS[:1], "processing_class": dpo.tok, "model": model, "ref_model": None}
     with pytest.raises(OSError):
-        trl.DPOTrainer(
-            model=model,
-            args=dpo.trainer.args,
-            train_dataset=datasets.Dataset.from_list(PAIRS[:1]),
-            processing_class=dpo.tok,
-        )
+        dpo_trainer(lambda: parts, fresh=True, **ORACLE)
 
 
-def test_trl_needs_an_eos_token(trl, dpo):
+def test_trl_needs_an_eos_token(dpo_trainer):
     """The course tokenizer as it is (no ``eos_token``): TRL's ``add_eos`` calls
     ``str.endswith(None)`` on the first text example."""
-    import datasets
-
     from lmlessons.course.models import tiny_gpt2
     from lmlessons.course.tokenizer import load_tokenizer
 
     tok = load_tokenizer()
     assert tok.eos_token is None
+    parts = {
+        "pairs": PAIRS[:1],
+        "processing_class": tok,
+        "model": tiny_gpt2(tok, seed=0),
+        "ref_model": tiny_gpt2(tok, seed=1),
+    }
     with pytest.raises(TypeError, match="endswith"):
-        trl.DPOTrainer(
-            model=tiny_gpt2(tok, seed=0),
-            ref_model=tiny_gpt2(tok, seed=1),
-            args=dpo.trainer.args,
-            train_dataset=datasets.Dataset.from_list(PAIRS[:1]),
-            processing_class=tok,
-        )
+        dpo_trainer(lambda: parts, fresh=True, **ORACLE)
