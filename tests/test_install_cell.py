@@ -99,6 +99,9 @@ def test_the_install_cell_installs_the_repository_where_it_is_missing(
     line = magics[0][1]
     assert line.startswith("install ") and f'"{spec} @ git+{_repository()}"' in line
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line  # never a CUDA torch
+    # transformers needs huggingface-hub 1.31 or later, not 2; Colab's diffusers 0.39 and gradio
+    # 6.24 require huggingface-hub<2 (their wheels' Requires-Dist), and keep working below 2
+    assert '"huggingface-hub<2"' in line
     # it says what it installed: the versions the learner now has
     assert printed.startswith("installed: lmlessons ") and "transformers " in printed, printed
 
