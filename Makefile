@@ -127,6 +127,19 @@ test-binder:
 	  --ExecutePreprocessor.timeout=300 student/01_mlm_masking.ipynb && \
 	echo "binder: student/01_mlm_masking.ipynb ran in $$tmp/venv"
 
+# Maintainer target, not part of make test (as root; needs Debian's archive and PyPI): the fast
+# tests and lesson 01's strict nbval on every Python from 3.11 to Debian's newest, each but the
+# host's 3.11 in a cached Debian chroot (tools/pythons.py); one line per Python with its seconds.
+.PHONY: test-pythons test-colab
+test-pythons:
+	$(PY) -m tools.pythons
+
+# Maintainer target, not part of make test (as root; needs Debian's archive and PyPI): Google
+# Colab's stack (requirements-colab.txt) in a Debian 13 chroot, each student copy's install cell
+# checked against tools/colab_allowed.toml, then every student copy under nbval-lax (tools/colab.py).
+test-colab:
+	$(PY) -m tools.colab
+
 # nbgrader builds, releases and autogrades the course (lessons 01 and 02) in a temp folder.
 test-classroom: setup
 	$(PYTEST) tests/test_classroom.py -m classroom

@@ -131,6 +131,26 @@ class MLMCollator:
         self.special_ids = special_token_ids(tokenizer)
         self._worker_stream: tuple[int, torch.Generator] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle keeps: the generator as its device and its state's bytes. A DataLoader
+        whose workers start by spawn or forkserver (macOS and Windows, Linux from Python 3.14)
+        sends the collator through torch's pickler, which moves every tensor to shared memory,
+        and a ``torch.Generator`` pickled as itself does not survive that (the workers die with
+        "unable to resize file"); plain bytes do."""
+        state = dict(self.__dict__)
+        g = state["generator"]
+        state["generator"] = None if g is None else (str(g.device), g.get_state().numpy().tobytes())
+        state["_worker_stream"] = None  # a worker makes its own stream
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        saved = state["generator"]
+        self.__dict__.update(state)
+        if saved is not None:
+            device, data = saved
+            self.generator = torch.Generator(device=device)
+            self.generator.set_state(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
     def process_generator(self) -> torch.Generator | None:
         """The generator this process draws from: ``generator`` in the main process, and in
         ``DataLoader`` worker ``k`` its own generator seeded ``generator.initial_seed() + k``."""

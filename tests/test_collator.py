@@ -115,6 +115,26 @@ def test_each_dataloader_worker_gets_its_own_generator(tok, seed):
     assert list(loader) == [seed, (seed + 1) % 2**64] * 2
 
 
+@pytest.mark.slow  # starts worker processes that import torch anew
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
+def test_workers_started_anew_get_their_generators_too(tok, start):
+    """Workers that do not fork (macOS and Windows spawn them, Linux from Python 3.14 starts them
+    from a fork server) receive the collator through torch's pickler, which moves tensors to
+    shared memory: a ``torch.Generator`` pickled as itself killed them there."""
+    collator = _seeded(tok, 11)
+    loader = DataLoader(
+        range(8), batch_size=2, num_workers=2, collate_fn=_WorkerSeed(collator),
+        multiprocessing_context=start,
+    )  # fmt: skip
+    assert list(loader) == [11, 12] * 2
+    masks = DataLoader(
+        [dict(tok(TEXTS[2]))] * 4, batch_size=2, num_workers=2, collate_fn=_seeded(tok, 1),
+        multiprocessing_context=start,
+    )  # fmt: skip
+    first, second = (b["labels"] for b in masks)
+    assert not torch.equal(first, second), "workers 0 and 1 draw different masks"
+
+
 def test_workers_draw_different_masks_reproducibly(tok):
     examples = [dict(tok(TEXTS[2]))] * 8
 
