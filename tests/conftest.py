@@ -238,3 +238,39 @@ def grpo_trainer(trl, tmp_path_factory):
         return trainer
 
     return build
+
+
+# One Chromium for a browser test module (tests/test_browser.py, tests/test_browser_classic.py):
+# Debian's, driven by playwright; skipped, with where it looked, when there is none.
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The path of Chromium (tools.browser.find_chromium), or a skip that says where it looked."""
+    import tools.browser as jb
+
+    path = jb.find_chromium()
+    if path is None:
+        override = os.environ.get("LMLESSONS_CHROMIUM")
+        looked = f"LMLESSONS_CHROMIUM={override}" if override else ", ".join(jb.CHROMIUM_CANDIDATES)
+        pytest.skip(
+            f"no Chromium found (looked for {looked}); install it with `apt-get install chromium`"
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def context(chromium: str):
+    """One Chromium and one browser context (a shared HTTP cache) for the module's pages."""
+    from playwright.sync_api import sync_playwright
+
+    import tools.browser as jb
+
+    with sync_playwright() as pw:
+        browser = jb.launch_chromium(pw, chromium)
+        try:
+            context = jb.new_context(browser)
+            yield context
+            context.close()
+        finally:
+            browser.close()

@@ -34,39 +34,12 @@ NOTEBOOK_PLUGIN = "@jupyterlab/notebook-extension:tracker"
 
 
 # ------------------------------------------------------------------------------------------
-# Fixtures: one Chromium, one server for the lessons (module scope)
+# Fixtures: one server for the lessons (module scope; Chromium from tests/conftest.py)
 # ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = jb.find_chromium()
-    if path is None:
-        override = os.environ.get("LMLESSONS_CHROMIUM")
-        looked = f"LMLESSONS_CHROMIUM={override}" if override else ", ".join(jb.CHROMIUM_CANDIDATES)
-        pytest.skip(
-            f"no Chromium found (looked for {looked}); install it with `apt-get install chromium`"
-        )
-    return path
-
-
 @pytest.fixture(scope="module")
 def repo_before() -> dict[str, Any]:
     """The repo's state before any server runs (compared by test_repo_unchanged)."""
     return {"git status": jb.git_status(), "notebooks": jb.tree_hashes(jb.NOTEBOOKS_DIR)}
-
-
-@pytest.fixture(scope="module")
-def context(chromium: str) -> Iterator[jb.BrowserContext]:
-    """One Chromium and one context (shared HTTP cache); each lesson opens its own page."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = jb.launch_chromium(pw, chromium)
-        try:
-            context = jb.new_context(browser)
-            yield context
-            context.close()
-        finally:
-            browser.close()
 
 
 @pytest.fixture(scope="module")

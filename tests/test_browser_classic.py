@@ -64,23 +64,6 @@ def site() -> Path:
 
 
 @pytest.fixture(scope="module")
-def context() -> Iterator[jb.BrowserContext]:
-    chromium = jb.find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium found; install it with `apt-get install chromium`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = jb.launch_chromium(pw, chromium)
-        try:
-            context = jb.new_context(browser)
-            yield context
-            context.close()
-        finally:
-            browser.close()
-
-
-@pytest.fixture(scope="module")
 def lesson_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lesson's widget slice twice: ``live.ipynb`` without the widget state the lesson is
     committed with (``metadata.widgets``, saved by ipywidgets 8 when it was executed) and

@@ -558,13 +558,18 @@ def open_document(page: Page, notebook: str, *, timeout: float = 90.0) -> None:
     wait_for_notebook(page, notebook, timeout=timeout)
 
 
-def close_document(page: Page) -> None:
-    """Close the current notebook without saving (the lesson's run is not kept): its cells and
-    outputs leave the page, so the next lesson's markers are its own."""
+def close_document(page: Page, *, timeout: float = 30.0) -> None:
+    """Close the current notebook as its tab's close does, without saving (the lesson's run is
+    not kept), and wait until it has left the page and its last callbacks have run: the next
+    lesson's markers and console errors are its own."""
     page.evaluate(
         "() => { const w = window.jupyterapp.shell.currentWidget;"
-        " if (w && w.context) { w.context.model.dirty = false; w.dispose(); } }"
+        " if (w && w.context) { w.context.model.dirty = false; w.close(); } }"
     )
+    page.wait_for_function(
+        "() => !document.querySelector('.jp-Notebook')", timeout=timeout * 1000, polling=100
+    )
+    page.wait_for_timeout(300)
 
 
 def wait_for_notebook(page: Page, notebook: str, *, timeout: float = 90.0) -> None:
