@@ -143,6 +143,23 @@ def _restore_accelerate_state(saved: list) -> None:
         cls._shared_state.update(state)
 
 
+def _cached(make):
+    """``get(key, fresh, *args, **kwargs)``: ``make(*args, **kwargs)`` built once per ``key`` and
+    handed out with the accelerate state it was built with; ``fresh=True``: a new one, uncached."""
+    built: dict = {}
+
+    def get(key, fresh, *args, **kwargs):
+        if fresh:
+            return make(*args, **kwargs)
+        if key not in built:
+            built[key] = (make(*args, **kwargs), _accelerate_state())
+        made, state = built[key]
+        _restore_accelerate_state(state)
+        return made
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def dpo_trainer(trl, tmp_path_factory):
     """``dpo_trainer(parts, *, fresh=False, **dpo_config)``: TRL's ``DPOTrainer`` on what
@@ -162,46 +179,41 @@ def dpo_trainer(trl, tmp_path_factory):
 
     import datasets
 
-    built: dict = {}
+    def make(parts, **dpo_config):
+        given = parts()
+        rows = [{k: p[k] for k in ("prompt", "chosen", "rejected")} for p in given["pairs"]]
+        args = trl.DPOConfig(
+            output_dir=str(tmp_path_factory.mktemp("dpo")),
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
+            **{
+                "bf16": False,
+                "max_length": None,
+                "per_device_train_batch_size": len(rows),
+                **dpo_config,
+            },
+        )
+        trainer = trl.DPOTrainer(
+            model=given["model"],
+            ref_model=given["ref_model"],
+            args=args,
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=given["processing_class"],
+        )
+        trainer.model.train()  # the metrics' "train" keys; TRL disabled dropout
+        ids = ("prompt_ids", "chosen_ids", "rejected_ids")
+        examples = [{k: ex[k] for k in ids} for ex in trainer.train_dataset]
+        return SimpleNamespace(
+            trainer=trainer, tok=given["processing_class"], pairs=given["pairs"],
+            examples=examples,
+        )  # fmt: skip
+
+    get = _cached(make)
 
     def build(parts, *, fresh: bool = False, **dpo_config):
-        key = (parts, tuple(sorted(dpo_config.items())))
-        if fresh or key not in built:
-            given = parts()
-            rows = [{k: p[k] for k in ("prompt", "chosen", "rejected")} for p in given["pairs"]]
-            args = trl.DPOConfig(
-                output_dir=str(tmp_path_factory.mktemp("dpo")),
-                report_to="none",
-                use_cpu=True,
-                save_strategy="no",
-                disable_tqdm=True,
-                **{
-                    "bf16": False,
-                    "max_length": None,
-                    "per_device_train_batch_size": len(rows),
-                    **dpo_config,
-                },
-            )
-            trainer = trl.DPOTrainer(
-                model=given["model"],
-                ref_model=given["ref_model"],
-                args=args,
-                train_dataset=datasets.Dataset.from_list(rows),
-                processing_class=given["processing_class"],
-            )
-            trainer.model.train()  # the metrics' "train" keys; TRL disabled dropout
-            ids = ("prompt_ids", "chosen_ids", "rejected_ids")
-            examples = [{k: ex[k] for k in ids} for ex in trainer.train_dataset]
-            made = SimpleNamespace(
-                trainer=trainer, tok=given["processing_class"], pairs=given["pairs"],
-                examples=examples,
-            )  # fmt: skip
-            if fresh:
-                return made
-            built[key] = (made, _accelerate_state())
-        made, state = built[key]
-        _restore_accelerate_state(state)
-        return made
+        return get((parts, tuple(sorted(dpo_config.items()))), fresh, parts, **dpo_config)
 
     return build
 
@@ -220,22 +232,18 @@ def grpo_trainer(trl, tmp_path_factory):
 
     from lmlessons.course.rl import grpo_trainer as course_grpo_trainer
 
-    built: dict = {}
+    def make(**kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = course_grpo_trainer(str(tmp_path_factory.mktemp("grpo")), **kwargs)
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
+        return trainer
+
+    get = _cached(make)
 
     def build(*, fresh: bool = False, **kwargs):
-        key = tuple(sorted(kwargs.items()))
-        if fresh or key not in built:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                trainer = course_grpo_trainer(str(tmp_path_factory.mktemp("grpo")), **kwargs)
-            trainer.model.train()
-            trainer.current_gradient_accumulation_steps = 1  # set by train()'s loop
-            if fresh:
-                return trainer
-            built[key] = (trainer, _accelerate_state())
-        trainer, state = built[key]
-        _restore_accelerate_state(state)
-        return trainer
+        return get(tuple(sorted(kwargs.items())), fresh, **kwargs)
 
     return build
 
