@@ -22,17 +22,19 @@ import pytest
 from tools import leftovers
 
 ROOT = Path(__file__).resolve().parent
-#: Seconds of the longest test files on 2 cores (``pytest tests -m "slow or browser or
-#: classroom" -n 2 --durations=45``); every other file costs less than the shortest lesson.
+#: Seconds of the longest test files in make test's session (``--durations=0``, summed per file;
+#: test_hub.py without its hub_only tests); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
-    "tests/test_browser.py": 250.0,
-    "tests/test_browser_classic.py": 35.0,
-    "tests/test_site.py": 98.0,  # alone, one process: `pytest tests/test_site.py`
-    "tests/test_hub.py": 150.0,
-    "tests/test_classroom.py": 115.0,
-    "tests/test_bugzoo.py": 45.0,
-    "tests/test_grpo_learn.py": 35.0,
-    "tests/test_install.py": 30.0,
+    "tests/test_browser.py": 245.0,
+    "tests/test_site.py": 116.0,
+    "tests/test_classroom.py": 85.0,
+    "tests/test_hub.py": 75.0,
+    "tests/test_bugzoo.py": 48.0,
+    "tests/test_browser_classic.py": 27.0,
+    "tests/test_portability.py": 27.0,
+    "tests/test_claims_12.py": 24.0,
+    "tests/test_install.py": 21.0,
+    "tests/test_grpo_learn.py": 18.0,
 }
 #: The scalar kernels: torch's default (no SIMD) ATen kernels and oneDNN held to SSE4.1. Their
 #: float sums, matrix products included, run in another order than the SIMD kernels that

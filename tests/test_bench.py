@@ -11,6 +11,8 @@ import tools.bench as bench
 from lmlessons.course.memory import BenchConfig
 from tools.bench import BenchResult, BenchRow, format_table, run_benchmarks
 
+pytestmark = pytest.mark.slow  # the module's benchmark fixture alone takes about a second
+
 
 @pytest.fixture(scope="module")
 def result() -> BenchResult:

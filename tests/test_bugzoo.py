@@ -327,6 +327,7 @@ def test_mean_of_means_differs_only_for_unequal_micro_batches(tok):
     )
 
 
+@pytest.mark.slow
 def test_answer_label_bug_trains_on_the_prompt_too():
     conversation = chat_data()[1][0]
     ids, mask = torch.tensor(conversation.input_ids), torch.tensor(conversation.assistant_masks)
@@ -411,6 +412,7 @@ def _pairs(n):
     return preference_data()[1][:n]
 
 
+@pytest.mark.slow
 def test_swapped_preference_rows_put_the_rejected_answers_first():
     tok = chat_data()[2]
     fixed = bugs.preference_rows_fixed(_pairs(3), tok)

@@ -519,6 +519,7 @@ class BiasLMHeadModel(torch.nn.Module):
         return SimpleNamespace(logits=self.bias.expand(*input_ids.shape, -1))  # (B, T, V)
 
 
+@pytest.mark.slow
 def test_fine_tune_defaults_100_steps_of_16_measured_every_20(chat_tok, heldout):
     examples = heldout[:16]  # exactly one batch of the default size per pass
     history, curve = fine_tune(

@@ -54,6 +54,7 @@ def test_shipped_files_are_small_and_pickle_free() -> None:
             assert names and all(f.get_slice(k).get_dtype() == "F32" for k in names)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CHECKPOINT_NAMES)
 def test_checkpoint_loads_matches_config_and_metrics(name: str, tok, corpus) -> None:
     model = load_checkpoint(name)

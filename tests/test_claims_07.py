@@ -224,6 +224,7 @@ def test_claim_07_compute_loss_func() -> None:
     assert outputs.loss is None  # the model never saw the labels (nor computed its loss)
 
 
+@pytest.mark.slow
 def test_claim_07_loss_type_fix() -> None:
     for name in tga.CAUSAL:
         assert measured(name, "loss_type=ForCausalLM").exact, name
@@ -302,6 +303,7 @@ def test_claim_07_trainer_defaults() -> None:
     assert float(torch.nn.utils.clip_grad_norm_([g], 1.0)) == pytest.approx(5.0)  # sees the norm
 
 
+@pytest.mark.slow
 def test_claim_07_causal_off_by_ratio() -> None:
     labels = tga.model_inputs("GPT2LMHeadModel", batch())["labels"]
     ratio = int((labels[:, 1:] != -100).sum()) / int((labels != -100).sum())

@@ -7,6 +7,7 @@ nothing downloaded.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import (
     BertForMaskedLM,
@@ -71,6 +72,7 @@ def test_claim_08_some_runs_use_the_trainer() -> None:
             assert trainer.optimizer is optimizers[0] and trainer.lr_scheduler is optimizers[1]
 
 
+@pytest.mark.slow
 def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
     from lmlessons.bugzoo.data import chat_data
 

@@ -108,6 +108,13 @@ class _WorkerSeed:
         return self.collator.process_generator().initial_seed()
 
 
+class _SeedAndMasks(_WorkerSeed):
+    """The worker's seed and the labels of the batch it masked."""
+
+    def __call__(self, examples) -> tuple[int, torch.Tensor]:
+        return super().__call__(examples), self.collator(examples)["labels"]
+
+
 @pytest.mark.parametrize("seed", [11, 2**64 - 1])
 def test_each_dataloader_worker_gets_its_own_generator(tok, seed):
     collator = _seeded(tok, seed)
@@ -121,18 +128,14 @@ def test_workers_started_anew_get_their_generators_too(tok, start):
     """Workers that do not fork (macOS and Windows spawn them, Linux from Python 3.14 starts them
     from a fork server) receive the collator through torch's pickler, which moves tensors to
     shared memory: a ``torch.Generator`` pickled as itself killed them there."""
-    collator = _seeded(tok, 11)
+    example = dict(tok(TEXTS[2]))
     loader = DataLoader(
-        range(8), batch_size=2, num_workers=2, collate_fn=_WorkerSeed(collator),
+        [example] * 8, batch_size=2, num_workers=2, collate_fn=_SeedAndMasks(_seeded(tok, 11)),
         multiprocessing_context=start,
     )  # fmt: skip
-    assert list(loader) == [11, 12] * 2
-    masks = DataLoader(
-        [dict(tok(TEXTS[2]))] * 4, batch_size=2, num_workers=2, collate_fn=_seeded(tok, 1),
-        multiprocessing_context=start,
-    )  # fmt: skip
-    first, second = (b["labels"] for b in masks)
-    assert not torch.equal(first, second), "workers 0 and 1 draw different masks"
+    seeds, masks = zip(*loader, strict=True)  # one pair of worker processes for both checks
+    assert list(seeds) == [11, 12] * 2
+    assert not torch.equal(masks[0], masks[1]), "workers 0 and 1 draw different masks"
 
 
 def test_workers_draw_different_masks_reproducibly(tok):

@@ -56,12 +56,14 @@ def _probe(modules: list[str], path: Path) -> dict[str, list[str]]:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_every_core_module_imports_without_the_later_layers() -> None:
     assert {"lmlessons", "lmlessons.packing", "lmlessons.losses", "lmlessons._checks"} <= set(CORE)
     report = _probe(CORE, ROOT)
     assert report == {module: [] for module in CORE}
 
 
+@pytest.mark.slow
 def test_the_probe_flags_an_eager_re_export(tmp_path: Path) -> None:
     """The previous ``__init__``, importing every exported name at once, fails the probe."""
     import lmlessons

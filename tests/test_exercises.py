@@ -31,7 +31,6 @@ from battery._attempt import ATTEMPTS
 from battery.flatten_documents import with_transformers
 from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguageModeling
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
-from trl.trainer.utils import nanstd as trl_nanstd
 
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
@@ -188,6 +187,14 @@ def core_grpo_loss(
         max_completion_length=max_completion_length,
         num_items_in_batch=num_items_in_batch,
     )
+
+
+def trl_nanstd(tensor: torch.Tensor, **kwargs: int) -> torch.Tensor:
+    """TRL's ``nanstd``, imported when first used: TRL pulls in ``datasets`` (a second of import
+    in every worker that collects this module)."""
+    from trl.trainer.utils import nanstd
+
+    return nanstd(tensor, **kwargs)
 
 
 def trl_group_advantages(rewards, *, num_generations, scale_rewards="group"):

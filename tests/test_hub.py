@@ -172,6 +172,7 @@ def printed_until(proc: subprocess.Popen[str], last: str, timeout: float = 120.0
     return text
 
 
+@pytest.mark.hub_only  # two hubs more: make test-hub
 def test_the_command_prints_the_passwords_serves_and_stops_quietly_on_ctrl_c_and_sigterm(
     hub: hubtool.Hub, tmp_path: Path
 ) -> None:
@@ -244,6 +245,7 @@ def log_in_with_chromium(page: Any, hub: hubtool.Hub, name: str, password: str) 
 
 
 @pytest.mark.browser
+@pytest.mark.hub_only  # Chromium against the hub: make test-hub
 def test_in_chromium_a_learner_runs_lesson_00_with_assignments_and_no_formgrader(
     hub: hubtool.Hub, learners: list[Learner]
 ) -> None:

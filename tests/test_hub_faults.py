@@ -51,7 +51,7 @@ from tools.hub_class import (
     teacher_course,
 )
 
-pytestmark = [pytest.mark.hub_faults, pytest.mark.slow]
+pytestmark = [pytest.mark.hub_only, pytest.mark.slow]
 TEACHER = "lmlf-teacher"
 ADA, BO = "lmlf-ada", "lmlf-bo"  # the pair most tests use
 TWICE = "lmlf-cy"  # submits twice

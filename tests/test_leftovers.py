@@ -19,14 +19,18 @@ from tools import leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A run: it starts an idle culler that outlives its parent (an orphan), registers a folder and an
-# account that does not exist (so it is not reported), prints what the check finds, cleans it and
-# prints what is left then.
+# A run: it starts an idle culler that outlives its parent (an orphan), Python's fork server (its
+# own helpers, which end with it) and a process one level down named like that helper, registers a
+# folder and an account that does not exist (so it is not reported), prints what the check finds,
+# cleans it and prints what is left then.
 RUN = """
-import json, subprocess, sys, tempfile, time
+import json, multiprocessing.forkserver, subprocess, sys, tempfile, time
 from pathlib import Path
 from tools import leftovers
 leftovers.begin()
+multiprocessing.forkserver.ensure_running()
+named = "exec -a 'from multiprocessing.forkserver import main' sleep 60 & wait"
+subprocess.Popen(["bash", "-c", named])
 subprocess.Popen(["bash", "-c", "(exec -a jupyterhub_idle_culler sleep 60) & exit 0"]).wait()
 for _ in range(200):  # the orphan's subshell takes a moment to exec under its new name
     if subprocess.run(["pgrep", "-f", "^jupyterhub_idle_culler 60"], capture_output=True).stdout:
@@ -54,6 +58,9 @@ def play() -> list[dict]:
 def test_an_orphaned_process_and_a_registered_folder_are_left_over_and_cleaned() -> None:
     found, after = play()
     assert any("jupyterhub_idle_culler" in cmd for cmd in found["processes"])
+    helpers = [cmd for cmd in found["processes"] if "multiprocessing" in cmd]
+    assert len(helpers) == 2 and helpers[1] == "from multiprocessing.forkserver import main 60"
+    assert helpers[0].startswith("bash -c exec -a")  # only named like it, the fake's parent
     assert len(found["folders"]) == 1 and found["accounts"] == []  # no such account: not there
     assert after == {"after": False, "folder": False}
 

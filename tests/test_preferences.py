@@ -106,6 +106,7 @@ def test_preference_runs_names_a_missing_file(tmp_path):
         preference_runs(tmp_path)
 
 
+@pytest.mark.slow
 def test_one_recorded_run_moves_the_policy():
     from lmlessons.course.preferences import preference_run
 

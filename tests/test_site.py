@@ -229,7 +229,8 @@ AXE = Path(
     )
 )
 AXE_JS = """async (tags) => {
-  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
+  const only = {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']};
+  const result = await axe.run(document, only);
   const why = (n) => (n.failureSummary || '').split('\\n').slice(1, 2).join('');
   return result.violations.flatMap((v) => v.nodes.map((n) =>
     `${v.id}: ${n.target.join(' ')}: ${why(n)}`));

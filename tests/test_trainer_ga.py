@@ -56,6 +56,7 @@ def test_model_inputs_use_transformers_names() -> None:
     )
 
 
+@pytest.mark.slow
 def test_bert_mlm_step_is_too_large_and_the_fix_is_exact() -> None:
     bug = tga.measure("BertForMaskedLM", batch(), tokenizer(), gradient_accumulation_steps=2)
     fixed = tga.measure(

@@ -85,6 +85,7 @@ def test_plot_draws_three_panels():
     assert labels == ["sigmoid", "simpo"]
 
 
+@pytest.mark.slow
 def test_the_widget_follows_its_controls():
     box = preference_runs_widget(_record(), loss_types=("sigmoid",), beta=0.1)
     assert marker_fields(shown_marker(box)) == {"beta": "0.1", "loss_types": "sigmoid"}

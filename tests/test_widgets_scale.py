@@ -73,6 +73,7 @@ def test_estimate_matches_measured_memory():
     assert measured[0][0] > 2 * measured[2][0] > 0  # dense is far above chunked
 
 
+@pytest.mark.slow
 def test_widget_marker_and_callback():
     box = scale_widget(n_rows=16384, hidden_size=2048, vocab_size=32000, chunk_size=1024)
     peak = estimate_peak_bytes(16384, 2048, 32000, chunk_size=1024) / MIB

@@ -69,13 +69,29 @@ def register(accounts: Iterable[str] = (), folders: Iterable[Path | str] = ()) -
             out.writelines([f"folder {folder}\n" for folder in folders])
 
 
+#: Helpers that Python's multiprocessing keeps for the life of the process that started them
+#: (a DataLoader whose workers are spawned or start from a fork server starts both); they end
+#: with it.
+PROCESS_LIFETIME_HELPERS = (
+    "from multiprocessing.forkserver import main",
+    "from multiprocessing.resource_tracker import main",
+)
+
+
 def descendants() -> dict[int, str]:
-    """Every living process below this one: PID -> command line."""
+    """Every living process below this one (PID -> command line), but for this process's own
+    multiprocessing helpers."""
     found = {}
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found[proc.pid] = " ".join(proc.cmdline())
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            argv = proc.cmdline()
+            if proc.ppid() == os.getpid() and any(
+                a.startswith(PROCESS_LIFETIME_HELPERS) for a in argv
+            ):
+                continue
+            found[proc.pid] = " ".join(argv)
         except psutil.NoSuchProcess:
             continue
     return found
