@@ -110,56 +110,50 @@ def _demo_notebook(
 
 
 def test_harness_detects_broken_lessons(
-    context: jb.BrowserContext, tmp_path: Path, repo_before: dict[str, Any]
+    context: jb.BrowserContext, lab: jb.JupyterLab, lessons_page: jb.LabPage
 ) -> None:
-    """In one shared page, as the lessons run: the checks pass on a working demo and fail on an
-    unwired slider (the marker does not change), on an exception, on a browser console error and
-    on text too faint in the dark theme; a failure is not carried over to the next notebook."""
-    notebooks = tmp_path / "demo"
-    notebooks.mkdir()
-    _demo_notebook(notebooks / "00_wired.ipynb", wired=True)
-    _demo_notebook(notebooks / "01_unwired.ipynb", wired=False)
-    _demo_notebook(notebooks / "02_error.ipynb", wired=True, error=True)
-    _demo_notebook(notebooks / "03_console.ipynb", wired=True, console_error=True)
-    _demo_notebook(notebooks / "04_faint.ipynb", wired=True, faint=True)
-    files_before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
+    """In the page and server the lessons then run in: the checks pass on a working demo and fail
+    on an unwired slider (the marker does not change), on an exception, on a browser console
+    error and on text too faint in the dark theme; a failure is not carried over to the next
+    notebook."""
+    assert lab.root_dir is not None
+    demos = lab.root_dir / "harness-demo"  # in the server's temporary copy, beside the lessons
+    demos.mkdir()
+    _demo_notebook(demos / "00_wired.ipynb", wired=True)
+    _demo_notebook(demos / "01_unwired.ipynb", wired=False)
+    _demo_notebook(demos / "02_error.ipynb", wired=True, error=True)
+    _demo_notebook(demos / "03_console.ipynb", wired=True, console_error=True)
+    _demo_notebook(demos / "04_faint.ipynb", wired=True, faint=True)
     spec, expected = jb.Slider("demo value", presses=3), "value=5 squared=25"
-    with jb.JupyterLab(notebooks) as server:
-        shared = jb.lab_page(context, server)
 
-        def check(name: str, **kwargs: Any) -> jb.LessonResult:
-            return jb.check_lesson(
-                context,
-                server,
-                name,
-                spec,
-                expected,
-                run_timeout=RUN_TIMEOUT,
-                shared=shared,
-                **kwargs,
-            )
+    def check(name: str, **kwargs: Any) -> jb.LessonResult:
+        return jb.check_lesson(
+            context,
+            lab,
+            f"harness-demo/{name}",
+            spec,
+            expected,
+            run_timeout=RUN_TIMEOUT,
+            shared=lessons_page,
+            **kwargs,
+        )
 
-        dark = tmp_path / "dark.png"
-        result = check("00_wired.ipynb", dark_screenshot=dark)
-        assert dark.stat().st_size > 0
-        assert result.markers_before == ["value=2 squared=4"]
-        assert result.markers_after == [expected]
-        with pytest.raises(AssertionError, match="did not appear"):
-            check("01_unwired.ipynb", marker_timeout=3)
-        with pytest.raises(AssertionError, match="ZeroDivisionError"):
-            check("02_error.ipynb")
-        with pytest.raises(AssertionError, match=r"console errors:\n.*demo console error"):
-            check("03_console.ipynb")
-        with pytest.raises(
-            AssertionError, match=r"too faint in JupyterLab Dark:\n.*dark grey note"
-        ):
-            check("04_faint.ipynb")
-        # After four failures in the same page, the working demo passes again on its own.
-        assert check("00_wired.ipynb").markers_after == [expected]
-        shared.page.close()
-        assert server.running_kernels() == []
-    # The server ran on a temporary copy: the demo files are untouched.
-    assert {p.name: p.read_bytes() for p in notebooks.iterdir()} == files_before
+    dark = demos / "dark.png"
+    result = check("00_wired.ipynb", dark_screenshot=dark)
+    assert dark.stat().st_size > 0
+    assert result.markers_before == ["value=2 squared=4"]
+    assert result.markers_after == [expected]
+    with pytest.raises(AssertionError, match="did not appear"):
+        check("01_unwired.ipynb", marker_timeout=3)
+    with pytest.raises(AssertionError, match="ZeroDivisionError"):
+        check("02_error.ipynb")
+    with pytest.raises(AssertionError, match=r"console errors:\n.*demo console error"):
+        check("03_console.ipynb")
+    with pytest.raises(AssertionError, match=r"too faint in JupyterLab Dark:\n.*dark grey note"):
+        check("04_faint.ipynb")
+    # After four failures in the same page, the working demo passes again on its own.
+    assert check("00_wired.ipynb").markers_after == [expected]
+    assert lab.running_kernels() == []
 
 
 # ------------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ import pytest
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from tools.pythons import LOCKS  # the three locks make setup installs
+
 ROOT = Path(__file__).resolve().parents[1]
-LOCKS = ("requirements.txt", "requirements-hub.txt", "requirements-test.txt")
 #: Debian 12's interpreter (3.11.2), older than the one the course's venv is usually made with.
 DEBIAN_PYTHON = Path("/usr/bin/python3.11")
 

@@ -55,6 +55,7 @@ MIRROR = "http://deb.debian.org/debian"
 SUITES = ("bookworm", "trixie", "forky", "sid")
 #: The Python that runs on the host (its .venv) instead of in a chroot.
 HOST_VERSION = "3.11"
+#: The locks `make setup` installs, in its order (tests/test_install.py checks the Makefile).
 LOCKS = ("requirements.txt", "requirements-hub.txt", "requirements-test.txt")
 #: The fast tests, as `make test-fast` selects them.
 FAST_TESTS = ("tests", "-m", "not slow and not browser and not classroom")
