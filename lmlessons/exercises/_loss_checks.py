@@ -54,26 +54,26 @@ class LossBatch:
     num_items: bool  # the checkers pass ``num_items_in_batch`` (more than the batch's targets)
 
 
-#: The generated batches of the loss checkers, in order: the first reach one token, one row,
-#: length 1 and a vocabulary of 2.
+#: The generated batches of the loss checkers, in order: four written ones, which reach one
+#: token, one row, length 1 and a vocabulary of 2; then twelve of drawn shapes, whose settings
+#: cycle (with periods 4, 3, 3, 2 and 4).
 LOSS_BATCHES = [
     # shape, ignored, right_padding, empty_first_row, last_is_zero, num_items
     LossBatch((1, 1, 2), 0.0, False, False, True, False),
     LossBatch((1, 7, 3), 0.25, False, True, False, False),
     LossBatch((4, 1, 5), 0.5, True, False, True, False),
     LossBatch((3, 8, 2), 0.75, False, False, False, True),
-    LossBatch(DRAWN, 0.0, False, True, True, False),
-    LossBatch(DRAWN, 0.25, True, False, False, False),
-    LossBatch(DRAWN, 0.5, False, False, True, False),
-    LossBatch(DRAWN, 0.75, False, True, False, True),
-    LossBatch(DRAWN, 0.0, True, False, True, False),
-    LossBatch(DRAWN, 0.25, False, False, False, False),
-    LossBatch(DRAWN, 0.5, False, True, True, False),
-    LossBatch(DRAWN, 0.75, True, False, False, True),
-    LossBatch(DRAWN, 0.0, False, False, True, False),
-    LossBatch(DRAWN, 0.25, False, True, False, False),
-    LossBatch(DRAWN, 0.5, True, False, True, False),
-    LossBatch(DRAWN, 0.75, False, False, False, True),
+    *(
+        LossBatch(
+            DRAWN,
+            ignored=i % 4 / 4,  # 0, 0.25, 0.5, 0.75
+            right_padding=i % 3 == 1,
+            empty_first_row=i % 3 == 0,
+            last_is_zero=i % 2 == 0,
+            num_items=i % 4 == 3,
+        )
+        for i in range(12)
+    ),
 ]
 
 

@@ -274,6 +274,11 @@ def _grouped_as(
     return centred.reshape(-1)
 
 
+def _by_group(rewards: torch.Tensor, g: int, scale: str, **keepdims: bool) -> Any:
+    """:func:`_grouped_as` on the right groups, the rows of ``rewards.view(-1, g)``."""
+    return _grouped_as(rewards.view(-1, g), 1, rewards, scale, **keepdims)  # (B,)
+
+
 @known("wrong_grouping")
 def statistics_over_dim_0(rewards, *, num_generations, scale_rewards="group"):
     """Grouped as the j-th completions of every prompt (`dim=0` of `rewards.view(-1, G)`)."""
@@ -304,23 +309,20 @@ def std_over_the_other_axis(rewards, *, num_generations, scale_rewards="group"):
 @known("missing_keepdim")
 def mean_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `mean(dim=1)` without `keepdim=True`, broadcast along the rows."""
-    grouped = rewards.view(-1, num_generations)
-    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=False, std_keepdim=False)
+    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=False, std_keepdim=False)
 
 
 @known("missing_keepdim")
 def mean_without_keepdim_std_with(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `mean(dim=1)` without `keepdim=True` (the std with it), broadcast along
     the rows."""
-    grouped = rewards.view(-1, num_generations)
-    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=False, std_keepdim=True)
+    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=False, std_keepdim=True)
 
 
 @known("missing_keepdim")
 def std_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `std(dim=1)` without `keepdim=True`, broadcast along the rows."""
-    grouped = rewards.view(-1, num_generations)
-    return _grouped_as(grouped, 1, rewards, scale_rewards, mean_keepdim=True, std_keepdim=False)
+    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=True, std_keepdim=False)
 
 
 @known("batch_mean_subtracted")

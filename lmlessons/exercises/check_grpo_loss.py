@@ -26,16 +26,8 @@ from typing import Any
 import torch
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    close,
-    known_mistakes,
-    known_outputs,
-    which_known,
-)
-from lmlessons.exercises._loss_checks import check_loss, explain_ce
+from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
+from lmlessons.exercises._loss_checks import check_loss, explain_ce, named
 
 SIGNATURE = (
     "grpo_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, "
@@ -260,12 +252,17 @@ def plain_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_b
     return loss.mean()
 
 
+def _as_bnpo(wrong_type, loss, mask, loss_type, max_completion_length, num_items_in_batch):
+    """The four types, right, except ``wrong_type``, computed as ``bnpo``."""
+    mask = mask.float()
+    kind = "bnpo" if loss_type == wrong_type else loss_type
+    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
+
+
 @known("token_mean_for_grpo")
 def grpo_as_token_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
     """The mean over the micro-batch's {tokens} tokens."""
-    mask = mask.float()
-    kind = "bnpo" if loss_type == "grpo" else loss_type
-    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
+    return _as_bnpo("grpo", loss, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
 @known("padding_losses_count")
@@ -344,15 +341,11 @@ def dr_grpo_uses_the_width(
 @known("ignores_max_completion_length")
 def dr_grpo_like_bnpo(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
     """The sum / the {tokens} tokens."""
-    mask = mask.float()
-    kind = "bnpo" if loss_type == "dr_grpo" else loss_type
-    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
+    return _as_bnpo("dr_grpo", loss, mask, loss_type, max_completion_length, num_items_in_batch)
 
 
 @known("dr_grpo_missing_batch_size")
-def dr_grpo_per_length_only(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def dr_grpo_over_length(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
     """The sum / {L} alone."""
     masked = loss * mask.float()
     if loss_type == "dr_grpo":
@@ -431,13 +424,7 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
             "nan_on_empty_completion",
             f"On {case.label}, the loss is {got}; expected {expected:.4f}.",
         )
-    outputs = known_outputs("grpo_loss", case, float, **_fields(case))
-    found = which_known(outputs, got, expected, close)
-    if found is None:
-        return None
-    return Mistake(
-        found[0], f"On {case.label}, the loss is {got:.4f}, {found[1]}; expected {expected:.4f}."
-    )
+    return named(case, got, expected, known_outputs("grpo_loss", case, float, **_fields(case)))
 
 
 def _explain(exc: BaseException) -> str | None:

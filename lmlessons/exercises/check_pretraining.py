@@ -49,21 +49,13 @@ class PretrainingRow:
     nsp_weight: float
 
 
-#: The generated cases, in order.
-GENERATED = [
-    PretrainingRow("zeros", 1.0, 1.0),
-    PretrainingRow("ones", 0.5, 2.0),
-    PretrainingRow("random", 0.0, 1.0),
-    PretrainingRow("zeros", 1.0, 0.0),
-    PretrainingRow("ones", 3.0, 0.1),
-    PretrainingRow("random", 1.0, 1.0),
-    PretrainingRow("zeros", 0.5, 2.0),
-    PretrainingRow("ones", 0.0, 1.0),
-    PretrainingRow("random", 1.0, 0.0),
-    PretrainingRow("zeros", 3.0, 0.1),
-    PretrainingRow("ones", 1.0, 1.0),
-    PretrainingRow("random", 0.5, 2.0),
-]
+#: The NSP labels and the ``(mlm_weight, nsp_weight)`` pairs of the generated cases.
+_NSP_KINDS = ("zeros", "ones", "random")
+_WEIGHT_PAIRS = ((1.0, 1.0), (0.5, 2.0), (0.0, 1.0), (1.0, 0.0), (3.0, 0.1))
+
+#: The generated cases, in order: case i has the labels ``_NSP_KINDS[i % 3]`` and the weights
+#: ``_WEIGHT_PAIRS[i % 5]``, so every pair of weights meets more than one kind of labels.
+GENERATED = [PretrainingRow(_NSP_KINDS[i % 3], *_WEIGHT_PAIRS[i % 5]) for i in range(12)]
 
 
 # --------------------------------------------------------------------------- known mistakes

@@ -79,18 +79,19 @@ def token_weight_figure(
     mask = _mask(lengths)  # (B, C)
     fig = new_figure(9.6, 2.8)
     left, right = fig.subplots(1, 2)
+    weights = [  # (B, C) each
+        token_weights(
+            mask,
+            loss_type=loss_type,
+            max_completion_length=max_completion_length,
+            num_items_in_batch=num_items_in_batch,
+        )
+        for loss_type in LOSS_TYPES
+    ]
     width = 0.8 / len(lengths)
     for j, n in enumerate(lengths):
-        per_token, total = [], []
-        for loss_type in LOSS_TYPES:
-            w = token_weights(
-                mask,
-                loss_type=loss_type,
-                max_completion_length=max_completion_length,
-                num_items_in_batch=num_items_in_batch,
-            )  # (B, C)
-            per_token.append(float(w[j].max()) if n else 0.0)
-            total.append(float(w[j].sum()))
+        per_token = [float(w[j].max()) if n else 0.0 for w in weights]
+        total = [float(w[j].sum()) for w in weights]
         xs = [i + (j - (len(lengths) - 1) / 2) * width for i in range(len(LOSS_TYPES))]
         hatch = "" if j % 2 == 0 else "//"
         left.bar(xs, per_token, width, color=f"C{j + 4}", hatch=hatch, label=f"{n} tokens")
