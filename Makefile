@@ -156,10 +156,10 @@ hub:
 	$(HUB_DIR)/venv/bin/python -m tools.hub install --dir $(HUB_DIR) --python $(HUB_PYTHON)
 	$(HUB_DIR)/venv/bin/python -m tools.hub run --dir $(HUB_DIR) --port $(HUB_PORT)
 
-# The hub's faults and isolation (tests/test_hub_faults.py), its small pass again with what make test
-# leaves to this target (make hub's own command stopped by Ctrl-C and SIGTERM, a learner and the
-# teacher in Chromium; marked hub_only), then the load
-# test (python -m tools.hub_load: 1, 4, 10 and 20 learners; its figures in the user's cache).
+# A real hub for a class (the tests marked hub_only, which make test leaves to this target): its
+# faults and isolation (tests/test_hub_faults.py), its small pass (tests/test_hub.py: two learners
+# run lesson 01 and submit it, the teacher autogrades, make hub's own command, Chromium), then the
+# load test (python -m tools.hub_load: 1, 4, 10 and 20 learners; its figures in the user's cache).
 test-hub: setup
 	$(ONE_THREAD) $(PYTEST) tests/test_hub_faults.py tests/test_hub.py -p no:randomly
 	$(ONE_THREAD) $(PY) -m tools.hub_load

@@ -23,12 +23,11 @@ from tools import leftovers
 
 ROOT = Path(__file__).resolve().parent
 #: Seconds of the longest test files in make test's session (``--durations=0``, summed per file;
-#: test_hub.py without its hub_only tests); every other file costs less than the shortest lesson.
+#: the hub_only tests are make test-hub's); every other file costs less than the shortest lesson.
 FILE_SECONDS = {
     "tests/test_browser.py": 245.0,
     "tests/test_site.py": 116.0,
     "tests/test_classroom.py": 85.0,
-    "tests/test_hub.py": 75.0,
     "tests/test_bugzoo.py": 48.0,
     "tests/test_browser_classic.py": 27.0,
     "tests/test_portability.py": 27.0,

@@ -1,11 +1,13 @@
-"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py): make test's small pass.
+"""The class hub (``make hub``: hub/jupyterhub_config.py, tools/hub.py): its small pass, in
+``make test-hub`` (marked ``hub_only``; ``make test`` keeps the hub's venv and configuration tests,
+tests/test_hub_venv.py and tests/test_hub_config.py).
 
 A real JupyterHub, proxy and nbgrader exchange on 127.0.0.1, with two simulated learners
 (tools/hub_class.py) who log in with the class password, each in an account of their own, run
 lesson 01 up to its checked exercise in a kernel, fetch lesson 01 from the exchange and submit it;
 the teacher collects and autogrades both submissions. The hub uses the tests' own installed
-packages (``tools.hub.link_venv``) instead of installing them again; ``make test-hub`` runs the
-load test and the faults on a hub installed as ``make hub`` installs it.
+packages (``tools.hub.link_venv``) instead of installing them again; ``make test-hub`` also runs
+the load test and the faults on a hub installed as ``make hub`` installs it.
 
 Needs root (the hub makes system accounts), Debian's ``/usr/bin/python3`` and npm; the accounts
 and cgroups the tests make are removed at the end.
@@ -53,7 +55,7 @@ from tools.hub_class import (
     teacher_course,
 )
 
-pytestmark = [pytest.mark.hub, pytest.mark.slow]
+pytestmark = [pytest.mark.hub, pytest.mark.hub_only, pytest.mark.slow]  # make test-hub
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = "lmlt-teacher"
 LEARNERS = ["lmlt-ada", "lmlt-bo"]
@@ -172,7 +174,6 @@ def printed_until(proc: subprocess.Popen[str], last: str, timeout: float = 120.0
     return text
 
 
-@pytest.mark.hub_only  # two hubs more: make test-hub
 def test_the_command_prints_the_passwords_serves_and_stops_quietly_on_ctrl_c_and_sigterm(
     hub: hubtool.Hub, tmp_path: Path
 ) -> None:
@@ -245,7 +246,6 @@ def log_in_with_chromium(page: Any, hub: hubtool.Hub, name: str, password: str) 
 
 
 @pytest.mark.browser
-@pytest.mark.hub_only  # Chromium against the hub: make test-hub
 def test_in_chromium_a_learner_runs_lesson_00_with_assignments_and_no_formgrader(
     hub: hubtool.Hub, learners: list[Learner]
 ) -> None:

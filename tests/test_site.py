@@ -150,15 +150,17 @@ def browser(server: str) -> Iterator[jb.Browser]:
 
 
 class PageLog:
-    """A page in a fresh context (a first visit: no cache, no stored settings) and what it did:
-    console errors, failed requests, requests to other hosts (refused)."""
+    """A page and what it did: console errors, failed requests, requests to other hosts (refused).
+    In a fresh context (a first visit: no cache, no stored settings) unless ``context`` is given
+    (the lesson pages share one, as a reader going from page to page does)."""
 
-    def __init__(self, browser: jb.Browser, base: str) -> None:
+    def __init__(self, browser: jb.Browser, base: str, context: Any = None) -> None:
         self.base = base
         self.errors: list[str] = []
         self.failed: list[str] = []
         self.foreign: list[str] = []
-        self.context = jb.new_context(browser)
+        self.own_context = context is None
+        self.context = jb.new_context(browser) if context is None else context
         self.page = self.context.new_page()
         self.page.on("console", self._console)
         self.page.on("pageerror", self._page_error)
@@ -189,7 +191,10 @@ class PageLog:
             route.abort()
 
     def close(self) -> None:
-        self.context.close()
+        if self.own_context:
+            self.context.close()
+        else:
+            self.page.close()
 
     def check(self, name: str) -> None:
         assert not self.foreign, f"{name} requests other hosts: {self.foreign}"
@@ -197,8 +202,8 @@ class PageLog:
         assert not self.errors, f"{name} has console errors: {self.errors}"
 
 
-def _open(browser: jb.Browser, base: str, name: str) -> PageLog:
-    log = PageLog(browser, base)
+def _open(browser: jb.Browser, base: str, name: str, context: Any = None) -> PageLog:
+    log = PageLog(browser, base, context)
     log.page.goto(base + name, wait_until="load")
     log.page.wait_for_load_state("networkidle")
     return log
@@ -389,13 +394,23 @@ def test_search_finds_a_lesson(browser: jb.Browser, server: str) -> None:
         log.close()
 
 
+@pytest.fixture(scope="module")
+def reader(browser: jb.Browser) -> Iterator[Any]:
+    """One browser context for the lesson pages, read one after another: the first is a first
+    visit, the others load the theme's files from the cache (measured once: six pages took 40 s
+    of CPU instead of 50)."""
+    context = jb.new_context(browser)
+    yield context
+    context.close()
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("index", range(len(LESSONS)), ids=lambda i: LESSONS[i].stem)
-def test_lesson_page(index: int, site: Path, browser: jb.Browser, server: str) -> None:
+def test_lesson_page(index: int, site: Path, browser: jb.Browser, server: str, reader: Any) -> None:
     path = LESSONS[index]
     name = page_name(path)
     notebook = _read_as_built(site, path)
-    log = _open(browser, server, name)
+    log = _open(browser, server, name, reader)
     page = log.page
     try:
         images = page.evaluate(IMAGES_JS)
