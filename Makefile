@@ -43,18 +43,22 @@ $(COURSE_STAMP): requirements.txt pyproject.toml
 	$(COMPILE)
 	touch $(COURSE_STAMP)
 
-# On top of the course: tests, lint, the website, nbgrader and the hub's packages (one resolve of
-# all three locks, so a package they share keeps its one pin).
-$(STAMP): $(COURSE_STAMP) requirements-hub.txt requirements-test.txt
+# The course with the tests, lint, the website, nbgrader and the hub's packages: one resolve of all
+# three locks (a package they share keeps its one pin), one install and one compile, whether or
+# not make lab made the venv first; it stands for the course's stamp too.
+$(STAMP): requirements.txt requirements-hub.txt requirements-test.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
 	$(PIP_INSTALL) -r requirements.txt -r requirements-hub.txt -r requirements-test.txt
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(COMPILE)
-	touch $(STAMP)
+	touch $(COURSE_STAMP) $(STAMP)
 
 setup-course: $(COURSE_STAMP)
 
 # ipywidgets 7 (Colab's), apart: tests/test_widgets_ipywidgets7.py puts it first on PYTHONPATH.
 IPYWIDGETS7 := $(VENV)/ipywidgets7
-$(IPYWIDGETS7): requirements-ipywidgets7.txt $(COURSE_STAMP)
+$(IPYWIDGETS7): requirements-ipywidgets7.txt $(STAMP)
 	rm -rf $(IPYWIDGETS7)
 	$(PY) -m pip install --quiet --no-deps --target $(IPYWIDGETS7) -r requirements-ipywidgets7.txt
 	touch $(IPYWIDGETS7)
@@ -63,7 +67,7 @@ $(IPYWIDGETS7): requirements-ipywidgets7.txt $(COURSE_STAMP)
 # Google Colab's), apart: tests/test_browser_classic.py puts it first on the classic server's
 # PYTHONPATH, JUPYTER_PATH and JUPYTER_CONFIG_PATH.
 CLASSIC := $(VENV)/classic
-$(CLASSIC): requirements-classic.txt $(COURSE_STAMP)
+$(CLASSIC): requirements-classic.txt $(STAMP)
 	rm -rf $(CLASSIC)
 	$(PY) -m pip install --quiet --no-deps --target $(CLASSIC) -r requirements-classic.txt
 	touch $(CLASSIC)
