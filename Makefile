@@ -35,24 +35,25 @@ COMPILE := $(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 
 # The course: its lock and the editable package, nothing else (torch's requirement brings the
 # setuptools that the editable install builds with).
+# $(call INSTALL,LOCKS,STAMPS): the venv (made if missing) with LOCKS, the editable package and
+# one bytecode compile; then touch STAMPS.
+define INSTALL
+test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY) -m pip install --upgrade pip
+$(PIP_INSTALL) $(1)
+$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+$(COMPILE)
+touch $(2)
+endef
+
 $(COURSE_STAMP): requirements.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PIP_INSTALL) -r requirements.txt
-	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
-	$(COMPILE)
-	touch $(COURSE_STAMP)
+	$(call INSTALL,-r requirements.txt,$(COURSE_STAMP))
 
 # The course with the tests, lint, the website, nbgrader and the hub's packages: one resolve of all
 # three locks (a package they share keeps its one pin), one install and one compile, whether or
 # not make lab made the venv first; it stands for the course's stamp too.
 $(STAMP): requirements.txt requirements-hub.txt requirements-test.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PIP_INSTALL) -r requirements.txt -r requirements-hub.txt -r requirements-test.txt
-	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
-	$(COMPILE)
-	touch $(COURSE_STAMP) $(STAMP)
+	$(call INSTALL,-r requirements.txt -r requirements-hub.txt -r requirements-test.txt,$(COURSE_STAMP) $(STAMP))
 
 setup-course: $(COURSE_STAMP)
 

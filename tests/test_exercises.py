@@ -190,8 +190,8 @@ def core_grpo_loss(
 
 
 def trl_nanstd(tensor: torch.Tensor, **kwargs: int) -> torch.Tensor:
-    """TRL's ``nanstd``, imported when first used: TRL pulls in ``datasets`` (a second of import
-    in every worker that collects this module)."""
+    """TRL's ``nanstd``, imported when first used: TRL pulls in ``datasets``, which every worker
+    that collects this module would import otherwise."""
     from trl.trainer.utils import nanstd
 
     return nanstd(tensor, **kwargs)

@@ -397,8 +397,7 @@ def test_search_finds_a_lesson(browser: jb.Browser, server: str) -> None:
 @pytest.fixture(scope="module")
 def reader(browser: jb.Browser) -> Iterator[Any]:
     """One browser context for the lesson pages, read one after another: the first is a first
-    visit, the others load the theme's files from the cache (measured once: six pages took 40 s
-    of CPU instead of 50)."""
+    visit, the others load the theme's files from the cache."""
     context = jb.new_context(browser)
     yield context
     context.close()
