@@ -8,9 +8,10 @@ holds the other attempts, marked ``@wrong(code)``, ``@wrong(says=...)`` or ``@co
 (``battery/_attempt.py``): realistic attempts that are not a catalogue entry (other ways to make
 a catalogued mistake, structural mistakes the runner names), correct alternatives and attempts
 that delegate to the course. A correct attempt must pass; a wrong one must fail, be named by its
-mistake code and/or carry its words, and point to the first hint. The attempts were written from
-what a learner sees (the lessons, the exercises README, the package functions), not from the
-checkers.
+mistake code and/or carry its words, carry the code's phrase (``battery/_messages.py``), point to
+the first hint and show nothing of the machine; the first to make each mistake, the same text
+twice. The attempts were written from what a learner sees (the lessons, the exercises README, the
+package functions), not from the checkers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from battery._attempt import ATTEMPTS, CORRECT, Attempt
+from battery._messages import PHRASES, VOLATILE
 
 from lmlessons.course.content import load
 from lmlessons.exercises import EXERCISES, check
@@ -36,6 +38,17 @@ CASES = [
     for exercise, attempts in sorted(ATTEMPTS.items())
     for attempt in attempts
 ]
+#: Per mistake code, the first catalogue entry or battery attempt that makes it: its text is
+#: checked twice, to be the same on every run.
+FIRST: dict[str, object] = {}
+for _exercise, _entries in sorted(KNOWN.items()):
+    for _entry in _entries:
+        FIRST.setdefault(_entry.code, _entry.fn)
+for _exercise, _attempts in sorted(ATTEMPTS.items()):
+    for _attempt in _attempts:
+        if _attempt.expect not in (None, CORRECT):
+            FIRST.setdefault(_attempt.expect, _attempt.fn)
+
 ENTRIES = [
     pytest.param(exercise, entry, id=f"{exercise}-known-{entry.fn.__name__}")
     for exercise, entries in sorted(KNOWN.items())
@@ -139,25 +152,43 @@ def test_every_mistake_is_still_named(exercise: str) -> None:
     assert expected == set(NAMED[exercise].split())
 
 
+def test_every_phrase_is_a_mistake_the_battery_makes() -> None:
+    """Each phrase of ``PHRASES`` is checked: some catalogue entry or attempt makes its mistake."""
+    assert set(PHRASES) <= set(FIRST), set(PHRASES) - set(FIRST)
+
+
+def _named(exercise: str, fn, code: str | None, says: str | None, what: str) -> None:
+    """``fn`` fails the check of ``exercise``, named by ``code`` (None: any) and/or with the
+    words ``says``; its text carries the code's phrase and the first hint, shows nothing of the
+    machine, and is the same on every run."""
+    result = check(exercise, fn)
+    text = f"{result.title}\n{result.message}"
+    seen = f"{what}\n-> [{result.mistake}] {result.title}: {result.message}"
+    assert result.status == "failed", f"slipped through: {seen}"
+    if code is not None:
+        assert result.mistake == code, f"expected {code}, got {seen}"
+        assert PHRASES.get(code, "") in text, f"no {PHRASES[code]!r}: {seen}"
+    if says is not None:
+        assert says in text, f"no {says!r}: {seen}"
+    assert f'hint("{exercise}", 1)' in str(result), seen
+    page = result._repr_html_()
+    assert page.startswith("<div") and "<script" not in page, page
+    assert not VOLATILE.search(str(result)) and not VOLATILE.search(page), seen
+    if FIRST.get(code) is fn:
+        again = check(exercise, fn)
+        assert str(again) == str(result) and again._repr_html_() == page, seen
+
+
 @pytest.mark.parametrize(("exercise", "entry"), ENTRIES)
 def test_each_known_mistake_is_named_by_its_code(exercise: str, entry: Known) -> None:
     """A catalogue entry, submitted as a learner's answer, is named by its own code."""
-    result = check(exercise, entry.fn)
-    seen = f"{entry.what}\n-> [{result.mistake}] {result.title}: {result.message}"
-    assert result.status == "failed" and result.mistake == entry.code, seen
-    assert f'hint("{exercise}", 1)' in str(result), seen
+    _named(exercise, entry.fn, entry.code, None, entry.what)
 
 
 @pytest.mark.parametrize(("exercise", "attempt"), CASES)
 def test_attempt(exercise: str, attempt: Attempt) -> None:
-    result = check(exercise, attempt.fn)
-    seen = f"{attempt.does}\n-> [{result.mistake}] {result.title}: {result.message}"
     if attempt.expect == CORRECT:
-        assert result.passed, seen
+        result = check(exercise, attempt.fn)
+        assert result.passed, f"{attempt.does}\n-> [{result.mistake}] {result}"
         return
-    assert result.status == "failed", f"slipped through: {seen}"
-    if attempt.expect is not None:
-        assert result.mistake == attempt.expect, f"expected {attempt.expect}, got {seen}"
-    if attempt.says is not None:
-        assert attempt.says in f"{result.title}\n{result.message}", f"no {attempt.says!r}: {seen}"
-    assert f'hint("{exercise}", 1)' in str(result), seen
+    _named(exercise, attempt.fn, attempt.expect, attempt.says, attempt.does)

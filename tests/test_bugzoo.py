@@ -27,7 +27,7 @@ from lmlessons.bugzoo.cases import (
     get_case,
     group_cases,
 )
-from lmlessons.bugzoo.data import chat_data, course_data, preference_data
+from lmlessons.bugzoo.data import chat_rows, course_data, preference_rows
 from lmlessons.bugzoo.instruments import INSTRUMENTS, NOT_MEASURED, distance, symptom
 from lmlessons.bugzoo.instruments import symptoms as signs
 from lmlessons.bugzoo.records import load_records, save_records, summary
@@ -328,19 +328,19 @@ def test_mean_of_means_differs_only_for_unequal_micro_batches(tok):
 
 
 @pytest.mark.slow
-def test_answer_label_bug_trains_on_the_prompt_too():
-    conversation = chat_data()[1][0]
+def test_answer_label_bug_trains_on_the_prompt_too(chat_tok):
+    conversation = chat_rows("validation")[0]
     ids, mask = torch.tensor(conversation.input_ids), torch.tensor(conversation.assistant_masks)
     fixed = bugs.answer_labels_fixed(ids, mask)
     everything = bugs.answer_labels_everything(ids, mask)
-    assert torch.equal(fixed != -100, mask == 1) and fixed[-1] == chat_data()[2].eos_token_id
+    assert torch.equal(fixed != -100, mask == 1) and fixed[-1] == chat_tok.eos_token_id
     assert torch.equal(everything, ids)
 
 
-def test_prompt_length_is_the_generation_prompt():
+def test_prompt_length_is_the_generation_prompt(chat_tok):
     from lmlessons.course.chat import instruction_set
 
-    _, validation, chat_tok = chat_data()
+    validation = chat_rows("validation")
     for example, conversation in zip(instruction_set("validation"), validation, strict=True):
         prompt = list(
             chat_tok.apply_chat_template(example["prompt"], add_generation_prompt=True)["input_ids"]
@@ -359,8 +359,8 @@ def _labelled(rows):
     return out
 
 
-def test_chat_batch_bug_drops_the_label_of_every_end_of_turn():
-    _, validation, chat_tok = chat_data()
+def test_chat_batch_bug_drops_the_label_of_every_end_of_turn(chat_tok):
+    validation = chat_rows("validation")
     rows = _labelled(validation[:2] + validation[-2:])
     eos = chat_tok.eos_token_id
     (fixed,) = bugs.chat_batch_fixed(rows, chat_tok)
@@ -370,10 +370,10 @@ def test_chat_batch_bug_drops_the_label_of_every_end_of_turn():
     assert torch.equal(fixed["labels"].masked_fill(fixed["labels"] == eos, -100), bug["labels"])
 
 
-def test_packs_keep_conversations_apart_only_with_their_position_ids(tok):
+def test_packs_keep_conversations_apart_only_with_their_position_ids(tok, chat_tok):
     from lmlessons.course.models import tiny_gpt2
 
-    _, validation, chat_tok = chat_data()
+    validation = chat_rows("validation")
     rows = _labelled(validation[:3])
     (fixed,) = bugs.chat_packs_fixed(rows, chat_tok)
     (leaky,) = bugs.chat_packs_no_boundaries(rows, chat_tok)
@@ -409,24 +409,22 @@ def test_the_trainer_bug_scales_one_step_by_the_accumulation_steps(tok):
 
 
 def _pairs(n):
-    return preference_data()[1][:n]
+    return preference_rows("validation")[:n]
 
 
 @pytest.mark.slow
-def test_swapped_preference_rows_put_the_rejected_answers_first():
-    tok = chat_data()[2]
-    fixed = bugs.preference_rows_fixed(_pairs(3), tok)
-    swapped = bugs.preference_rows_swapped(_pairs(3), tok)
+def test_swapped_preference_rows_put_the_rejected_answers_first(chat_tok):
+    fixed = bugs.preference_rows_fixed(_pairs(3), chat_tok)
+    swapped = bugs.preference_rows_swapped(_pairs(3), chat_tok)
     first = fixed["labels"][0][fixed["labels"][0] != -100].tolist()
     assert first == _pairs(1)[0]["chosen_ids"]
     assert torch.equal(swapped["labels"][:3], fixed["labels"][3:])
     assert torch.equal(swapped["labels"][3:], fixed["labels"][:3])
 
 
-def test_prompt_in_chosen_labels_the_prompts_of_the_chosen_rows_only():
-    tok = chat_data()[2]
-    fixed = bugs.preference_rows_fixed(_pairs(3), tok)
-    bug = bugs.preference_rows_prompt_in_chosen(_pairs(3), tok)
+def test_prompt_in_chosen_labels_the_prompts_of_the_chosen_rows_only(chat_tok):
+    fixed = bugs.preference_rows_fixed(_pairs(3), chat_tok)
+    bug = bugs.preference_rows_prompt_in_chosen(_pairs(3), chat_tok)
     prompt = (fixed["completion_mask"] == 0) & (fixed["attention_mask"] == 1)  # (6, T)
     assert (bug["labels"][:3][prompt[:3]] != -100).all()
     assert torch.equal(bug["labels"][3:], fixed["labels"][3:])
@@ -434,12 +432,11 @@ def test_prompt_in_chosen_labels_the_prompts_of_the_chosen_rows_only():
     assert torch.equal(bug["labels"][completion], fixed["labels"][completion])
 
 
-def test_a_reference_that_is_the_policy_moves_with_it():
+def test_a_reference_that_is_the_policy_moves_with_it(chat_tok):
     from lmlessons.course.models import tiny_gpt2
 
-    tok = chat_data()[2]
-    batch = bugs.preference_rows_fixed(_pairs(4), tok)
-    policy, reference = tiny_gpt2(tok, seed=0), tiny_gpt2(tok, seed=0)
+    batch = bugs.preference_rows_fixed(_pairs(4), chat_tok)
+    policy, reference = tiny_gpt2(chat_tok, seed=0), tiny_gpt2(chat_tok, seed=0)
     before = bugs.reference_logps_fixed(reference, policy, batch)
     with torch.no_grad():
         for p in policy.parameters():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DataCollatorWithFlattening, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import DataCollatorWithFlattening, GPT2LMHeadModel
 from transformers.masking_utils import create_causal_mask
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
@@ -127,6 +127,8 @@ def test_claim_09_gpt2_use_cache_creates_cache() -> None:
 
 
 def test_claim_09_trainer_use_cache_false(tmp_path) -> None:
+    from transformers import Trainer, TrainingArguments  # here: it takes seconds to import
+
     model = _gpt2()
     assert model.config.use_cache is True
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbgrader.api import Gradebook
 
 from tools import classroom
 from tools import hub as hubtool
@@ -211,6 +210,8 @@ def grades(names: list[str]) -> dict[str, dict[str, float]]:
     """Each learner's score per check cell and in total, from the teacher's gradebook."""
     db = teacher_course(TEACHER) / "gradebook.db"
     found: dict[str, dict[str, float]] = {}
+    from nbgrader.api import Gradebook  # here: only make test-hub needs it
+
     with Gradebook(f"sqlite:///{db}") as gradebook:
         for name in names:
             scores = {

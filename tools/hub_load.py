@@ -45,8 +45,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nbgrader.api import Gradebook
-
 from tools import classroom, hub, leftovers
 from tools.hub_class import (
     Learner,
@@ -293,6 +291,8 @@ def submit_and_grade(h: hub.Hub, crowd: list[Learner]) -> dict[str, object]:
     grade = ["nbgrader", "autograde", ASSIGNMENT, "--student"]
     graded = in_parallel(lambda name: as_teacher(h, [*grade, name]), submitted, workers=2)
     seconds = time.monotonic() - start
+    from nbgrader.api import Gradebook  # not at the top: a second to import, for one call
+
     with Gradebook(f"sqlite:///{teacher_course(TEACHER) / 'gradebook.db'}") as gradebook:
         full = gradebook.find_assignment(ASSIGNMENT).max_score
         scores = {s.student.id: s.score for s in gradebook.assignment_submissions(ASSIGNMENT)}

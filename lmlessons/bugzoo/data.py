@@ -38,7 +38,9 @@ __all__ = [
     "BETA",
     "course_data",
     "Rendered",
+    "chat_rows",
     "chat_data",
+    "preference_rows",
     "preference_data",
     "sentence_rows",
     "split_by_length",
@@ -81,29 +83,37 @@ def _render(examples: list[dict[str, Any]], tokenizer: Any) -> list[Rendered]:
 
 
 @functools.lru_cache(maxsize=1)
+def _chat_tokenizer() -> Any:
+    return chat_tokenizer()
+
+
+@functools.lru_cache(maxsize=2)
+def chat_rows(split: str) -> list[Rendered]:
+    """The instruction set's conversations of ``split`` (``"train"`` or ``"validation"``),
+    rendered (a :class:`Rendered` each, in :func:`~lmlessons.course.chat.instruction_set`'s
+    order) by the tokenizer :func:`chat_data` returns; each split rendered once."""
+    return _render(instruction_set(split, corpus=course_data()[0]), _chat_tokenizer())
+
+
 def chat_data() -> tuple[list[Rendered], list[Rendered], Any]:
-    """The instruction set's training and held-out conversations, rendered (a :class:`Rendered`
-    each, in :func:`~lmlessons.course.chat.instruction_set`'s order), and the chat tokenizer
-    that rendered them (loaded once)."""
-    corpus, tokenizer = course_data()[0], chat_tokenizer()
-    train, validation = (
-        _render(instruction_set(split, corpus=corpus), tokenizer)
-        for split in ("train", "validation")
-    )
-    return train, validation, tokenizer
+    """The instruction set's training and held-out conversations (:func:`chat_rows`), and the
+    chat tokenizer that rendered them (loaded once)."""
+    return chat_rows("train"), chat_rows("validation"), _chat_tokenizer()
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=2)
+def preference_rows(split: str) -> list[dict[str, list[int]]]:
+    """The preference pairs of ``split`` (``"train"`` or ``"validation"``) as ``prompt_ids``,
+    ``chosen_ids`` and ``rejected_ids`` (:func:`~lmlessons.course.preferences.encode_pair`, with
+    the chat tokenizer of :func:`chat_data`), in
+    :func:`~lmlessons.course.preferences.preference_set`'s order; each split encoded once."""
+    pairs = preference_set(split, corpus=course_data()[0])
+    return [encode_pair(_chat_tokenizer(), pair) for pair in pairs]
+
+
 def preference_data() -> tuple[list[dict[str, list[int]]], list[dict[str, list[int]]]]:
-    """The training and held-out preference pairs as ``prompt_ids``, ``chosen_ids`` and
-    ``rejected_ids`` (:func:`~lmlessons.course.preferences.encode_pair`, with the chat tokenizer
-    of :func:`chat_data`), in :func:`~lmlessons.course.preferences.preference_set`'s order."""
-    corpus, tokenizer = course_data()[0], chat_data()[2]
-    train, validation = (
-        [encode_pair(tokenizer, pair) for pair in preference_set(split, corpus=corpus)]
-        for split in ("train", "validation")
-    )
-    return train, validation
+    """The training and held-out preference pairs (:func:`preference_rows`)."""
+    return preference_rows("train"), preference_rows("validation")
 
 
 def sentence_rows(documents: list[list[str]], tokenizer: Any) -> list[list[int]]:

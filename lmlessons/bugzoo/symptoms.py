@@ -36,8 +36,8 @@ from lmlessons.bugzoo.data import (
     EVAL_BATCH_SIZE,
     EVAL_SEED,
     Rendered,
-    chat_data,
-    preference_data,
+    chat_rows,
+    preference_rows,
     sentence_rows,
 )
 from lmlessons.causality import prefix_loss
@@ -87,7 +87,7 @@ def measure(
         if family == "clm":
             return _clm_symptoms(model, corpus, tokenizer)
         if family == "chat":
-            return _chat_symptoms(model, chat_data()[1], tokenizer)
+            return _chat_symptoms(model, chat_rows("validation"), tokenizer)
         if family == "dpo":
             if reference is None:
                 raise ValueError("reference must be the reference model of the DPO run")
@@ -221,8 +221,8 @@ def _chat_symptoms(model: torch.nn.Module, rows: list[Rendered], tokenizer: Any)
 def _dpo_symptoms(
     model: torch.nn.Module, reference: torch.nn.Module, tokenizer: Any
 ) -> dict[str, Any]:
-    record = _chat_symptoms(model, chat_data()[1], tokenizer)
-    pairs = preference_data()[1]
+    record = _chat_symptoms(model, chat_rows("validation"), tokenizer)
+    pairs = preference_rows("validation")
     probes = []
     for start in range(0, len(pairs), EVAL_BATCH_SIZE):
         batch = bugs.preference_rows_fixed(pairs[start : start + EVAL_BATCH_SIZE], tokenizer)
