@@ -160,3 +160,19 @@ def test_a_pin_pip_cannot_find_is_relaxed_to_pyprojects_range() -> None:
     lock = "numpy==2.4.6  # via x\ntorch==2.13.0  # via -r requirements.in\n"
     relaxed = pythons.relaxed_lock(lock, {"torch": ranges["torch"]})
     assert relaxed == f"numpy==2.4.6  # via x\n{ranges['torch']}\n"
+
+
+def test_each_pythons_line_is_printed_as_it_ends_and_together_only_for_several(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(pythons, "fetch_packages", lambda suite: "")
+    monkeypatch.setattr(pythons, "archive_pythons", lambda packages: {"3.13": ["trixie"]})
+    monkeypatch.setattr(
+        pythons, "test_version", lambda version, found: pythons.Outcome(version, "passed", 1.0)
+    )
+    assert pythons.main(["3.13"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["Debian", "3.13"]  # once, not twice
+    assert pythons.main(["3.11", "3.13"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["Debian", "3.11", "3.13", "All:", "3.11", "3.13"]

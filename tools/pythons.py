@@ -432,9 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = []
     for version in args.versions or versions_to_test(found):
         outcome = test_version(version, found)
-        print(outcome.line(), flush=True)
+        print(outcome.line(), flush=True)  # as each ends; its chroot's output came before
         outcomes.append(outcome)
-    print("\n".join(o.line() for o in outcomes))
+    if len(outcomes) > 1:  # the lines again, together, after the chroots' output
+        print("All:", *(o.line() for o in outcomes), sep="\n")
     return 1 if any(o.result == "FAILED" for o in outcomes) else 0
 
 
