@@ -6,8 +6,10 @@ mistake code (``known = known_mistakes(exercise)``, ``@known("code")``): submitt
 answer, every entry must be named by its own code. Every module ``tests/battery/<exercise>.py``
 holds the other attempts, marked ``@wrong(code)``, ``@wrong(says=...)`` or ``@correct``
 (``battery/_attempt.py``): realistic attempts that are not a catalogue entry (other ways to make
-a catalogued mistake, structural mistakes the runner names), correct alternatives and attempts
-that delegate to the course. A correct attempt must pass; a wrong one must fail, be named by its
+a catalogued mistake, structural mistakes the runner names in ways ``battery/_structural.py``
+does not write), correct alternatives and attempts that delegate to the course;
+``battery/_structural.py`` writes the structural mistakes once for every exercise (the reference
+solution changed in one way: an edited input, a global draw, a detached or converted result). A correct attempt must pass; a wrong one must fail, be named by its
 mistake code and/or carry its words, carry the code's phrase (``battery/_messages.py``), point to
 the first hint and show nothing of the machine; the first to make each mistake, the same text
 twice. The attempts were written from what a learner sees (the lessons, the exercises README, the
@@ -32,6 +34,7 @@ BATTERY = Path(__file__).parent / "battery"
 for _module in pkgutil.iter_modules([str(BATTERY)]):
     if not _module.name.startswith("_"):
         importlib.import_module(f"battery.{_module.name}")
+importlib.import_module("battery._structural")  # the structural mistakes of every exercise
 
 CASES = [
     pytest.param(exercise, attempt, id=f"{exercise}-{attempt.id}")
@@ -62,15 +65,15 @@ NAMED = {
     "labels_are_boolean_mask labels_not_ignored labels_shifted last_answer_only modifies_input "
     "no_targets trains_on_prompt wrong_dtype wrong_shape wrong_type",
     "bert_pretraining_loss": "averages_losses class_dim counts_unmasked_positions "
-    "delegates_to_course detached missing_mlm missing_nsp misweighted nan_when_no_targets "
-    "per_row_mean returns_tuple skips_target_zero sum_not_mean swapped_nsp_labels unweighted",
+    "delegates_to_course detached missing_mlm missing_nsp misweighted modifies_input "
+    "nan_when_no_targets per_row_mean returns_tuple skips_target_zero sum_not_mean swapped_nsp_labels unweighted",
     "chunked_cross_entropy": "averages_chunk_means builds_full_logits chunk_too_large "
     "counts_padding_positions delegates_to_course detached drops_last_chunk "
     "ignores_num_items_in_batch keeps_chunks_for_backward modifies_input nan_on_ignored_chunk "
     "nan_when_no_targets not_a_tensor num_items_divides_mean wrong_gradient",
     "clm_loss": "class_dim counts_before_shift counts_padding_positions delegates_to_course "
-    "ignores_num_items_in_batch minus100_not_ignored modifies_input nan_when_no_targets "
-    "not_scalar not_shifted num_items_divides_mean per_row_mean returns_tuple "
+    "detached ignores_num_items_in_batch minus100_not_ignored modifies_input nan_when_no_targets "
+    "not_a_tensor not_scalar not_shifted num_items_divides_mean per_row_mean returns_tuple "
     "scores_last_position shifted_twice shifted_wrong_way shifts_across_rows skips_target_zero "
     "nll_without_log_softmax sum_not_mean",
     "flatten_documents": "delegates_to_course flatten_shifts_labels flatten_wrong_ids "
@@ -80,7 +83,7 @@ NAMED = {
     "group_advantages": "batch_mean_subtracted batch_std_of_advantages changes_dtype "
     "delegates_to_course divides_by_variance epsilon_inside_sqrt ignores_scale_rewards "
     "missing_keepdim modifies_input no_std_epsilon none_skips_baseline none_still_scales "
-    "population_std wrong_grouping wrong_shape",
+    "population_std wrong_grouping wrong_shape wrong_type",
     "grpo_loss": "completion_mean_for_token_type counts_nonzero_losses delegates_to_course "
     "detached divides_by_completion_width dr_grpo_missing_batch_size empty_completion_skipped "
     "empty_detached ignores_max_completion_length ignores_num_items_in_batch modifies_input "
