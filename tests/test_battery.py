@@ -9,11 +9,12 @@ holds the other attempts, marked ``@wrong(code)``, ``@wrong(says=...)`` or ``@co
 a catalogued mistake, structural mistakes the runner names in ways ``battery/_structural.py``
 does not write), correct alternatives and attempts that delegate to the course;
 ``battery/_structural.py`` writes the structural mistakes once for every exercise (the reference
-solution changed in one way: an edited input, a global draw, a detached or converted result). A correct attempt must pass; a wrong one must fail, be named by its
-mistake code and/or carry its words, carry the code's phrase (``battery/_messages.py``), point to
-the first hint and show nothing of the machine; the first to make each mistake, the same text
-twice. The attempts were written from what a learner sees (the lessons, the exercises README, the
-package functions), not from the checkers.
+solution changed in one way: an edited input, a global draw, a detached or converted result).
+A correct attempt must pass; a wrong one must fail, be named by its mistake code and/or carry
+its words, carry the code's phrase (``battery/_messages.py``), point to the first hint and show
+nothing of the machine; the first to make each mistake, the same text twice. The attempts were
+written from what a learner sees (the lessons, the exercises README, the package functions), not
+from the checkers.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ NAMED = {
     "no_targets trains_on_prompt wrong_dtype wrong_shape wrong_type",
     "bert_pretraining_loss": "averages_losses class_dim counts_unmasked_positions "
     "delegates_to_course detached missing_mlm missing_nsp misweighted modifies_input "
-    "nan_when_no_targets per_row_mean returns_tuple skips_target_zero sum_not_mean swapped_nsp_labels unweighted",
+    "nan_when_no_targets per_row_mean returns_tuple skips_target_zero sum_not_mean "
+    "swapped_nsp_labels unweighted",
     "chunked_cross_entropy": "averages_chunk_means builds_full_logits chunk_too_large "
     "counts_padding_positions delegates_to_course detached drops_last_chunk "
     "ignores_num_items_in_batch keeps_chunks_for_backward modifies_input nan_on_ignored_chunk "

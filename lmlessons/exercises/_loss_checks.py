@@ -1,19 +1,16 @@
 """What the loss checkers share (``mlm_loss``, ``clm_loss``, ``bert_pretraining_loss``,
 ``chunked_cross_entropy``, ``rank_loss``), on top of the runner (:mod:`._framework`).
 
-:func:`check_loss` checks one case: the result is a 0-dim float tensor (``returns_tuple``,
-``not_a_tensor``, ``not_scalar``, ``wrong_dtype``) with the reference's value (else the
-exercise's diagnosis, else ``wrong_value``) and the reference's gradients (``detached``,
-``wrong_gradient``). A case with nothing to predict must give 0 that still backpropagates
-(``nan_when_no_targets``, ``empty_not_zero``, ``empty_detached``, ``fails_when_nothing_masked``).
-:func:`named` picks the known mistake whose value, computed on the case, the learner's loss
-equals (none if two mistakes give it); :func:`moves` asks whether the loss depends on scores it
-must ignore. :func:`token_loss_mistakes` catalogues the mistakes every token loss can make, each
-written once (``mlm_loss``, ``clm_loss``); :func:`mlm_outputs` evaluates ``mlm_loss``'s on the
-MLM part of another loss. :func:`batches` and :func:`with_num_items` make cases;
-:func:`check_token_loss` is the pipeline of ``mlm_loss`` and ``clm_loss``. The references are
-the exercises' solutions (``solutions.py``), which ``tests/test_exercises.py`` holds against
-transformers' ``ForMaskedLMLoss``, ``ForCausalLMLoss`` and ``BertForPreTraining``.
+:func:`check_loss` checks one case: a 0-dim float tensor (:func:`as_loss`) with the reference's
+value (else the exercise's diagnosis, else ``wrong_value``) and gradients; a case with nothing to
+predict must give 0 that still backpropagates. :func:`named` names the known mistake whose value
+the learner's loss equals; :func:`moves` asks whether the loss depends on scores it must ignore.
+:func:`token_loss_mistakes` catalogues the mistakes every token loss can make, written once for
+``mlm_loss`` and ``clm_loss``; :func:`mlm_outputs` evaluates ``mlm_loss``'s on the MLM part of
+another loss; :func:`ce_over` is the one cross-entropy of every loss catalogue. :func:`batches`
+and :func:`with_num_items` make cases; :func:`check_token_loss` is the pipeline of ``mlm_loss``
+and ``clm_loss``. The references are the solutions (``solutions.py``), which
+``tests/test_exercises.py`` holds against transformers' losses and ``BertForPreTraining``.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN, gen
@@ -64,14 +62,7 @@ LOSS_BATCHES = [
     LossBatch((4, 1, 5), 0.5, True, False, True, False),
     LossBatch((3, 8, 2), 0.75, False, False, False, True),
     *(
-        LossBatch(
-            DRAWN,
-            ignored=i % 4 / 4,  # 0, 0.25, 0.5, 0.75
-            right_padding=i % 3 == 1,
-            empty_first_row=i % 3 == 0,
-            last_is_zero=i % 2 == 0,
-            num_items=i % 4 == 3,
-        )
+        LossBatch(DRAWN, i % 4 / 4, i % 3 == 1, i % 3 == 0, i % 2 == 0, i % 4 == 3)
         for i in range(12)
     ),
 ]
@@ -104,11 +95,7 @@ def as_loss(case: Case, out: object) -> torch.Tensor:
 
 
 def named(
-    case: Case,
-    got: float,
-    expected: float,
-    candidates: list[Candidate],
-    subject: str = "the loss",
+    case: Case, got: float, expected: float, candidates: list[Candidate], subject: str = "the loss"
 ) -> Mistake | None:
     """The candidate (e.g. a catalogued mistake's value, :func:`known_outputs`) whose value
     ``got`` (``subject``) equals, and the right value not; None if none does, or if candidates
@@ -139,18 +126,13 @@ def check_loss(
     got = float(loss.detach())
     if not close(got, expected):
         found = diagnose(case, got, expected) if diagnose is not None else None
-        raise found or _wrong_value(case, got, expected, empty)
+        detail = f"On {case.label}, the loss is {got:.6g}; expected {expected:.6g}."
+        code = "nan_when_no_targets" if empty and not math.isfinite(got) else "empty_not_zero"
+        raise found or Mistake(code if empty else "wrong_value", detail)
     if empty and loss.grad_fn is None:
         raise Mistake("empty_detached", f"On {case.label}, the loss is a constant {got:g}.")
     run.gradients(case, loss)
     return loss
-
-
-def _wrong_value(case: Case, got: float, expected: float, empty: bool) -> Mistake:
-    detail = f"On {case.label}, the loss is {got:.6g}; expected {expected:.6g}."
-    if empty and not math.isfinite(got):
-        return Mistake("nan_when_no_targets", detail)
-    return Mistake("empty_not_zero" if empty else "wrong_value", detail)
 
 
 def moves(
@@ -191,6 +173,19 @@ def shift(labels: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
+def ce_over(
+    logits: torch.Tensor, targets: torch.Tensor, count: Any = None, n: Any = None, loss: Any = None
+) -> Any:
+    """``loss`` (default: the cross-entropy; ``F.nll_loss`` takes scores as log-probabilities)
+    summed over ``targets`` ``(B, T)`` (-100 ignored) of ``logits`` ``(B, T, V)``, divided by
+    ``n`` (``num_items_in_batch``) if given, else by ``count`` (None: the targets' count), at
+    least 1: a catalogued mistake is this with the wrong targets, count or scores."""
+    total = (loss or F.cross_entropy)(logits.float().transpose(1, 2), targets, reduction="sum")
+    if n is not None:
+        return total / n
+    return total / max(int((targets != IGNORE_INDEX).sum() if count is None else count), 1)
+
+
 def batches(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The first ``n`` batches of :data:`LOSS_BATCHES`, ``(logits (B, T, V), labels (B, T))``,
     drawn from one generator seeded ``seed`` (every row draws a shape, used or not)."""
@@ -201,8 +196,7 @@ def batches(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
             torch.randint(1, 5, (1,), generator=g).tolist()
             + torch.randint(2, 12, (2,), generator=g).tolist()
         )
-        shape = drawn if isinstance(row.shape, str) else row.shape  # DRAWN: the drawn one
-        B, T, V = shape
+        B, T, V = drawn if isinstance(row.shape, str) else row.shape  # DRAWN: the drawn one
         logits = torch.randn(B, T, V, generator=g) * 1.5  # (B, T, V)
         labels = torch.randint(V, (B, T), generator=g)  # (B, T)
         labels[torch.rand(B, T, generator=g) < row.ignored] = IGNORE_INDEX
@@ -228,16 +222,10 @@ def describe(logits: torch.Tensor, labels: torch.Tensor, label: str, **kwargs: o
     )
 
 
-def mean_ce(logits: torch.Tensor, targets: torch.Tensor) -> float:
-    """The mean cross-entropy over the targets that are not -100 (0 if none), in float64."""
-    count = max(int((targets != IGNORE_INDEX).sum()), 1)
-    return float(token_ce(logits, targets).sum()) / count
-
-
 def token_fields(logits: torch.Tensor, labels: torch.Tensor, k: int, n: object) -> dict[str, Any]:
     """The numbers the token losses' catalogue quotes, for targets the labels shifted by ``k``:
-    ``count`` targets, their ``mean`` loss, ``positions`` B*T, ``shifted`` B*(T - 1), ``n``
-    (``num_items_in_batch``)."""
+    ``count`` targets, their ``mean`` loss (float64), ``positions`` B*T, ``shifted`` B*(T - 1),
+    ``n`` (``num_items_in_batch``)."""
     B, T = labels.shape
     targets = shift(labels, k)
     count = int((targets != IGNORE_INDEX).sum())
@@ -252,7 +240,6 @@ def token_diagnose(run: Runner, shifted: int) -> Diagnose:
 
     def diagnose(case: Case, got: float, expected: float) -> Mistake | None:
         logits, labels = case.args[0].detach(), case.args[1]
-        targets = shift(labels, shifted)
         n = case.kwargs.get("num_items_in_batch")
         fields = token_fields(logits, labels, shifted, None if n is None else int(n))
         found = named(case, got, expected, known_outputs(run.exercise, case, float, **fields))
@@ -262,10 +249,10 @@ def token_diagnose(run: Runner, shifted: int) -> Diagnose:
         last[:, -1] = False
         if shifted:
             found = moves(run, case, last, "at the last position", got, "scores_last_position")
-        if found is None:
-            keep = targets != IGNORE_INDEX
-            found = moves(run, case, keep, "where the target is -100", got, "minus100_not_ignored")
-        return found
+        keep = shift(labels, shifted) != IGNORE_INDEX
+        return found or moves(
+            run, case, keep, "where the target is -100", got, "minus100_not_ignored"
+        )
 
     return diagnose
 
@@ -280,27 +267,22 @@ def token_diagnose(run: Runner, shifted: int) -> Diagnose:
 def _scored(logits: torch.Tensor, labels: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     """The targets ``(B, T)``, each position's cross-entropy (0 at -100) and the target mask."""
     targets = shift(labels, k)  # (B, T)
-    ce = torch.nn.functional.cross_entropy(
-        logits.float().transpose(1, 2), targets, reduction="none"
-    )
+    ce = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # (B, T)
     return targets, ce, targets != IGNORE_INDEX
 
 
-def _over(total: torch.Tensor, count: int | torch.Tensor, n: Any) -> torch.Tensor:
-    """``total`` / ``num_items_in_batch``, or / ``count`` (at least 1) without it."""
-    return total / n if n is not None else total / max(int(count), 1)
-
-
-def _averaging_mistakes(exercise: str, k: int) -> None:
+def token_loss_mistakes(exercise: str, k: int) -> None:
+    """Catalogue the mistakes of every token loss as ``exercise``'s (targets: labels shifted by
+    ``k``); the averaging mistakes are right with ``num_items_in_batch``."""
     known = known_mistakes(exercise)
 
     @known("per_row_mean")
     def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
         """The mean of the per-sequence means."""
         _, ce, keep = _scored(logits, labels, k)
-        rows = keep.any(-1)
+        rows = keep.any(-1)  # (B,)
         if num_items_in_batch is not None or not rows.any():
-            return _over(ce.sum(), keep.sum(), num_items_in_batch)
+            return ce_over(logits, shift(labels, k), n=num_items_in_batch)
         return (ce.sum(-1)[rows] / keep.sum(-1)[rows]).mean()
 
     @known("per_row_mean")
@@ -314,44 +296,35 @@ def _averaging_mistakes(exercise: str, k: int) -> None:
     @known("sum_not_mean")
     def returns_the_sum(logits, labels, *, num_items_in_batch=None):
         """The sum over the {count} targets."""
-        _, ce, _ = _scored(logits, labels, k)
-        return ce.sum() if num_items_in_batch is None else ce.sum() / num_items_in_batch
+        return ce_over(logits, shift(labels, k), 1, num_items_in_batch)
 
     @known("skips_target_zero")
     def zero_id_is_padding(logits, labels, *, num_items_in_batch=None):
         """The mean over the targets that are not id 0."""
-        targets, ce, _ = _scored(logits, labels, k)
-        return _over((ce * (targets > 0)).sum(), (targets > 0).sum(), num_items_in_batch)
+        targets = shift(labels, k)  # (B, T)
+        targets = targets.masked_fill(targets == 0, IGNORE_INDEX)  # id 0 read as padding
+        return ce_over(logits, targets, n=num_items_in_batch)
 
     @known("nll_without_log_softmax")
     def nll_on_raw_logits(logits, labels, *, num_items_in_batch=None):
         """The mean of the negated raw scores at the targets."""
-        targets, _, keep = _scored(logits, labels, k)
-        raw = -logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
-        return _over((raw * keep).sum(), keep.sum(), num_items_in_batch)
+        return ce_over(logits, shift(labels, k), n=num_items_in_batch, loss=F.nll_loss)
 
     @known("class_dim")
     def softmax_over_positions(logits, labels, *, num_items_in_batch=None):
         """With the softmax over the positions, not the vocabulary."""
-        targets, _, keep = _scored(logits, labels, k)
-        logp = logits.log_softmax(dim=1).gather(-1, targets.clamp(min=0).unsqueeze(-1))
-        return _over(-(logp.squeeze(-1) * keep).sum(), keep.sum(), num_items_in_batch)
-
-
-def _num_items_mistakes(exercise: str, k: int) -> None:
-    known = known_mistakes(exercise)
+        logp = logits.log_softmax(dim=1)  # (B, T, V): over T
+        return ce_over(logp, shift(labels, k), n=num_items_in_batch, loss=F.nll_loss)
 
     @known("ignores_num_items_in_batch")
     def ignores_num_items(logits, labels, *, num_items_in_batch=None):
         """The mean over this batch's {count} targets."""
-        _, ce, keep = _scored(logits, labels, k)
-        return ce.sum() / keep.sum().clamp(min=1)
+        return ce_over(logits, shift(labels, k))
 
     @known("num_items_divides_mean")
     def num_items_divides_the_mean(logits, labels, *, num_items_in_batch=None):
         """That mean ({mean:.4f}) divided by {n}."""
-        _, ce, keep = _scored(logits, labels, k)
-        mean = ce.sum() / keep.sum().clamp(min=1)
+        mean = ce_over(logits, shift(labels, k))
         return mean if num_items_in_batch is None else mean / num_items_in_batch
 
 
@@ -366,23 +339,23 @@ def mlm_outputs(
     return [c for c in found if codes is None or c[0] in codes]
 
 
-def token_loss_mistakes(exercise: str, k: int) -> None:
-    """Catalogue the mistakes of every token loss as ``exercise``'s (targets: labels shifted by
-    ``k``)."""
-    _averaging_mistakes(exercise, k)
-    _num_items_mistakes(exercise, k)
-
-
 def empty_ok(what: str) -> str:
     """The line a case with nothing to predict verifies: ``what`` says when."""
     return f"0 (not NaN), still backpropagating, when {what}"
 
 
-def check_token_loss(
-    run: Runner, cases: list[Case], diagnose: Diagnose, *, shifted: int, seed: int
-) -> None:
-    """``mlm_loss``, ``clm_loss``: case 1 (value, then gradient), the cases with nothing to
-    predict, case 1 with ``num_items_in_batch``, then the 16 :data:`LOSS_BATCHES`."""
+NUM_ITEMS_OK = (
+    "with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the "
+    "full-batch loss"
+)
+
+
+def check_token_loss(run: Runner, cases: list[Case], *, shifted: int, seed: int) -> None:
+    """``mlm_loss``, ``clm_loss`` (targets: the labels shifted by ``shifted``): case 1 (value,
+    then gradient), the cases with nothing to predict, case 1 with ``num_items_in_batch``, then
+    the 16 :data:`LOSS_BATCHES` (seeded ``seed``); a wrong value is diagnosed by
+    :func:`token_diagnose`."""
+    diagnose = token_diagnose(run, shifted)
     first, *empty = cases
     check_loss(run, first, diagnose=diagnose)
     run.passed_case(first)
@@ -398,12 +371,6 @@ def check_token_loss(
         label = describe(logits, labels, f"generated case {i + 1}", **kwargs)
         check_loss(run, Case(label, (logits, labels), kwargs), empty=not count, diagnose=diagnose)
     run.ok(NUM_ITEMS_OK)
-
-
-NUM_ITEMS_OK = (
-    "with `num_items_in_batch`: sum over targets / count, so micro-batch losses add up to the "
-    "full-batch loss"
-)
 
 
 def with_num_items(case: Case, count: int) -> list[Case]:

@@ -1,11 +1,14 @@
 """Checker for ``assistant_labels`` (lesson 10), in the runner's pattern: the learner's template
 has no ``{% generation %}`` tags; expected: transformers' assistant mask *with* them. Cases: one
 turn; two; three (word pieces); the same answer twice; 12 seeded conversations of 1 to 3 turns
-(held-out instruction set); the course template with other ids; another template.
+(held-out instruction set); the course template with other ids; another template. Wrong labels
+are compared with what the known mistakes (the catalogue below) give on the same case; rules
+name what no entry reproduces (no target, no -100, targets beyond the answers).
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +18,14 @@ from transformers.utils import logging as hf_logging
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.answer_only import assistant_only_labels
 from lmlessons.course.chat import CHAT_TEMPLATE, chat_tokenizer, instruction_set
-from lmlessons.exercises._framework import Case, Mistake, Runner
+from lmlessons.exercises._framework import (
+    Case,
+    Mistake,
+    Runner,
+    known_mistakes,
+    known_outputs,
+    which_known,
+)
 
 SIGNATURE = (
     "assistant_labels(tokenizer, messages) -> labels   # (T,): a list of ids or a 1-D "
@@ -160,40 +170,112 @@ def _targets(labels: list[int]) -> list[int]:
     return [i for i, label in enumerate(labels) if label != IGNORE_INDEX]
 
 
-def _diagnose(case: Case, ids: list[int], got: list[int], want: list[int]) -> Mistake:
-    """The mistake ``got`` shows against the labels ``want`` of the tokens ``ids``."""
-    tokenizer = case.args[0]
-    n = len(ids)
-    targets = _targets(got)
-    answer = _targets(want)
-    last_prompt = max(i for i, label in enumerate(want) if label == IGNORE_INDEX)
-    last = [i for i in answer if i > last_prompt]
-    inverted = [IGNORE_INDEX if i in answer else ids[i] for i in range(n)]
-    kept = len(targets) == n and all(got[i] == want[i] for i in answer)
-    no_eos = [i for i in answer if ids[i] != tokenizer.eos_token_id]
-    shifted = got[1:] == want[:-1] or got[:-1] == want[1:]
-    booleans = [int(label != IGNORE_INDEX) for label in want]
-    shown = f"your targets are at positions {targets}; expected {answer}"
-    rules = [  # (observed, code, what was observed): the first that holds names the mistake
+# --------------------------------------------------------------------------- known mistakes
+# Each makes one mistake and is right elsewhere; a wrong answer is named by the entry whose labels
+# it equals on the case (:func:`_diagnose`), quoting its docstring.
+
+known = known_mistakes("assistant_labels")
+
+
+def _ids(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
+    """The ids of ``messages`` rendered by the chat template."""
+    return list(tokenizer.apply_chat_template(messages, **kwargs)["input_ids"])
+
+
+def _answers(tokenizer: Any, messages: list[dict[str, str]]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each answer, its end-of-turn token included, from the lesson's
+    prefixes: ``messages[:i]`` with the generation prompt, ``messages[: i + 1]``."""
+    return [
         (
-            tokenizer.relies,
-            tokenizer.relies,
-            f"{shown}; right on the course tokenizer, not on this one",
-        ),
-        (got == booleans, "labels_are_boolean_mask", "0s and 1s"),
+            len(_ids(tokenizer, messages[:i], add_generation_prompt=True)),
+            len(_ids(tokenizer, messages[: i + 1])),
+        )
+        for i, message in enumerate(messages)
+        if message["role"] == "assistant"
+    ]
+
+
+def _labelled(tokenizer: Any, messages: list[dict[str, str]], spans: Any = None) -> list[int]:
+    """The ids on ``spans`` (default: the answers), -100 elsewhere."""
+    ids = _ids(tokenizer, messages)
+    labels = [IGNORE_INDEX] * len(ids)
+    for start, end in _answers(tokenizer, messages) if spans is None else spans:
+        labels[start:end] = ids[start:end]
+    return labels
+
+
+@known("trains_on_prompt")
+def the_input_ids(tokenizer, messages):
+    """Every token is a target ({n} of them): the labels are the input ids."""
+    return _ids(tokenizer, messages)
+
+
+@known("trains_on_prompt")
+def inverted(tokenizer, messages):
+    """The prompt is a target, no answer token is."""
+    ids = _ids(tokenizer, messages)
+    return [
+        IGNORE_INDEX if y != IGNORE_INDEX else i
+        for i, y in zip(ids, _labelled(tokenizer, messages))
+    ]
+
+
+@known("labels_are_boolean_mask")
+def the_assistant_mask(tokenizer, messages):
+    """The 0/1 assistant mask, not labels (every position a target, of class 0 or 1)."""
+    return [int(y != IGNORE_INDEX) for y in _labelled(tokenizer, messages)]
+
+
+@known("labels_shifted")
+def shifted_left(tokenizer, messages):
+    """One place off, to the left (labels[t] = ids[t + 1])."""
+    return [*_labelled(tokenizer, messages)[1:], IGNORE_INDEX]
+
+
+@known("labels_shifted")
+def shifted_right(tokenizer, messages):
+    """One place off, to the right (labels[t] = ids[t - 1])."""
+    return [IGNORE_INDEX, *_labelled(tokenizer, messages)[:-1]]
+
+
+@known("drops_end_of_turn")
+def stops_before_eos(tokenizer, messages):
+    """No end-of-turn token is a target (each answer ends one token early)."""
+    spans = [(start, end - 1) for start, end in _answers(tokenizer, messages)]
+    return _labelled(tokenizer, messages, spans)
+
+
+@known("last_answer_only")
+def completion_only(tokenizer, messages):
+    """Only the last answer (every token after the last prompt)."""
+    start = _answers(tokenizer, messages)[-1][0]
+    return _labelled(tokenizer, messages, [(start, len(_ids(tokenizer, messages)))])
+
+
+def _diagnose(case: Case, ids: list[int], got: list[int], want: list[int]) -> Mistake:
+    """The mistake ``got`` shows against the labels ``want`` of the tokens ``ids``: the one a
+    tokenizer of the cases reveals, a known one, or the first rule that holds."""
+    targets, answer = _targets(got), _targets(want)
+    shown = f"your targets are at positions {targets}; expected {answer}"
+    on = f"On {case.label}, {shown}"
+    if case.args[0].relies:
+        return Mistake(
+            case.args[0].relies, f"{on}; right on the course tokenizer, not on this one."
+        )
+    known = known_outputs("assistant_labels", case, list, n=len(ids))
+    found = which_known(known, got, want, operator.eq)
+    if found is not None:
+        return Mistake(found[0], f"{on}: {found[1]}.")
+    kept = IGNORE_INDEX not in got and all(got[i] == want[i] for i in answer)
+    rules = [  # (observed, code, what was observed): the first that holds names the mistake
         (not targets, "no_targets", f"every label is -100; {shown}"),
-        (got == ids, "trains_on_prompt", f"every token is a target ({n} of them)"),
-        (got == inverted, "trains_on_prompt", f"{shown}: the prompt is, no answer token is"),
         (kept, "labels_not_ignored", f"no label is -100; the others are {set(got) - set(want)}"),
-        (shifted, "labels_shifted", f"{shown}: one place off"),
-        (targets == no_eos, "drops_end_of_turn", f"no end-of-turn token is a target: {shown}"),
-        (targets == last != answer, "last_answer_only", f"{shown}: only the last answer"),
         (set(answer) < set(targets), "trains_on_prompt", f"{shown}: the others are not answers"),
     ]
     for holds, code, detail in rules:
         if holds:
             return Mistake(code, f"On {case.label}, {detail}.")
-    return Mistake("wrong_value", f"On {case.label}, {shown}.")
+    return Mistake("wrong_value", f"{on}.")
 
 
 def check_assistant_labels(run: Runner) -> None:

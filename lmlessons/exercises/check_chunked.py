@@ -5,13 +5,15 @@ Cases: 1. 43 rows in chunks of 8: no tensor above one chunk's logits or an input
 the value, the gradients; 2. a chunk without target; 3. none; 4. ``chunk_size`` 2, 1 and 64;
 5. ``num_items_in_batch``; 6. 16 seeded cases; 7. the peak of forward plus backward on 96 rows:
 plain autograd keeps every chunk's softmax (a third of the dense peak), a loss keeping nothing per
-chunk a tenth; design decision: a quarter.
+chunk a tenth; design decision: a quarter. A wrong value is compared with what the known mistakes
+(the catalogue below, and ``mlm_loss``'s averaging mistakes) give on the same case.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.course.memory import tensor_peak_bytes
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner
+from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
 from lmlessons.exercises._loss_checks import (
     LOSS_BATCHES,
     NUM_ITEMS_OK,
@@ -29,7 +31,7 @@ from lmlessons.exercises._loss_checks import (
     empty_ok,
     mlm_outputs,
     named,
-    token_ce,
+    token_fields,
     with_num_items,
 )
 from lmlessons.exercises._memory import watch
@@ -50,7 +52,6 @@ AVERAGING = {
     "nll_without_log_softmax",
     "class_dim",
 }
-NUM_ITEMS = {"ignores_num_items_in_batch", "num_items_divides_mean"}
 PEAK_ROWS = 96  # rows of the memory case
 PEAK_SHARE = 0.25  # forward + backward peak at most this share of the dense peak
 
@@ -66,6 +67,42 @@ def _case(label: str, seed: int, rows: int, chunk: int) -> Case:
     text = f"{label} (hidden {(rows, H)}, weight {(V, H)}, {int((labels >= 0).sum())} of {rows}"
     text += f" labels not -100, one of id 0, chunk_size={chunk})"
     return Case(text, (hidden, weight, labels), {"chunk_size": chunk})
+
+
+def _hand_written() -> list[Case]:
+    """Hidden cases 1 to 4: 43 rows in chunks of 8; a chunk of -100; every label -100; the
+    rows of case 1 in chunks of 2, 1 and 64."""
+    first = replace(
+        _case("hidden case 1", 91, N, CHUNK),
+        ok=(
+            f"no tensor larger than one chunk's logits ({CHUNK} x {V}); never the (N, V) logits",
+            "the mean over labels that are not -100, the last partial chunk included",
+            "the gradients with respect to `hidden` and `weight` equal the full computation's",
+        ),
+    )
+    hidden, weight, labels = first.args
+    gap = torch.where(torch.arange(N) // CHUNK == 1, IGNORE_INDEX, labels)  # (N,) a chunk of -100
+    rows = [  # (label, labels, chunk_size, what a pass verifies)
+        ("2 (rows 8..15 are all -100)", gap, CHUNK, "a chunk without any target adds 0 (not NaN)"),
+        (
+            "3 (every label is -100)",
+            torch.full_like(labels, IGNORE_INDEX),  # (N,)
+            CHUNK,
+            empty_ok("every label is -100"),
+        ),
+        ("4 (chunk_size=2)", labels, 2, ""),
+        ("4 (chunk_size=1)", labels, 1, ""),
+        (
+            "4 (chunk_size=64)",
+            labels,
+            64,
+            "any `chunk_size`: 1 row per chunk, or one chunk for all rows",
+        ),
+    ]
+    return [first] + [
+        Case(f"hidden case {label}", (hidden, weight, y), {"chunk_size": c}, ok=ok)
+        for label, y, c, ok in rows
+    ]
 
 
 def _generated() -> list[Case]:
@@ -90,32 +127,81 @@ def _generated() -> list[Case]:
     return out
 
 
+# --------------------------------------------------------------------------- known mistakes
+# Each makes one mistake, chunk by chunk under plain autograd, and is right elsewhere; a wrong
+# loss is named by the entry whose loss it equals on the case (:func:`_diagnose`), quoting its
+# docstring with the case's numbers (:func:`._loss_checks.token_fields`) filled in.
+
+known = known_mistakes("chunked_cross_entropy")
+
+
+def _loss(hidden: Any, weight: Any, labels: Any, chunk_size: int, n: Any, count: Any = None) -> Any:
+    """The summed cross-entropy, chunk by chunk, / ``n``; else / ``count`` (default: the
+    targets), at least 1."""
+    parts = zip(hidden.split(chunk_size), labels.split(chunk_size))
+    total = sum(
+        (F.cross_entropy(h @ weight.T, y, reduction="sum") for h, y in parts), hidden.new_zeros(())
+    )
+    count = int((labels != IGNORE_INDEX).sum()) if count is None else count
+    return total / n if n is not None else total / max(count, 1)
+
+
+@known("averages_chunk_means")
+def mean_of_chunk_means(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """The mean of the chunks' means."""
+    parts = zip(hidden.split(chunk_size), labels.split(chunk_size))
+    means = [_loss(h, weight, y, chunk_size, None) for h, y in parts if (y != IGNORE_INDEX).any()]
+    if num_items_in_batch is not None or not means:
+        return _loss(hidden, weight, labels, chunk_size, num_items_in_batch)
+    return torch.stack(means).mean()
+
+
+@known("drops_last_chunk")
+def full_chunks_only(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """The mean over the full chunks only."""
+    full = labels.shape[0] // chunk_size * chunk_size  # the last, shorter chunk is lost
+    return _loss(hidden[:full], weight, labels[:full], chunk_size, num_items_in_batch)
+
+
+@known("drops_last_chunk")
+def full_chunks_over_every_target(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """The full chunks' sum / all targets."""
+    full = labels.shape[0] // chunk_size * chunk_size
+    count = int((labels != IGNORE_INDEX).sum())
+    return _loss(hidden[:full], weight, labels[:full], chunk_size, num_items_in_batch, count)
+
+
+@known("counts_padding_positions")
+def divides_by_every_row(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """The sum / all {positions} rows."""
+    return _loss(hidden, weight, labels, chunk_size, num_items_in_batch, labels.shape[0])
+
+
+@known("ignores_num_items_in_batch")
+def ignores_num_items(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """The mean over this batch's {count} targets."""
+    return _loss(hidden, weight, labels, chunk_size, None)
+
+
+@known("num_items_divides_mean")
+def num_items_divides_the_mean(hidden, weight, labels, *, chunk_size, num_items_in_batch=None):
+    """That mean ({mean:.4f}) divided by {n}."""
+    mean = _loss(hidden, weight, labels, chunk_size, None)
+    return mean if num_items_in_batch is None else mean / num_items_in_batch
+
+
 def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
-    hidden = case.args[0].detach()
-    weight = case.args[1].detach()
-    labels = case.args[2]
-    chunk = case.kwargs["chunk_size"]
-    rows = labels.shape[0]
-    logits = (hidden @ weight.T).unsqueeze(0)  # (1, N, V)
-    n = case.kwargs.get("num_items_in_batch")
-    if n is not None:
-        return named(case, got, expected, mlm_outputs(logits, labels[None], NUM_ITEMS, int(n)))
-    ce = token_ce(logits[0], labels)
-    keep = labels != IGNORE_INDEX
-    spans = [slice(s, s + chunk) for s in range(0, rows, chunk)]
-    if not math.isfinite(got) and keep.any() and any(not keep[s].any() for s in spans):
+    """``nan_on_ignored_chunk``, or the known mistake ``got`` equals."""
+    hidden, weight, labels = (a.detach() for a in case.args)
+    keep = (labels != IGNORE_INDEX).split(case.kwargs["chunk_size"])
+    if not math.isfinite(got) and any(k.any() for k in keep) and not all(k.any() for k in keep):
         return Mistake("nan_on_ignored_chunk", f"On {case.label}, the loss is {got}.")
-    means = [float(ce[s].sum() / keep[s].sum()) for s in spans if keep[s].any()]
-    full = [s for s in spans if s.stop <= rows]
-    kept = float(sum(ce[s].sum() for s in full))
-    in_full = sum(int(keep[s].sum()) for s in full)
-    known = [
-        ("averages_chunk_means", "the mean of the chunks' means", sum(means) / max(len(means), 1)),
-        ("drops_last_chunk", "the mean over the full chunks only", kept / max(in_full, 1)),
-        ("drops_last_chunk", "the full chunks' sum / all targets", kept / max(int(keep.sum()), 1)),
-        ("counts_padding_positions", f"the sum / all {rows} rows", float(ce.sum()) / rows),
-    ]
-    return named(case, got, expected, known + mlm_outputs(logits, labels[None], AVERAGING))
+    n = case.kwargs.get("num_items_in_batch")
+    n = None if n is None else int(n)
+    logits = (hidden @ weight.T).unsqueeze(0)  # (1, N, V)
+    fields = token_fields(logits, labels[None], 0, n)
+    candidates = known_outputs("chunked_cross_entropy", case, float, **fields)
+    return named(case, got, expected, candidates + mlm_outputs(logits, labels[None], AVERAGING, n))
 
 
 def _memory(run: Runner, case: Case, *, backward: bool = False) -> int:
@@ -147,46 +233,22 @@ def _peak(run: Runner) -> None:
         raise Mistake("keeps_chunks_for_backward", f"On {case.label}, the peak was {what}.")
 
 
+def _empty(case: Case) -> bool:
+    """Every label of ``case`` is -100: nothing to predict."""
+    return not bool((case.args[2] != IGNORE_INDEX).any())
+
+
 def check_chunked_cross_entropy(run: Runner) -> None:
-    first = replace(
-        _case("hidden case 1", 91, N, CHUNK),
-        ok=(
-            f"no tensor larger than one chunk's logits ({CHUNK} x {V}); never the (N, V) logits",
-            "the mean over labels that are not -100, the last partial chunk included",
-            "the gradients with respect to `hidden` and `weight` equal the full computation's",
-        ),
-    )
-    _memory(run, first)
-    check_loss(run, first, diagnose=_diagnose)
-    run.passed_case(first)
-    hidden, weight, labels = first.args
-    gap = torch.where(torch.arange(N) // CHUNK == 1, IGNORE_INDEX, labels)  # a chunk, all -100
-    nothing = torch.full_like(labels, IGNORE_INDEX)
-    gap_case = Case(
-        "hidden case 2 (rows 8..15 are all -100)",
-        (hidden, weight, gap),
-        first.kwargs,
-        ok="a chunk without any target adds 0 (not NaN)",
-    )
-    check_loss(run, gap_case, diagnose=_diagnose)
-    run.passed_case(gap_case)
-    empty = Case(
-        "hidden case 3 (every label is -100)",
-        (hidden, weight, nothing),
-        first.kwargs,
-        ok=empty_ok("every label is -100"),
-    )
-    check_loss(run, empty, empty=True)
-    run.passed_case(empty)
-    for chunk in (2, 1, 64):
-        case = Case(f"hidden case 4 (chunk_size={chunk})", first.args, {"chunk_size": chunk})
+    hand_written = _hand_written()
+    for case in hand_written:  # no tensor above one chunk's logits, then the value
         _memory(run, case)
-        check_loss(run, case, diagnose=_diagnose)
-    run.ok("any `chunk_size`: 1 row per chunk, or one chunk for all rows")
-    for case in with_num_items(first, int((labels != IGNORE_INDEX).sum())):
+        check_loss(run, case, empty=_empty(case), diagnose=_diagnose)
+        run.passed_case(case)
+    first = hand_written[0]
+    for case in with_num_items(first, int((first.args[2] != IGNORE_INDEX).sum())):
         check_loss(run, case, diagnose=_diagnose)
     for case in _generated():
-        check_loss(run, case, empty=not (case.args[2] != IGNORE_INDEX).any(), diagnose=_diagnose)
+        check_loss(run, case, empty=_empty(case), diagnose=_diagnose)
     run.ok(NUM_ITEMS_OK)
     _peak(run)
     run.ok(

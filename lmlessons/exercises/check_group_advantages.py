@@ -179,150 +179,123 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; a wrong result is named by the entry whose
-# result it equals on the case (:func:`_named`), quoting its docstring with ``{where}`` ("group's"
-# or "batch's") and ``{P}`` (the number of prompts) filled in. ``tests/test_battery.py`` submits
-# every entry.
+# Each makes one mistake and is right elsewhere: most are the right formula (:func:`_right`) with
+# one part replaced. A wrong result is named by the entry whose result it equals on the case
+# (:func:`_named`), quoting its docstring with ``{where}`` ("group's" or "batch's") and ``{P}``
+# (the number of prompts) filled in. ``tests/test_battery.py`` submits every entry.
 
 known = known_mistakes("group_advantages")
 
 
-def _parts(rewards: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(B / G, G) groups, the (B,) advantages and the (B,) group std, right."""
-    grouped = rewards.view(-1, g)  # (P, G)
-    advantages = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)  # (B,)
-    return grouped, advantages, grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+def _std(x: torch.Tensor, dim: int = -1, keepdim: bool = True, correction: int = 1) -> Any:
+    """The standard deviation of ``x`` along ``dim`` + 1e-4 (right: Bessel's, ``keepdim``)."""
+    return x.std(dim=dim, keepdim=keepdim, correction=correction) + EPSILON
 
 
-def _scaled(adv: torch.Tensor, std: torch.Tensor, rewards: torch.Tensor, scale: str) -> Any:
-    """The three scalings, right, of (B,) advantages, given the (B,) group std."""
+def _advantages(grouped, rewards, scale, dim=1, group=None, batch=None, mean_keepdim=True):
+    """The right formula on the groups that are ``grouped``'s slices along ``dim`` (right: the
+    rows of ``rewards.view(-1, G)``), flattened. ``group``, ``batch``: what ``"group"`` and
+    ``"batch"`` divide by, if not the right spreads; ``mean_keepdim=False``: each group's mean
+    without its dimension (it broadcasts along the rows)."""
+    centred = grouped - grouped.mean(dim=dim, keepdim=mean_keepdim)
     if scale == "group":
-        return adv / (std + EPSILON)
-    return adv / (rewards.std() + EPSILON) if scale == "batch" else adv
+        centred = centred / (_std(grouped, dim) if group is None else group)
+    elif scale == "batch":
+        centred = centred / (_std(rewards) if batch is None else batch)
+    return centred.reshape(-1)
+
+
+def _right(rewards, g, scale, group=None, batch=None, mean_keepdim=True):
+    """:func:`_advantages` on the right groups, the rows of ``rewards.view(-1, g)``."""
+    return _advantages(rewards.view(-1, g), rewards, scale, 1, group, batch, mean_keepdim)
 
 
 @known("population_std")
 def std_without_bessel(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the {where} population standard deviation (n, not n - 1) + 1e-4."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    std = grouped.std(dim=1, keepdim=True, unbiased=False).expand_as(grouped).reshape(-1)
-    if scale_rewards == "batch":
-        return advantages / (rewards.std(unbiased=False) + 1e-4)
-    return _scaled(advantages, std, rewards, scale_rewards)
+    grouped = rewards.view(-1, num_generations)  # (P, G)
+    std = _std(grouped, correction=0), _std(rewards, correction=0)  # (P, 1), (1,)
+    return _right(rewards, num_generations, scale_rewards, *std)
 
 
 @known("no_std_epsilon")
 def divides_by_std_alone(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the {where} standard deviation alone."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "group":
-        return advantages / std
-    return advantages / rewards.std() if scale_rewards == "batch" else advantages
+    std = rewards.view(-1, num_generations).std(dim=1, keepdim=True)  # (P, 1)
+    return _right(rewards, num_generations, scale_rewards, std, rewards.std())
 
 
 @known("no_std_epsilon")
 def zero_where_no_spread(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the {where} standard deviation alone, 0 where it is 0."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        std = rewards.std().expand_as(rewards)
+    grouped = rewards.view(-1, num_generations)  # (P, G)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)  # (P, G)
     if scale_rewards == "none":
-        return advantages
-    return torch.where(std == 0, torch.zeros_like(advantages), advantages / std)
+        return centred.reshape(-1)
+    std = (grouped if scale_rewards == "group" else rewards).std(dim=-1, keepdim=True)
+    return torch.where(std == 0, torch.zeros_like(centred), centred / std).reshape(-1)
 
 
 @known("epsilon_inside_sqrt")
 def epsilon_in_the_variance(rewards, *, num_generations, scale_rewards="group"):
     """Divided by sqrt(the {where} variance + 1e-4), as in layer norm."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
-    if scale_rewards == "group":
-        return advantages / torch.sqrt(var + 1e-4)
-    if scale_rewards == "batch":
-        return advantages / torch.sqrt(rewards.var() + 1e-4)
-    return advantages
+    var = rewards.view(-1, num_generations).var(dim=1, keepdim=True)  # (P, 1)
+    std = torch.sqrt(var + 1e-4), torch.sqrt(rewards.var() + 1e-4)
+    return _right(rewards, num_generations, scale_rewards, *std)
 
 
 @known("divides_by_variance")
 def var_for_std(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the {where} variance + 1e-4, not the standard deviation."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    var = grouped.var(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
-    if scale_rewards == "group":
-        return advantages / (var + 1e-4)
-    if scale_rewards == "batch":
-        return advantages / (rewards.var() + 1e-4)
-    return advantages
-
-
-def _grouped_as(
-    grouped: torch.Tensor,
-    dim: int,
-    rewards: torch.Tensor,
-    scale: str,
-    *,
-    mean_keepdim: bool = True,
-    std_keepdim: bool = True,
-) -> Any:
-    """The right formula on the groups that are ``grouped``'s slices along ``dim``; a
-    ``*_keepdim=False`` drops that statistic's dimension (it then broadcasts along the rows)."""
-    centred = grouped - grouped.mean(dim=dim, keepdim=mean_keepdim)
-    if scale == "group":
-        centred = centred / (grouped.std(dim=dim, keepdim=std_keepdim) + EPSILON)
-    elif scale == "batch":
-        centred = centred / (rewards.std() + EPSILON)
-    return centred.reshape(-1)
-
-
-def _by_group(rewards: torch.Tensor, g: int, scale: str, **keepdims: bool) -> Any:
-    """:func:`_grouped_as` on the right groups, the rows of ``rewards.view(-1, g)``."""
-    return _grouped_as(rewards.view(-1, g), 1, rewards, scale, **keepdims)  # (B,)
+    var = rewards.view(-1, num_generations).var(dim=1, keepdim=True)  # (P, 1)
+    return _right(rewards, num_generations, scale_rewards, var + 1e-4, rewards.var() + 1e-4)
 
 
 @known("wrong_grouping")
 def statistics_over_dim_0(rewards, *, num_generations, scale_rewards="group"):
     """Grouped as the j-th completions of every prompt (`dim=0` of `rewards.view(-1, G)`)."""
-    return _grouped_as(rewards.view(-1, num_generations), 0, rewards, scale_rewards)
+    return _advantages(rewards.view(-1, num_generations), rewards, scale_rewards, 0)
 
 
 @known("wrong_grouping")
 def generations_as_rows(rewards, *, num_generations, scale_rewards="group"):
     """Grouped as rewards {P} apart, interleaved (the columns of `rewards.view(G, -1)`)."""
-    return _grouped_as(rewards.view(num_generations, -1), 0, rewards, scale_rewards)
+    return _advantages(rewards.view(num_generations, -1), rewards, scale_rewards, 0)
 
 
 @known("wrong_grouping")
 def runs_of_prompts(rewards, *, num_generations, scale_rewards="group"):
     """Grouped as runs of B / G consecutive rewards (the rows of `rewards.view(G, -1)`)."""
-    return _grouped_as(rewards.view(num_generations, -1), 1, rewards, scale_rewards)
+    return _advantages(rewards.view(num_generations, -1), rewards, scale_rewards)
 
 
 @known("wrong_grouping")
 def std_over_the_other_axis(rewards, *, num_generations, scale_rewards="group"):
     """The right mean, but the std of the j-th completions of every prompt (`dim=0` of
     `rewards.view(-1, G)`)."""
-    grouped, advantages, _ = _parts(rewards, num_generations)
-    std = grouped.std(dim=0, keepdim=True).expand_as(grouped).reshape(-1)
-    return _scaled(advantages, std, rewards, scale_rewards)
+    std = _std(rewards.view(-1, num_generations), 0)  # (1, G)
+    return _right(rewards, num_generations, scale_rewards, std)
 
 
 @known("missing_keepdim")
 def mean_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `mean(dim=1)` without `keepdim=True`, broadcast along the rows."""
-    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=False, std_keepdim=False)
+    std = _std(rewards.view(-1, num_generations), 1, keepdim=False)  # (P,)
+    return _right(rewards, num_generations, scale_rewards, std, mean_keepdim=False)
 
 
 @known("missing_keepdim")
 def mean_without_keepdim_std_with(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `mean(dim=1)` without `keepdim=True` (the std with it), broadcast along
     the rows."""
-    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=False, std_keepdim=True)
+    return _right(rewards, num_generations, scale_rewards, mean_keepdim=False)
 
 
 @known("missing_keepdim")
 def std_without_keepdim(rewards, *, num_generations, scale_rewards="group"):
     """Each group's `std(dim=1)` without `keepdim=True`, broadcast along the rows."""
-    return _by_group(rewards, num_generations, scale_rewards, mean_keepdim=True, std_keepdim=False)
+    std = _std(rewards.view(-1, num_generations), 1, keepdim=False)  # (P,)
+    return _right(rewards, num_generations, scale_rewards, std)
 
 
 @known("batch_mean_subtracted")
@@ -330,43 +303,34 @@ def batch_normalises_the_batch(rewards, *, num_generations, scale_rewards="group
     """The batch's mean subtracted, not each group's."""
     if scale_rewards == "batch":
         return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
-    _, advantages, std = _parts(rewards, num_generations)
-    return _scaled(advantages, std, rewards, scale_rewards)
+    return _right(rewards, num_generations, scale_rewards)
 
 
 @known("batch_std_of_advantages")
 def batch_std_after_centring(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the std of the advantages (rewards minus their group's mean), not of the
     rewards."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        return advantages / (advantages.std() + 1e-4)
-    return _scaled(advantages, std, rewards, scale_rewards)
+    std = _right(rewards, num_generations, "none").std() + 1e-4
+    return _right(rewards, num_generations, scale_rewards, batch=std)
 
 
 @known("ignores_scale_rewards")
 def batch_as_group(rewards, *, num_generations, scale_rewards="group"):
     """Divided by each group's std, as `"group"`."""
-    _, advantages, std = _parts(rewards, num_generations)
-    return advantages if scale_rewards == "none" else advantages / (std + 1e-4)
+    std = _std(rewards.view(-1, num_generations))  # (P, 1)
+    return _right(rewards, num_generations, scale_rewards, batch=std)
 
 
 @known("none_still_scales")
 def none_falls_through_to_group(rewards, *, num_generations, scale_rewards="group"):
     """Divided by each group's std, as `"group"`."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "batch":
-        return advantages / (rewards.std() + 1e-4)
-    return advantages / (std + 1e-4)
+    return _right(rewards, num_generations, "group" if scale_rewards == "none" else scale_rewards)
 
 
 @known("none_still_scales")
 def none_as_batch(rewards, *, num_generations, scale_rewards="group"):
     """Divided by the batch's std, as `"batch"`."""
-    _, advantages, std = _parts(rewards, num_generations)
-    if scale_rewards == "group":
-        return advantages / (std + 1e-4)
-    return advantages / (rewards.std() + 1e-4)
+    return _right(rewards, num_generations, "batch" if scale_rewards == "none" else scale_rewards)
 
 
 @known("none_skips_baseline")
@@ -374,8 +338,7 @@ def none_returns_the_rewards(rewards, *, num_generations, scale_rewards="group")
     """The rewards as they are, no baseline subtracted."""
     if scale_rewards == "none":
         return rewards.clone()
-    _, advantages, std = _parts(rewards, num_generations)
-    return _scaled(advantages, std, rewards, scale_rewards)
+    return _right(rewards, num_generations, scale_rewards)
 
 
 # --------------------------------------------------------------------------- comparing
@@ -423,7 +386,8 @@ def _zero_spread(case: Case) -> torch.Tensor:
     rewards = case.args[0].double()  # (B,)
     if case.kwargs.get("scale_rewards", "group") == "batch":
         return (rewards.std() == 0).expand_as(rewards)
-    return _parts(rewards, int(case.kwargs["num_generations"]))[2] == 0
+    grouped = rewards.view(-1, int(case.kwargs["num_generations"]))  # (P, G)
+    return (grouped.std(dim=1, keepdim=True) == 0).expand_as(grouped).reshape(-1)
 
 
 def _diagnose(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake:

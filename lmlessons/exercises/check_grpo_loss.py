@@ -46,16 +46,15 @@ def _losses(seed: int, batch: int, width: int) -> torch.Tensor:
     return torch.randn(batch, width, generator=gen(seed)).requires_grad_()
 
 
-def _case(label: str, losses: torch.Tensor, mask: Any, ok: str = "", **kwargs: Any) -> Case:
+def _case(
+    label: str, losses: torch.Tensor, mask: Any, ok: str | tuple[str, ...] = "", **kwargs: Any
+) -> Case:
+    """A case of token losses ``(B, C)`` and ``mask``, labelled with the completions' lengths."""
     text = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in kwargs.items())
     counts = [int(n) for n in mask.sum(-1).tolist()]
     kind = f"a {mask.dtype} mask, ".replace("torch.", "") if mask.is_floating_point() else ""
-    return Case(
-        f"{label} ({kind}completions of {counts} tokens, {text})",
-        (losses, mask),
-        kwargs,
-        ok=ok,
-    )
+    label = f"{label} ({kind}completions of {counts} tokens, {text})"
+    return Case(label, (losses, mask), kwargs, ok=ok)
 
 
 #: The micro-batches of the hand-written cases: (seed of the token losses, completion lengths,
@@ -67,7 +66,7 @@ BATCHES = {
 }
 
 #: The hand-written cases 1 to 11, in order: (micro-batch, keyword arguments, what a pass verifies).
-HAND_WRITTEN: list[tuple[str, dict[str, Any], str]] = [
+HAND_WRITTEN: list[tuple[str, dict[str, Any], str | tuple[str, ...]]] = [
     (
         "full",
         {"loss_type": "grpo"},
@@ -103,7 +102,11 @@ HAND_WRITTEN: list[tuple[str, dict[str, Any], str]] = [
     (
         "empty",
         {"loss_type": "bnpo"},
-        "0 (not NaN), still backpropagating, when no completion has a token",
+        (
+            "0 (not NaN), still backpropagating, when no completion has a token",
+            "returns a 0-dim tensor that backpropagates to `per_token_loss` with the right "
+            "gradient",
+        ),
     ),
 ]
 
@@ -120,6 +123,12 @@ def _hand_written() -> list[Case]:
     return cases
 
 
+WINDOW_OK = (
+    "`dapo` with one `num_items_in_batch` for the window (a tensor, as the Trainer passes it): "
+    "the micro-batches' losses add up to the full batch's loss"
+)
+
+
 def window() -> tuple[list[Case], Case]:
     """Three micro-batches of one accumulation window (widths 3, 5, 2) under ``dapo`` with the
     window's token count, and the full batch (padded to width 5) under ``bnpo``."""
@@ -134,6 +143,7 @@ def window() -> tuple[list[Case], Case]:
             f"hidden case {12 + i} (micro-batch {i + 1} of 3)",
             loss,
             mask,
+            WINDOW_OK if i == 2 else "",
             loss_type="dapo",
             num_items_in_batch=torch.tensor(n),
         )
@@ -228,9 +238,10 @@ def _generated(n: int = 16) -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; a wrong loss is named by the entry whose loss it
-# equals on the case (:func:`_diagnose`), quoting its docstring with the case's numbers filled in
-# (:func:`_fields`). ``tests/test_battery.py`` submits every entry.
+# Each makes one mistake and is right elsewhere (``**kw``: the arguments it passes on unread); a
+# wrong loss is named by the entry whose loss it equals on the case (:func:`_diagnose`), quoting
+# its docstring with the case's numbers filled in (:func:`_fields`). ``tests/test_battery.py``
+# submits every entry.
 
 known = known_mistakes("grpo_loss")
 
@@ -246,151 +257,117 @@ def _right(masked, mask, loss_type, max_completion_length=None, num_items_in_bat
     return masked.sum() / mask.sum().clamp(min=1)
 
 
+def _ok(loss, mask, loss_type, **kw):
+    """The four types, right, from the token losses and the mask as given."""
+    return _right(loss * mask.float(), mask.float(), loss_type, **kw)
+
+
 @known("padding_losses_count")
-def plain_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+def plain_mean(loss, mask, loss_type, **kw):
     """The mean of every entry, padding included."""
     return loss.mean()
 
 
-def _as_bnpo(wrong_type, loss, mask, loss_type, max_completion_length, num_items_in_batch):
-    """The four types, right, except ``wrong_type``, computed as ``bnpo``."""
-    mask = mask.float()
-    kind = "bnpo" if loss_type == wrong_type else loss_type
-    return _right(loss * mask, mask, kind, max_completion_length, num_items_in_batch)
-
-
 @known("token_mean_for_grpo")
-def grpo_as_token_mean(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+def grpo_as_token_mean(loss, mask, loss_type, **kw):
     """The mean over the micro-batch's {tokens} tokens."""
-    return _as_bnpo("grpo", loss, mask, loss_type, max_completion_length, num_items_in_batch)
+    return _ok(loss, mask, "bnpo" if loss_type == "grpo" else loss_type, **kw)
 
 
 @known("padding_losses_count")
-def grpo_forgets_the_mask(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def grpo_forgets_the_mask(loss, mask, loss_type, **kw):
     """With the padding's losses in each completion's sum."""
-    mask = mask.float()
-    if loss_type == "grpo":
-        return (loss.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
-    return _right(loss * mask, mask, loss_type, max_completion_length, num_items_in_batch)
+    summed = loss if loss_type == "grpo" else loss * mask.float()
+    return _right(summed, mask.float(), loss_type, **kw)
 
 
 @known("padding_in_denominator")
-def grpo_mean_over_width(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def grpo_mean_over_width(loss, mask, loss_type, **kw):
     """Each completion's sum / the width {C}."""
-    masked = loss * mask.float()
     if loss_type == "grpo":
-        return masked.mean(-1).mean()
-    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+        return (loss * mask.float()).mean(-1).mean()
+    return _ok(loss, mask, loss_type, **kw)
 
 
 @known("empty_completion_skipped")
-def grpo_over_nonempty_completions(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def grpo_over_nonempty_completions(loss, mask, loss_type, **kw):
     """The mean over the non-empty completions."""
     mask = mask.float()
     keep = mask.sum(-1) > 0
     if loss_type == "grpo" and keep.any():
         return ((loss * mask).sum(-1)[keep] / mask.sum(-1)[keep]).mean()
-    return _right(loss * mask, mask, loss_type, max_completion_length, num_items_in_batch)
+    return _ok(loss, mask, loss_type, **kw)
 
 
 @known("completion_mean_for_token_type")
-def completions_mean_for_every_type(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def completions_mean_for_every_type(loss, mask, loss_type, **kw):
     """The mean of the completions' means."""
-    mask = mask.float()
-    return ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    return _ok(loss, mask, "grpo")
 
 
 @known("padding_losses_count")
-def token_types_forget_the_mask(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def token_types_forget_the_mask(loss, mask, loss_type, **kw):
     """With the padding's losses in the sum."""
-    mask = mask.float()
-    masked = loss * mask if loss_type == "grpo" else loss
-    return _right(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+    summed = loss * mask.float() if loss_type == "grpo" else loss
+    return _right(summed, mask.float(), loss_type, **kw)
 
 
 @known("padding_in_denominator")
-def means_over_every_position(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def means_over_every_position(loss, mask, loss_type, num_items_in_batch=None, **kw):
     """The sum / all {BC} positions."""
-    masked = loss * mask.float()
     if loss_type == "bnpo" or (loss_type == "dapo" and num_items_in_batch is None):
-        return masked.mean()
-    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+        return (loss * mask.float()).mean()
+    return _ok(loss, mask, loss_type, num_items_in_batch=num_items_in_batch, **kw)
 
 
 @known("divides_by_completion_width")
-def dr_grpo_uses_the_width(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def dr_grpo_uses_the_width(loss, mask, loss_type, max_completion_length=None, **kw):
     """The sum / (B x the width {C}) = {BC}."""
-    mask = mask.float()
-    return _right(loss * mask, mask, loss_type, mask.shape[1], num_items_in_batch)
+    return _ok(loss, mask, loss_type, max_completion_length=mask.shape[1], **kw)
 
 
 @known("ignores_max_completion_length")
-def dr_grpo_like_bnpo(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+def dr_grpo_like_bnpo(loss, mask, loss_type, **kw):
     """The sum / the {tokens} tokens."""
-    return _as_bnpo("dr_grpo", loss, mask, loss_type, max_completion_length, num_items_in_batch)
+    return _ok(loss, mask, "bnpo" if loss_type == "dr_grpo" else loss_type, **kw)
 
 
 @known("dr_grpo_missing_batch_size")
-def dr_grpo_over_length(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+def dr_grpo_over_length(loss, mask, loss_type, max_completion_length=None, **kw):
     """The sum / {L} alone."""
-    masked = loss * mask.float()
     if loss_type == "dr_grpo":
-        return masked.sum() / max_completion_length
-    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+        return (loss * mask.float()).sum() / max_completion_length
+    return _ok(loss, mask, loss_type, max_completion_length=max_completion_length, **kw)
 
 
 @known("ignores_num_items_in_batch")
-def dapo_divides_by_own_tokens(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def dapo_divides_by_own_tokens(loss, mask, loss_type, num_items_in_batch=None, **kw):
     """The sum / this micro-batch's {tokens} tokens."""
-    mask = mask.float()
-    return _right(loss * mask, mask, loss_type, max_completion_length, None)
+    return _ok(loss, mask, loss_type, **kw)
 
 
 @known("num_items_divides_mean")
-def dapo_divides_the_mean(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def dapo_divides_the_mean(loss, mask, loss_type, num_items_in_batch=None, **kw):
     """That mean ({mean:.4f}) / {n:g}."""
-    mask = mask.float()
-    masked = loss * mask
     if loss_type == "dapo" and num_items_in_batch is not None:
-        return masked.sum() / mask.sum().clamp(min=1) / num_items_in_batch
-    return _right(masked, mask, loss_type, max_completion_length, num_items_in_batch)
+        mask = mask.float()
+        return (loss * mask).sum() / mask.sum().clamp(min=1) / num_items_in_batch
+    return _ok(loss, mask, loss_type, num_items_in_batch=num_items_in_batch, **kw)
 
 
 @known("counts_nonzero_losses")
-def counts_the_nonzero_losses(
-    loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None
-):
+def counts_the_nonzero_losses(loss, mask, loss_type, **kw):
     """A count of {nonzero:g} nonzero token losses, not the mask's {tokens}."""
     masked = loss * mask
-    counted = (masked != 0).float()
-    return _right(masked, counted, loss_type, max_completion_length, num_items_in_batch)
+    return _right(masked, (masked != 0).float(), loss_type, **kw)
 
 
 @known("num_items_outside_dapo")
-def num_items_first(loss, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+def num_items_first(loss, mask, loss_type, num_items_in_batch=None, **kw):
     """The sum / `num_items_in_batch` = {n:g}."""
-    masked = loss * mask.float()
     if num_items_in_batch is not None:
-        return masked.sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
-    return _right(masked, mask.float(), loss_type, max_completion_length, num_items_in_batch)
+        return (loss * mask.float()).sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
+    return _ok(loss, mask, loss_type, **kw)
 
 
 def _fields(case: Case) -> dict[str, Any]:
@@ -441,21 +418,7 @@ def cases() -> list[Case]:
 
 
 def check_grpo_loss(run: Runner) -> None:
-    for case in _hand_written():
-        empty = not bool(case.args[1].sum())
-        check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
-        run.passed_case(case)
-    run.ok("returns a 0-dim tensor that backpropagates to `per_token_loss` with the right gradient")
-    for case in window()[0]:  # their sum is the full batch's loss (tests/test_exercises.py)
-        check_loss(run, case, diagnose=_diagnose, explain=_explain)
-    run.ok(
-        "`dapo` with one `num_items_in_batch` for the window (a tensor, as the Trainer passes "
-        "it): the micro-batches' losses add up to the full batch's loss"
-    )
-    for case in more():  # the types' corners: what they verify is stated above
-        empty = not bool(case.args[1].sum())
-        check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
-    for case in _generated():
+    for case in cases():  # the window's sum is the full batch's loss (tests/test_exercises.py)
         empty = not bool(case.args[1].sum())
         check_loss(run, case, empty=empty, diagnose=_diagnose, explain=_explain)
         run.passed_case(case)

@@ -1,20 +1,16 @@
 """Checkers for ``mlm_loss`` and ``clm_loss``, in the runner's pattern (:mod:`._framework`):
-cases and diagnoses only; the pipeline both share is :func:`._loss_checks.check_token_loss`.
+cases and known mistakes only; the pipeline both share is :func:`._loss_checks.check_token_loss`.
 
 Cases, in order (the first failure is reported): 1. four sequences of varied length (the value,
 then the gradient); 2. nothing to predict (MLM: every label -100; CLM: only position 0 labelled,
 then sequences of length 1); 3. case 1 with ``num_items_in_batch``, an int and a tensor; 4. 16
-seeded batches at the corners (:data:`._loss_checks.LOSS_BATCHES`: one token, one row, length 1, a
-vocabulary of 2, rows without a target, everything a target, targets of id 0), every fourth with
+seeded batches at the corners (:data:`._loss_checks.LOSS_BATCHES`), every fourth with
 ``num_items_in_batch``. A wrong value is compared with what the known mistakes (the catalogue
-below: small wrong implementations, each with its mistake code) give on the same case; if none
-matches, the scores at positions that must not count are changed, to see whether the
-loss moves.
+below) give on the same case; if none matches, the scores at positions that must not count are
+changed, to see whether the loss moves.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +19,10 @@ from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import clm_labels, mlm_labels, random_logits
 from lmlessons.exercises._framework import Case, Runner, known_mistakes
 from lmlessons.exercises._loss_checks import (
+    ce_over,
     check_token_loss,
     empty_ok,
     shift,
-    token_diagnose,
     token_loss_mistakes,
 )
 
@@ -36,9 +32,9 @@ CLM_SIGNATURE = "clm_loss(logits, labels, *, num_items_in_batch=None) -> loss   
 
 # --------------------------------------------------------------------------- known mistakes
 # The mistakes of every token loss (:func:`._loss_checks.token_loss_mistakes`), then each
-# exercise's own: small wrong implementations, each with its mistake code, right where their
-# mistake does not show. A docstring's ``{positions}`` and ``{shifted}`` are the case's B*T and
-# B*(T - 1). ``tests/test_battery.py`` submits every entry.
+# exercise's own: small wrong implementations, right where their mistake does not show, each the
+# cross-entropy of the wrong targets or over the wrong count (:func:`._loss_checks.ce_over`). A
+# docstring's ``{positions}`` and ``{shifted}`` are the case's B*T and B*(T - 1).
 
 token_loss_mistakes("mlm_loss", 0)
 token_loss_mistakes("clm_loss", 1)
@@ -46,107 +42,83 @@ known_mlm = known_mistakes("mlm_loss")
 known_clm = known_mistakes("clm_loss")
 
 
-def _sum_and_count(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The summed cross-entropy over the targets (``targets`` not -100) and their count."""
-    flat = targets.reshape(-1)  # (B*T,)
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flat, reduction="sum")
-    return total, int((flat != IGNORE_INDEX).sum())
-
-
-def _finish(total: torch.Tensor, count: int, num_items_in_batch: Any) -> torch.Tensor:
-    return total / (num_items_in_batch if num_items_in_batch is not None else max(count, 1))
-
-
-def _next(labels: torch.Tensor, fill: int = IGNORE_INDEX) -> torch.Tensor:
-    """``targets[:, t] = labels[:, t + 1]``, the last column ``fill``."""
-    return F.pad(labels, (0, 1), value=fill)[..., 1:]  # (B, T)
-
-
 @known_mlm("counts_unmasked_positions")
 def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
     """The sum over the targets / all {positions} positions."""
-    total, _ = _sum_and_count(logits, labels)
-    return _finish(total, labels.numel(), num_items_in_batch)  # B*T, not the target count
+    return ce_over(logits, labels, labels.numel(), num_items_in_batch)  # B*T, not the targets
 
 
 @known_mlm("minus100_not_ignored")
 def clamps_ignored_to_zero(logits, labels, *, num_items_in_batch=None):
     """The mean over every position, -100 read as id 0."""
-    total, _ = _sum_and_count(logits, labels.clamp(min=0))
-    return _finish(total, labels.numel(), num_items_in_batch)
+    return ce_over(logits, labels.clamp(min=0), n=num_items_in_batch)
 
 
 @known_mlm("shifts_labels")
 def shifts_like_a_causal_lm(logits, labels, *, num_items_in_batch=None):
     """Position t scored against `labels[:, t + 1]`."""
-    return _finish(*_sum_and_count(logits[:, :-1], labels[:, 1:]), num_items_in_batch)
+    return ce_over(logits, shift(labels, 1), n=num_items_in_batch)
 
 
 @known_clm("not_shifted")
 def never_shifts(logits, labels, *, num_items_in_batch=None):
     """Position t scored against `labels[:, t]`."""
-    return _finish(*_sum_and_count(logits, labels), num_items_in_batch)
+    return ce_over(logits, labels, n=num_items_in_batch)
 
 
 @known_clm("shifted_twice")
 def shifts_twice(logits, labels, *, num_items_in_batch=None):
     """Position t scored against `labels[:, t + 2]`."""
-    targets = _next(labels)  # "shift to be safe" ...
-    return _finish(*_sum_and_count(logits[:, :-1], targets[:, 1:]), num_items_in_batch)
+    return ce_over(logits, shift(labels, 2), n=num_items_in_batch)  # "shift to be safe" twice
 
 
 @known_clm("shifted_wrong_way")
 def shifts_the_wrong_way(logits, labels, *, num_items_in_batch=None):
     """Position t scored against `labels[:, t - 1]`."""
-    return _finish(*_sum_and_count(logits[:, 1:], labels[:, :-1]), num_items_in_batch)
+    return ce_over(logits, shift(labels, -1), n=num_items_in_batch)
 
 
 @known_clm("counts_padding_positions")
 def divides_by_every_shifted_position(logits, labels, *, num_items_in_batch=None):
     """The sum over the targets / all {shifted} shifted positions."""
-    total, _ = _sum_and_count(logits, _next(labels))
     batch, length = labels.shape
-    return _finish(total, batch * (length - 1), num_items_in_batch)
+    return ce_over(logits, shift(labels, 1), batch * (length - 1), num_items_in_batch)
 
 
 @known_clm("counts_padding_positions")
 def divides_by_every_position_unshifted(logits, labels, *, num_items_in_batch=None):
     """The sum over the targets / all {positions} positions."""
-    total, _ = _sum_and_count(logits, _next(labels))
-    return _finish(total, labels.numel(), num_items_in_batch)
+    return ce_over(logits, shift(labels, 1), labels.numel(), num_items_in_batch)
 
 
 @known_clm("minus100_not_ignored")
 def clamps_padding_to_zero(logits, labels, *, num_items_in_batch=None):
     """The mean over every shifted position, -100 read as id 0."""
-    total, _ = _sum_and_count(logits[:, :-1], labels[:, 1:].clamp(min=0))
-    return _finish(total, labels[:, 1:].numel(), num_items_in_batch)
+    return ce_over(logits, shift(labels.clamp(min=0), 1), n=num_items_in_batch)
 
 
 @known_clm("counts_before_shift")
 def counts_before_the_shift(logits, labels, *, num_items_in_batch=None):
     """The sum over the targets / the labels that are not -100 before the shift."""
-    total, _ = _sum_and_count(logits, _next(labels))
-    return _finish(total, int((labels != IGNORE_INDEX).sum()), num_items_in_batch)
+    before = (labels != IGNORE_INDEX).sum()  # one target too many per row
+    return ce_over(logits, shift(labels, 1), before, num_items_in_batch)
 
 
 @known_clm("scores_last_position")
 def pads_label_with_zero(logits, labels, *, num_items_in_batch=None):
     """The last position scored against id 0."""
-    return _finish(*_sum_and_count(logits, _next(labels, fill=0)), num_items_in_batch)
+    return ce_over(logits, F.pad(labels, (0, 1), value=0)[..., 1:], n=num_items_in_batch)
 
 
 @known_clm("shifts_across_rows")
 def shifts_the_flattened_batch(logits, labels, *, num_items_in_batch=None):
     """The flattened batch shifted, each row's last position against the next row's first."""
-    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    return _finish(*_sum_and_count(flat_logits[:-1], flat_labels[1:]), num_items_in_batch)
+    targets = shift(labels.reshape(1, -1), 1).reshape(labels.shape)  # (B, T)
+    return ce_over(logits, targets, n=num_items_in_batch)
 
 
 def check_mlm_loss(run: Runner) -> None:
-    V = 23
-    B = 4
-    T = 9
+    B, T, V = 4, 9, 23
     logits = random_logits(31, (B, T, V)).requires_grad_()  # (B, T, V)
     labels = mlm_labels(32, B, T, V, per_row=[3, 1, 5, 2])  # (B, T), 11 targets
     labels[tuple((labels != IGNORE_INDEX).nonzero()[0])] = 0  # id 0 is a target like any other
@@ -164,13 +136,11 @@ def check_mlm_loss(run: Runner) -> None:
             ok=empty_ok("nothing is masked"),
         ),
     ]
-    check_token_loss(run, cases, token_diagnose(run, 0), shifted=0, seed=33)
+    check_token_loss(run, cases, shifted=0, seed=33)
 
 
 def check_clm_loss(run: Runner) -> None:
-    V = 19
-    B = 4
-    T = 10
+    B, T, V = 4, 10, 19
     logits = random_logits(41, (B, T, V)).requires_grad_()  # (B, T, V)
     labels = clm_labels(42, V, lengths=[10, 7, 4, 9], length=T, prompt={3: 3})  # (B, T) unshifted
     labels[1, 5] = 0  # id 0 is a target like any other
@@ -200,4 +170,4 @@ def check_clm_loss(run: Runner) -> None:
             ok=empty_ok("sequences have length 1"),
         ),
     ]
-    check_token_loss(run, cases, token_diagnose(run, 1), shifted=1, seed=43)
+    check_token_loss(run, cases, shifted=1, seed=43)

@@ -51,39 +51,20 @@ CORNERS = [
     Probabilities(1.0, 1.0, 0.0, None),
 ]
 
+
+def _rows(table: str) -> list[Probabilities]:
+    """The rows of a case table written ``<p><pm><pr><mask>`` each: ``0``, ``1`` or ``d``
+    (:data:`DRAWN`) per probability, then ``l`` (long), ``b`` (bool) or ``n`` (no mask)."""
+    value: dict[str, float | str] = {"0": 0.0, "1": 1.0, "d": DRAWN}
+    kind = {"l": "long", "b": "bool", "n": None}
+    return [Probabilities(value[r[0]], value[r[1]], value[r[2]], kind[r[3]]) for r in table.split()]
+
+
 #: The generated cases, in order (their batches: :func:`._cases.scattered_batch`).
-GENERATED = [
-    Probabilities(0.0, 0.0, 0.0, "long"),
-    Probabilities(0.0, 0.0, DRAWN, "bool"),
-    Probabilities(0.0, 1.0, DRAWN, None),
-    Probabilities(1.0, 1.0, DRAWN, "long"),
-    Probabilities(1.0, DRAWN, 0.0, "bool"),
-    Probabilities(1.0, DRAWN, DRAWN, None),
-    Probabilities(DRAWN, 0.0, DRAWN, "long"),
-    Probabilities(DRAWN, 0.0, DRAWN, "bool"),
-    Probabilities(DRAWN, 1.0, 0.0, None),
-    Probabilities(0.0, 1.0, DRAWN, "long"),
-    Probabilities(0.0, DRAWN, DRAWN, "bool"),
-    Probabilities(0.0, DRAWN, DRAWN, None),
-    Probabilities(1.0, 0.0, 0.0, "long"),
-    Probabilities(1.0, 0.0, DRAWN, "bool"),
-    Probabilities(1.0, 1.0, DRAWN, None),
-    Probabilities(DRAWN, 1.0, DRAWN, "long"),
-    Probabilities(DRAWN, DRAWN, 0.0, "bool"),
-    Probabilities(DRAWN, DRAWN, DRAWN, None),
-    Probabilities(0.0, 0.0, DRAWN, "long"),
-    Probabilities(0.0, 0.0, DRAWN, "bool"),
-    Probabilities(0.0, 1.0, 0.0, None),
-    Probabilities(1.0, 1.0, DRAWN, "long"),
-    Probabilities(1.0, DRAWN, DRAWN, "bool"),
-    Probabilities(1.0, DRAWN, DRAWN, None),
-    Probabilities(DRAWN, 0.0, 0.0, "long"),
-    Probabilities(DRAWN, 0.0, DRAWN, "bool"),
-    Probabilities(DRAWN, 1.0, DRAWN, None),
-    Probabilities(0.0, 1.0, DRAWN, "long"),
-    Probabilities(0.0, DRAWN, 0.0, "bool"),
-    Probabilities(0.0, DRAWN, DRAWN, None),
-]
+GENERATED = _rows(
+    "000l 00db 01dn 11dl 1d0b 1ddn d0dl d0db d10n 01dl 0ddb 0ddn 100l 10db 11dn "
+    "d1dl dd0b dddn 00dl 00db 010n 11dl 1ddb 1ddn d00l d0db d1dn 01dl 0d0b 0ddn"
+)
 
 
 def _case(label: str, data: tuple[Vocab, Any, Any], seed: int, probs: tuple = ()) -> Case:
@@ -105,30 +86,26 @@ def _case(label: str, data: tuple[Vocab, Any, Any], seed: int, probs: tuple = ()
 
 def _probabilities(case: Case) -> tuple[float, float, float]:
     """``(mlm_probability, mask_replace_prob, random_replace_prob)`` of ``case``."""
-    p = case.kwargs.get("mlm_probability", DEFAULTS["mlm_probability"])
-    pm = case.kwargs.get("mask_replace_prob", DEFAULTS["mask_replace_prob"])
-    pr = case.kwargs.get("random_replace_prob", DEFAULTS["random_replace_prob"])
+    p, pm, pr = (case.kwargs.get(name, value) for name, value in DEFAULTS.items())
     return p, pm, pr
 
 
-def _mask_of_kind(mask: torch.Tensor, kind: str | None) -> torch.Tensor | None:
-    if kind is None:
-        return None
-    return mask if kind == "bool" else mask.long()
+def _drawn(setting: float | str, draw: float) -> float:
+    """A probability of a case table: the number, or ``draw`` for :data:`DRAWN`."""
+    return draw if setting == DRAWN else float(setting)
 
 
-def _value(setting: float | str, drawn: float) -> float:
-    """A probability of a case table: the number, or ``drawn`` for :data:`DRAWN`."""
-    return drawn if setting == DRAWN else float(setting)
-
-
-def _probs_of(row: Probabilities, draws: tuple[float, ...] = (0.0, 0.0, 0.0)) -> tuple:
-    """``row``'s probabilities, :data:`DRAWN` ones from ``draws`` (three, rounded; the corners
-    draw nothing)."""
-    p = _value(row.mlm_probability, draws[0])
-    pm = _value(row.mask_replace_prob, draws[1])
-    pr = _value(row.random_replace_prob, int(100 * (1 - pm) * draws[2]) / 100)  # <= 1 - pm
-    return p, pm, pr
+def _row_case(
+    label: str, row: Probabilities, data: tuple, seed: int, draws: tuple = (0, 0, 0)
+) -> Case:
+    """The case of a table ``row`` on ``data`` (its special mask as ``row`` says), :data:`DRAWN`
+    probabilities from ``draws`` (three, rounded; the corners draw nothing)."""
+    vocab, ids, special = data
+    mask = {"long": special.long(), "bool": special, None: None}[row.special_tokens_mask]
+    p = _drawn(row.mlm_probability, draws[0])
+    pm = _drawn(row.mask_replace_prob, draws[1])
+    pr = _drawn(row.random_replace_prob, int(100 * (1 - pm) * draws[2]) / 100)  # <= 1 - pm
+    return _case(label, (vocab, ids, mask), seed, (p, pm, pr))
 
 
 def _explain(case: Case, exc: BaseException) -> str | None:
@@ -267,25 +244,20 @@ def _generated(run: Runner) -> None:
     """The rules on the batches of :data:`GENERATED`."""
     g = gen(8)
     for i, row in enumerate(GENERATED):
-        vocab, ids, special = scattered_batch(g, i)
+        data = scattered_batch(g, i)
         draws = tuple(round(float(x), 2) for x in torch.rand(3, generator=g))
-        probs = _probs_of(row, draws)
-        mask = _mask_of_kind(special, row.special_tokens_mask)
-        _result(run, _case(f"generated case {i + 1}", (vocab, ids, mask), 400 + i, probs))
+        _result(run, _row_case(f"generated case {i + 1}", row, data, 400 + i, draws))
 
 
 def check_mask_tokens(run: Runner) -> None:
     data = vocab_batch(11, size=61, batch=8, length=24)
-    vocab, ids, special = data
-    ids[:, 1:3] = 0  # ordinary tokens of id 0 ([PAD] in BERT's vocabulary): targets of id 0
+    data[1][:, 1:3] = 0  # ordinary tokens of id 0 ([PAD] in BERT's vocabulary): targets of id 0
     first = _case("hidden case 1", data, 0)
     _result(run, first)
     run.ok("returns `(masked_input_ids, labels)` like `input_ids`; leaves the arguments unchanged")
     run.ok("labels: the original id (id 0 too) where selected, else -100; never a special token")
     for i, row in enumerate(CORNERS):
-        probs = _probs_of(row)
-        mask = _mask_of_kind(special, row.special_tokens_mask)
-        _result(run, _case(f"hidden case 2.{i + 1}", (vocab, ids, mask), i, probs))
+        _result(run, _row_case(f"hidden case 2.{i + 1}", row, data, i))
     run.ok("`mlm_probability` 0 and 1; `mask_replace_prob=1`; `special_tokens_mask=None`")
     _generated(run)
     run.ok("the same rules on 30 generated batches (one position, rows of special tokens only)")

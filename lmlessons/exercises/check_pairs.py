@@ -46,28 +46,12 @@ class GeneratedCorpus:
     nsp_probability: float | str  # DRAWN: drawn from the case's seeded generator
 
 
-#: The generated cases, in order (corpus ``i`` is seeded ``700 + i``, the call ``800 + i``).
+#: (tokens per sentence at most, max_length): ``max_length=5`` leaves one token a side.
+_SHAPES = [(1, 5), (2, 6), (4, 9), (6, 64)]
+#: The generated cases, in order (corpus ``i`` is seeded ``700 + i``, the call ``800 + i``): 2 to
+#: 6 documents, each shape, ``nsp_probability`` 0 (cases 1-5), 1, 0.5, then drawn (16-20).
 GENERATED = [
-    GeneratedCorpus(documents=2, tokens=1, max_length=5, nsp_probability=0.0),
-    GeneratedCorpus(documents=3, tokens=2, max_length=6, nsp_probability=0.0),
-    GeneratedCorpus(documents=4, tokens=4, max_length=9, nsp_probability=0.0),
-    GeneratedCorpus(documents=5, tokens=6, max_length=64, nsp_probability=0.0),
-    GeneratedCorpus(documents=6, tokens=1, max_length=5, nsp_probability=0.0),
-    GeneratedCorpus(documents=2, tokens=2, max_length=6, nsp_probability=1.0),
-    GeneratedCorpus(documents=3, tokens=4, max_length=9, nsp_probability=1.0),
-    GeneratedCorpus(documents=4, tokens=6, max_length=64, nsp_probability=1.0),
-    GeneratedCorpus(documents=5, tokens=1, max_length=5, nsp_probability=1.0),
-    GeneratedCorpus(documents=6, tokens=2, max_length=6, nsp_probability=1.0),
-    GeneratedCorpus(documents=2, tokens=4, max_length=9, nsp_probability=0.5),
-    GeneratedCorpus(documents=3, tokens=6, max_length=64, nsp_probability=0.5),
-    GeneratedCorpus(documents=4, tokens=1, max_length=5, nsp_probability=0.5),
-    GeneratedCorpus(documents=5, tokens=2, max_length=6, nsp_probability=0.5),
-    GeneratedCorpus(documents=6, tokens=4, max_length=9, nsp_probability=0.5),
-    GeneratedCorpus(documents=2, tokens=6, max_length=64, nsp_probability=DRAWN),
-    GeneratedCorpus(documents=3, tokens=1, max_length=5, nsp_probability=DRAWN),
-    GeneratedCorpus(documents=4, tokens=2, max_length=6, nsp_probability=DRAWN),
-    GeneratedCorpus(documents=5, tokens=4, max_length=9, nsp_probability=DRAWN),
-    GeneratedCorpus(documents=6, tokens=6, max_length=64, nsp_probability=DRAWN),
+    GeneratedCorpus(2 + i % 5, *_SHAPES[i % 4], (0.0, 1.0, 0.5, DRAWN)[i // 5]) for i in range(20)
 ]
 
 
@@ -77,13 +61,8 @@ class _Case(Case):
 
 
 def _case(label: str, corpus: Corpus, seed: int, max_length: int = 64, p: float = 0.5) -> Any:
-    kwargs = {
-        "cls_token_id": corpus.cls,
-        "sep_token_id": corpus.sep,
-        "pad_token_id": corpus.pad,
-        "max_length": max_length,
-        "nsp_probability": p,
-    }
+    ids = {"cls_token_id": corpus.cls, "sep_token_id": corpus.sep, "pad_token_id": corpus.pad}
+    kwargs = {**ids, "max_length": max_length, "nsp_probability": p}
     text = f"{label} ({corpus.describe()}; max_length={max_length}, nsp_probability={p})"
     return _Case(text, (corpus.documents,), kwargs, seed=seed, corpus=corpus)
 
@@ -99,18 +78,19 @@ def _span(tokens: list[int], corpus: Corpus) -> Span | None:
     return document, start, at[-1][1]
 
 
-def _layout_rules(case: Any, ids: list[int], out: dict[str, list], r: int) -> list:
-    """``(code, broken, what the example shows)`` for the layout of example ``r``."""
-    c = case.corpus
-    tt = out["token_type_ids"][r]
-    mask = out["attention_mask"][r]
-    seps = [i for i, t in enumerate(ids) if t == c.sep]
+def _split(ids: list[int], sep: int) -> tuple[list[int], list[int], list[int], int]:
+    """``[CLS] A [SEP] B [SEP] [PAD]...``: the [SEP] positions, A, B, and where padding starts."""
+    seps = [i for i, t in enumerate(ids) if t == sep]
     end = seps[1] + 1 if len(seps) == 2 else len(ids)  # after the second [SEP]
     first_sep = seps[0] if len(seps) == 2 else 0
+    return seps, ids[1:first_sep], ids[first_sep + 1 : end - 1], end
+
+
+def _layout_rules(c: Corpus, ids: list[int], tt: list[int], mask: list[int]) -> list:
+    """``(code, broken, what the example shows)`` for the layout of one example."""
+    seps, a, b, end = _split(ids, c.sep)
     pads = ids[end:]
-    a = ids[1:first_sep]
-    b = ids[first_sep + 1 : end - 1]
-    segments = [0] * (first_sep + 1) + [1] * (end - first_sep - 1) + [0] * len(pads)
+    segments = [0] * (len(a) + 2) + [1] * (end - len(a) - 2) + [0] * len(pads)
     return [
         ("missing_cls", ids[0] != c.cls, f"it starts with {ids[0]}, not [CLS] = {c.cls}"),
         ("sep_wrong", len(seps) != 2, f"[SEP] = {c.sep} is at {seps}, not twice"),
@@ -128,16 +108,13 @@ def _row(case: Any, r: int, out: dict[str, list], budget: int) -> Example:
     ids = out["input_ids"][r]
     label = out["next_sentence_label"][r]
     at = f"On {case.label}, example {r}: {ids}"
-    seps = [i for i, t in enumerate(ids) if t == c.sep]
-    end = seps[1] + 1 if len(seps) == 2 else len(ids)
-    first_sep = seps[0] if len(seps) == 2 else 0
+    seps, a, b, end = _split(ids, c.sep)
     odd = {ids[0], *ids[end:]} - set(c.where) - {c.cls, c.sep, c.pad}  # another tokenizer's?
-    for code, broken, seen in _layout_rules(case, ids, out, r):
+    rules = _layout_rules(c, ids, out["token_type_ids"][r], out["attention_mask"][r])
+    for code, broken, seen in rules:
         if broken:
             hard = (odd and code in ("missing_cls", "padding_wrong")) or not seps
             raise Mistake("hard_coded_special_ids" if hard else code, f"{at}; {seen}.")
-    a = ids[1:first_sep]
-    b = ids[first_sep + 1 : end - 1]
     span_b = _span(b, c)
     if span_b is None:
         places = [c.where.get(t) for t in b]
@@ -153,26 +130,17 @@ def _row(case: Any, r: int, out: dict[str, list], budget: int) -> Example:
 
 def _runs(places: list[Any]) -> int:
     """Into how many stretches of consecutive text ``places`` (document, position) fall."""
-    runs = 0
-    previous = None
-    for place in places:
-        if place is None or previous is None or place != (previous[0], previous[1] + 1):
-            runs += 1
-        previous = place
-    return runs
+    pairs = zip([None, *places], places)  # (the one before, each)
+    return sum(p is None or q is None or p != (q[0], q[1] + 1) for q, p in pairs)
 
 
 def _like(got: Any) -> dict[str, torch.Tensor]:
     """What the result must look like: a dict of LongTensors, ``(N, L)`` and ``(N,)``, with the
     learner's ``N`` and ``L`` (their values are checked by the rules)."""
     ids = got.get("input_ids") if isinstance(got, dict) else None
-    n = 1
-    width = 1
-    if isinstance(ids, torch.Tensor) and ids.dim() == 2:
-        n, width = ids.shape
-    like = {key: torch.zeros((n, width), dtype=torch.long) for key in KEYS}
-    like["next_sentence_label"] = torch.zeros((n,), dtype=torch.long)
-    return like
+    n, width = ids.shape if isinstance(ids, torch.Tensor) and ids.dim() == 2 else (1, 1)
+    like = {key: torch.zeros((n, width), dtype=torch.long) for key in KEYS[:3]}  # (N, L)
+    return {**like, "next_sentence_label": torch.zeros((n,), dtype=torch.long)}  # (N,)
 
 
 def _result(run: Runner, case: Any) -> list[Example]:

@@ -1,35 +1,43 @@
 """Checker for ``bert_pretraining_loss``: ``mlm_weight * MLM + nsp_weight * NSP``, in the runner's
-pattern (:mod:`._framework`): cases and diagnoses only.
+pattern (:mod:`._framework`): cases and known mistakes only.
 
 Cases, in order (the first failure is reported): 1. four sequences at the default weights (the
 value, then the gradients for both logits); 2. the same with ``mlm_weight=2``,
 ``nsp_weight=0.25``; 3. no masked token (the total is the NSP part); 4. 12 seeded batches at the
-corners (:data:`GENERATED`: NSP labels all 0, all 1 or mixed, weights 0 to 3). A wrong
-value is compared with what the known mistakes (the catalogue below: averaging the two losses,
-NSP labels read the wrong way round, weights ignored, swapped or normalised; and the MLM part's
-own mistakes, ``mlm_loss``'s) give on the same case.
+corners (:func:`_generated`: NSP labels all 0, all 1 or mixed, weights 0 to 3). A wrong value is
+compared with what the known mistakes (the catalogue below: how the two parts combine, and the
+MLM part's own mistakes, ``mlm_loss``'s) give on the same case.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen, mlm_labels, random_logits
-from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
+from lmlessons.exercises._framework import (
+    KNOWN,
+    Case,
+    Mistake,
+    Runner,
+    known_mistakes,
+    known_outputs,
+)
 from lmlessons.exercises._loss_checks import (
     Candidate,
     Diagnose,
     as_loss,
     batches,
+    ce_over,
     check_loss,
     describe,
-    mean_ce,
     mlm_outputs,
     named,
+    token_fields,
 )
 
 BERT_SIGNATURE = (
@@ -37,118 +45,103 @@ BERT_SIGNATURE = (
     "nsp_weight=1.0) -> loss"
 )
 WEIGHTS = {"mlm_weight": 2.0, "nsp_weight": 0.25}  # hidden case 2
-
-
-@dataclass(frozen=True)
-class PretrainingRow:
-    """A row of :data:`GENERATED`: the NSP labels (``"zeros"``, ``"ones"`` or ``"random"``) and
-    the weights; the MLM part is the row's batch of :data:`._loss_checks.LOSS_BATCHES`."""
-
-    nsp_labels: str
-    mlm_weight: float
-    nsp_weight: float
-
-
-#: The NSP labels and the ``(mlm_weight, nsp_weight)`` pairs of the generated cases.
+#: The generated cases: case i has the NSP labels ``_NSP_KINDS[i % 3]`` and the weights
+#: ``_WEIGHT_PAIRS[i % 5]``, so every pair of weights meets more than one kind of labels.
 _NSP_KINDS = ("zeros", "ones", "random")
 _WEIGHT_PAIRS = ((1.0, 1.0), (0.5, 2.0), (0.0, 1.0), (1.0, 0.0), (3.0, 0.1))
 
-#: The generated cases, in order: case i has the labels ``_NSP_KINDS[i % 3]`` and the weights
-#: ``_WEIGHT_PAIRS[i % 5]``, so every pair of weights meets more than one kind of labels.
-GENERATED = [PretrainingRow(_NSP_KINDS[i % 3], *_WEIGHT_PAIRS[i % 5]) for i in range(12)]
-
 
 # --------------------------------------------------------------------------- known mistakes
-# How the two parts are put together: small wrong implementations, each with its mistake code, a
-# docstring's ``{parts}`` the case's two right parts. The MLM part's own mistakes are those of
-# ``mlm_loss``'s catalogue (:func:`._loss_checks.mlm_outputs`), composed in :func:`_mistakes`.
+# Small wrong implementations, each with its mistake code: the two right parts put together the
+# wrong way, or one part computed wrong (a docstring's ``{parts}``: the case's two right parts);
+# the MLM part's own mistakes are ``mlm_loss``'s entries of the codes :data:`_MLM_PART`. The
+# other mistakes of ``mlm_loss``'s catalogue are evaluated on the MLM part too
+# (:func:`._loss_checks.mlm_outputs`, in :func:`_mistakes`).
 
 known = known_mistakes("bert_pretraining_loss")
+_Part = Callable[[Any, Any], Any]
 
 
-def _mlm(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The MLM mean over labelled positions, 0 when there is none."""
-    flat = labels.reshape(-1)  # (B*T,)
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, reduction="sum")
-    return total / max(int((flat != IGNORE_INDEX).sum()), 1)
+def _weighted(mlm: Any, nsp: Any, mlm_weight: float, nsp_weight: float) -> Any:
+    return mlm_weight * mlm + nsp_weight * nsp
 
 
-def _nsp(nsp_logits: torch.Tensor, nsp_labels: torch.Tensor) -> torch.Tensor:
+def _nsp(nsp_logits: Any, nsp_labels: Any) -> Any:
     return F.cross_entropy(nsp_logits.float(), nsp_labels)  # (B, 2) vs (B,): mean over sequences
 
 
-@known("averages_losses")
-def averages_the_two(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """Half the weighted sum {parts}."""
-    return (mlm_weight * _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)) / 2
+def _entry(
+    name: str,
+    code: str,
+    does: str,
+    combine: Callable[[Any, Any, float, float], Any] = _weighted,
+    mlm: _Part = ce_over,
+    nsp: _Part = _nsp,
+) -> None:
+    """Catalogue ``name`` (docstring ``does``): ``combine(mlm, nsp, mlm_weight, nsp_weight)`` of
+    the MLM part ``mlm(logits, labels)`` and the NSP part ``nsp(nsp_logits, nsp_labels)``."""
+
+    def wrong(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
+        parts = mlm(logits, labels), nsp(nsp_logits, nsp_labels)
+        return combine(*parts, mlm_weight, nsp_weight)
+
+    wrong.__name__, wrong.__doc__ = name, does
+    known(code)(wrong)
 
 
-@known("missing_nsp")
-def mlm_only(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """The MLM part alone {parts}."""
-    return mlm_weight * _mlm(logits, labels)
+_entry(
+    "averages_the_two",
+    "averages_losses",
+    "Half the weighted sum {parts}.",
+    lambda m, n, a, b: (a * m + b * n) / 2,
+)
+_entry("mlm_only", "missing_nsp", "The MLM part alone {parts}.", lambda m, n, a, b: a * m)
+_entry("nsp_only", "missing_mlm", "The NSP part alone {parts}.", lambda m, n, a, b: b * n)
+_entry("ignores_the_weights", "unweighted", "MLM + NSP {parts}.", lambda m, n, a, b: m + n)
+_entry(
+    "swaps_the_weights",
+    "misweighted",
+    "Nsp_weight * MLM + mlm_weight * NSP.",
+    lambda m, n, a, b: b * m + a * n,
+)
+_entry("only_nsp_weighted", "misweighted", "MLM + nsp_weight * NSP.", lambda m, n, a, b: m + b * n)
+_entry(
+    "weight_on_the_total",
+    "misweighted",
+    "Mlm_weight * (MLM + nsp_weight * NSP).",
+    lambda m, n, a, b: a * (m + b * n),
+)
+_entry(
+    "normalised_weights",
+    "misweighted",
+    "The weighted sum / (sum of weights).",
+    lambda m, n, a, b: (a * m + b * n) / (a + b),
+)
+_entry(
+    "is_next_is_one",
+    "swapped_nsp_labels",
+    "The NSP loss of the swapped labels as the NSP part.",
+    nsp=lambda x, y: _nsp(x, 1 - y),  # d2l's convention: is_next -> 1
+)
+_entry(
+    "nsp_summed",
+    "sum_not_mean",
+    "The NSP sum over the sequences as the NSP part.",
+    nsp=lambda x, y: F.cross_entropy(x.float(), y, reduction="sum"),
+)
+_entry(
+    "nsp_over_the_batch",
+    "class_dim",
+    "The NSP softmax over the sequences as the NSP part.",
+    nsp=lambda x, y: -x.float().log_softmax(dim=0).gather(1, y.unsqueeze(1)).mean(),
+)
 
-
-@known("missing_mlm")
-def nsp_only(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """The NSP part alone {parts}."""
-    return nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@known("unweighted")
-def ignores_the_weights(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """MLM + NSP {parts}."""
-    return _mlm(logits, labels) + _nsp(nsp_logits, nsp_labels)
-
-
-@known("misweighted")
-def swaps_the_weights(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """Nsp_weight * MLM + mlm_weight * NSP."""
-    return nsp_weight * _mlm(logits, labels) + mlm_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@known("misweighted")
-def only_nsp_weighted(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """MLM + nsp_weight * NSP."""
-    return _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@known("misweighted")
-def weight_on_the_total(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """Mlm_weight * (MLM + nsp_weight * NSP)."""
-    return mlm_weight * (_mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels))
-
-
-@known("misweighted")
-def normalises_the_weights(
-    logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """The weighted sum / (sum of weights)."""
-    total = mlm_weight * _mlm(logits, labels) + nsp_weight * _nsp(nsp_logits, nsp_labels)
-    return total / (mlm_weight + nsp_weight)
-
-
-@known("swapped_nsp_labels")
-def is_next_is_one(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """The NSP loss of the swapped labels as the NSP part."""
-    nsp = F.cross_entropy(nsp_logits.float(), 1 - nsp_labels)  # d2l's convention: is_next -> 1
-    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
-
-
-@known("sum_not_mean")
-def nsp_summed(logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0):
-    """The NSP sum over the sequences as the NSP part."""
-    nsp = F.cross_entropy(nsp_logits.float(), nsp_labels, reduction="sum")
-    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
-
-
-@known("class_dim")
-def nsp_softmax_over_batch(
-    logits, nsp_logits, labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """The NSP softmax over the sequences as the NSP part."""
-    nsp = -nsp_logits.float().log_softmax(dim=0).gather(1, nsp_labels.unsqueeze(1)).mean()
-    return mlm_weight * _mlm(logits, labels) + nsp_weight * nsp
+#: The codes of ``mlm_loss``'s entries catalogued as the MLM part of this loss.
+_MLM_PART = ("counts_unmasked_positions", "per_row_mean", "skips_target_zero")
+for _mlm in KNOWN["mlm_loss"]:  # check_losses, imported first, catalogued them
+    if _mlm.code in _MLM_PART:
+        _does = f"{(_mlm.fn.__doc__ or '').strip().rstrip('.')} as the MLM part."
+        _entry(f"{_mlm.fn.__name__}_as_mlm_part", _mlm.code, _does, mlm=_mlm.fn)
 
 
 def _mistakes(case: Case) -> list[Candidate]:
@@ -156,10 +149,10 @@ def _mistakes(case: Case) -> list[Candidate]:
     mlm_logits, nsp_logits, labels, nsp_labels = (a.detach() for a in case.args)
     a = case.kwargs.get("mlm_weight", 1.0)
     b = case.kwargs.get("nsp_weight", 1.0)
-    m = mean_ce(mlm_logits, labels)
+    fields = token_fields(mlm_logits, labels, 0, None)
     nsp = float(F.cross_entropy(nsp_logits.double(), nsp_labels))
-    parts = f"(MLM part {m:.4f}, NSP part {nsp:.4f})"
-    found = known_outputs("bert_pretraining_loss", case, float, parts=parts)
+    parts = f"(MLM part {fields['mean']:.4f}, NSP part {nsp:.4f})"
+    found = known_outputs("bert_pretraining_loss", case, float, parts=parts, **fields)
     if a + b == 2:  # the average: diagnose asks again with other weights
         found = [c for c in found if c[1] != "the weighted sum / (sum of weights)"]
     mlm_part = mlm_outputs(mlm_logits, labels)  # the mistakes of mlm_loss's catalogue
@@ -180,25 +173,25 @@ def _diagnose(run: Runner) -> Diagnose:
 
 
 def _generated() -> list[Case]:
-    """The cases of :data:`GENERATED` (every row draws random NSP labels, used or not)."""
+    """12 cases on the first :data:`._loss_checks.LOSS_BATCHES`, with the NSP labels and weights
+    of :data:`_NSP_KINDS` and :data:`_WEIGHT_PAIRS` (every case draws random NSP labels, used
+    or not)."""
     g = gen(57)
     out = []
-    for i, (row, (logits, labels)) in enumerate(zip(GENERATED, batches(53, len(GENERATED)))):
+    for i, (logits, labels) in enumerate(batches(53, 12)):
         B = labels.shape[0]
         drawn = torch.randint(2, (B,), generator=g)
         nsp_labels = {"zeros": torch.zeros(B), "ones": torch.ones(B), "random": drawn}
         nsp_logits = (torch.randn(B, 2, generator=g) * 1.5).requires_grad_()
-        kwargs = {"mlm_weight": row.mlm_weight, "nsp_weight": row.nsp_weight}
-        args = (logits, nsp_logits, labels, nsp_labels[row.nsp_labels].long())
+        kwargs = dict(zip(("mlm_weight", "nsp_weight"), _WEIGHT_PAIRS[i % 5]))
+        args = (logits, nsp_logits, labels, nsp_labels[_NSP_KINDS[i % 3]].long())
         label = describe(logits, labels, f"generated case {i + 1}", nsp_labels=args[3].tolist())
         out.append(Case(label.replace("(logits", "(mlm_logits"), args, kwargs))
     return out
 
 
 def check_bert_pretraining_loss(run: Runner) -> None:
-    V = 17
-    B = 4
-    T = 8
+    B, T, V = 4, 8, 17
     mlm_logits = random_logits(51, (B, T, V)).requires_grad_()  # (B, T, V)
     nsp_logits = random_logits(52, (B, 2)).requires_grad_()  # (B, 2)
     labels = mlm_labels(53, B, T, V, per_row=[2, 3, 1, 2])  # (B, T)

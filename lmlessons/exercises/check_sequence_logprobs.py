@@ -23,7 +23,7 @@ are changed where no target is scored, to see whether the result moves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -49,30 +49,18 @@ SIGNATURE = (
 )
 
 
-@dataclass(frozen=True)
-class SeqBatch:
-    """A row of :data:`GENERATED`: the shape ``(B, T, V)`` (DRAWN: B in 1..4, T in 2..9, V in
-    2..11) and whether ``average=True`` is passed (then every row gets a target)."""
-
-    shape: tuple[int, int, int] | str
-    average: bool
-
-
-#: The generated cases, in order: the first reach one token, one row, a vocabulary of 2.
-GENERATED = [
-    SeqBatch((1, 1, 2), average=False),  # length 1: nothing to score
-    SeqBatch((1, 2, 2), average=True),  # one target
-    SeqBatch((4, 3, 3), average=False),
-    SeqBatch((2, 9, 2), average=True),
-    *[SeqBatch(DRAWN, average=i % 2 == 1) for i in range(12)],
+#: The generated cases, in order: the shape ``(B, T, V)`` (DRAWN: B in 1..4, T in 2..9, V in
+#: 2..11) and whether ``average=True`` is passed (then every row gets a target). The first reach
+#: length 1 (nothing to score), one target, one row, a vocabulary of 2.
+GENERATED: list[tuple[tuple[int, int, int] | str, bool]] = [
+    ((1, 1, 2), False),
+    ((1, 2, 2), True),
+    ((4, 3, 3), False),
+    ((2, 9, 2), True),
+    *[(DRAWN, i % 2 == 1) for i in range(12)],
 ]
-
-
 N = IGNORE_INDEX  # in the hand-written labels: no target
-
-
-def _labels(rows: list[list[int]]) -> torch.Tensor:
-    return torch.tensor(rows)  # (B, T)
+_labels = torch.tensor  # (B, T) labels from rows of ids
 
 
 def _hand_written() -> list[Case]:
@@ -97,8 +85,7 @@ def _hand_written() -> list[Case]:
     )
     return [
         Case(
-            "hidden case 1 (logits (3, 7, 6); labels [[-100, -100, 4, 1, 3, 2, -100], "
-            "[-100, -100, -100, 2, 0, -100, -100], [-100, 3, 1, 4, 2, 1, 3]])",
+            f"hidden case 1 (logits (3, 7, 6); labels {labels.tolist()})",
             (logits, labels),
             ok=(
                 "position t scores `labels[:, t + 1]`; one log-probability per sequence, `(B,)`, "
@@ -158,13 +145,13 @@ def _generated() -> list[Case]:
     a fifth of them 0) and padding (-100), of drawn lengths (every row draws a shape)."""
     g = gen(116)
     cases = []
-    for i, row in enumerate(GENERATED):
+    for i, (shape, average) in enumerate(GENERATED):
         drawn = [int(torch.randint(1, 5, (), generator=g))]
         drawn += [
             int(torch.randint(2, 10, (), generator=g)),
             int(torch.randint(2, 12, (), generator=g)),
         ]
-        B, T, V = drawn if isinstance(row.shape, str) else row.shape
+        B, T, V = drawn if isinstance(shape, str) else shape
         labels = torch.randint(V, (B, T), generator=g)  # (B, T)
         labels[torch.rand(B, T, generator=g) < 0.2] = 0
         for b in range(B):
@@ -172,11 +159,11 @@ def _generated() -> list[Case]:
             end = int(torch.randint(prompt, T + 1, (), generator=g))
             labels[b, :prompt] = IGNORE_INDEX
             labels[b, end:] = IGNORE_INDEX
-            if row.average and not bool((labels[b, 1:] != IGNORE_INDEX).any()):
+            if average and not bool((labels[b, 1:] != IGNORE_INDEX).any()):
                 labels[b, T - 1] = int(torch.randint(V, (), generator=g))  # a target to average
         logits = (torch.randn(B, T, V, generator=g) * 2.0).requires_grad_()  # (B, T, V)
-        kwargs = {"average": True} if row.average else {}
-        text = ", `average=True`" if row.average else ""
+        kwargs = {"average": True} if average else {}
+        text = ", `average=True`" if average else ""
         label = f"generated case {i + 1} (logits {(B, T, V)}, labels {labels.tolist()}{text})"
         cases.append(Case(label, (logits, labels), kwargs))
     ok = f"equal to TRL's `get_batch_logps` on {len(cases)} random batches (length 1, rows "
@@ -212,18 +199,12 @@ def empty_average_case() -> Case:
     )
 
 
-@dataclass(frozen=True)
-class _Refused:
-    """The learner's function raised ``ValueError`` (allowed where a row has no mean)."""
-
-    error: ValueError
-
-
 def _value_error_allowed(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn``'s result, or the ``ValueError`` it raised (allowed where a row has no mean)."""
     try:
         return fn(*args, **kwargs)
     except ValueError as exc:
-        return _Refused(exc)
+        return exc
 
 
 def _check_half(run: Runner, case: Case) -> None:
@@ -239,8 +220,7 @@ def _check_half(run: Runner, case: Case) -> None:
     if not _close(got, expected):
         detail = f"On {case.label}, your log-probabilities are {_show(got)}; "
         detail += f"expected {_show(expected)}"
-        g, w = got.detach().double(), expected.double()
-        if bool(((g - w).abs() <= 1e-2 * w.abs().clamp(min=1.0)).all()):  # float16's rounding
+        if _close(got, expected, 1e-2):  # float16's rounding
             raise Mistake("not_upcast", detail + " (within float16's rounding of them)")
         raise _diagnose(run, case, got, expected)
     run.ok("float16 logits give float32 log-probabilities (upcast before the softmax)")
@@ -250,7 +230,7 @@ def _check_empty_average(run: Runner, case: Case) -> None:
     """The rows with targets right; the row without one NaN, or the whole call a ValueError."""
     expected = run.expected(case).detach()  # (B,): NaN in row 1
     out = run.call(case, explain=explain_ce, via=_value_error_allowed)
-    if isinstance(out, _Refused):
+    if isinstance(out, ValueError):
         return
     got = _as_logps(run, case, out, expected).detach()
     has = torch.isfinite(expected)  # (B,): the rows with a mean
@@ -300,11 +280,11 @@ def _per_row(out: tuple[object, ...] | list[object], rows: int) -> bool:
     )
 
 
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """Every entry finite and within 1e-4 of ``want`` (relative above 1)."""
+def _close(got: torch.Tensor, want: torch.Tensor, tol: float = 1e-4) -> bool:
+    """Every entry finite and within ``tol`` of ``want`` (relative above 1)."""
     g, w = got.detach().double(), want.detach().double()
     return bool(torch.isfinite(g).all()) and bool(
-        ((g - w).abs() <= 1e-4 * w.abs().clamp(min=1.0)).all()
+        ((g - w).abs() <= tol * w.abs().clamp(min=1.0)).all()
     )
 
 
@@ -330,16 +310,21 @@ def _gather(logps: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logps.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
 
 
-def _finish(picked: torch.Tensor, mask: torch.Tensor, average: bool) -> torch.Tensor:
-    """The sum over ``mask`` per row, or its mean."""
-    total = (picked * mask).sum(-1)
+def _scored(logits, targets, average, mask=None, logps=lambda x: x.log_softmax(-1)):
+    """Right from the positions on: ``targets`` (-100: no target) scored by ``logits`` through
+    ``logps`` (right: the log-softmax over the vocabulary), summed per row over ``mask``
+    (right: the targets), or averaged."""
+    mask = targets != IGNORE_INDEX if mask is None else mask
+    total = (_gather(logps(logits.float()), targets) * mask).sum(-1)
     return total / mask.sum(-1) if average else total
 
 
-def _scored(logits, targets, average, mask=None):
-    """Right from the log-probabilities on: ``targets`` (-100: no target) scored by ``logits``."""
-    mask = targets != IGNORE_INDEX if mask is None else mask
-    return _finish(_gather(logits.float().log_softmax(-1), targets), mask, average)
+def _divided(logits, labels, average, by_sum=1, by_average=None):
+    """Each row's right sum divided by ``by_sum`` without ``average``, by ``by_average`` with
+    it (None: by its number of targets, right)."""
+    logits, targets = _shifted(logits, labels)
+    count = (targets != IGNORE_INDEX).sum(-1) if by_average is None else by_average
+    return _scored(logits, targets, False) / (count if average else by_sum)
 
 
 @known("not_shifted")
@@ -390,15 +375,14 @@ def pads_shifted_labels_with_zero(logits, labels, average=False):
 @known("softmax_wrong_dim")
 def log_softmax_over_positions(logits, labels, average=False):
     """`log_softmax` over the positions (`dim=1`), not the vocabulary."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(dim=1), targets), targets != IGNORE_INDEX, average)
+    return _scored(*_shifted(logits, labels), average, logps=lambda x: x.log_softmax(dim=1))
 
 
 @known("softmax_wrong_dim")
 def log_softmax_over_all_positions(logits, labels, average=False):
     """`log_softmax` over the positions (`dim=1`), not the vocabulary, before the shift."""
-    logits, targets = _shifted(logits.float().log_softmax(dim=1), labels)
-    return _finish(_gather(logits, targets), targets != IGNORE_INDEX, average)
+    logps = _shifted(logits.float().log_softmax(dim=1), labels)
+    return _scored(*logps, average, logps=lambda x: x)
 
 
 @known("minus100_not_ignored")
@@ -411,8 +395,7 @@ def sums_every_position(logits, labels, average=False):
 @known("mask_not_shifted")
 def masks_before_shifting(logits, labels, average=False):
     """`labels[:, 1:]` gathered under the mask `labels[:, :-1] != -100`."""
-    logits, targets = _shifted(logits, labels)
-    return _scored(logits, targets, average, mask=labels[:, :-1] != IGNORE_INDEX)
+    return _scored(*_shifted(logits, labels), average, mask=labels[:, :-1] != IGNORE_INDEX)
 
 
 @known("skips_target_zero")
@@ -425,81 +408,72 @@ def positive_labels_only(logits, labels, average=False):
 @known("probs_not_logprobs")
 def softmax_not_log_softmax(logits, labels, average=False):
     """The probabilities summed, not their logs."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.softmax(-1), targets), targets != IGNORE_INDEX, average)
+    return _scored(*_shifted(logits, labels), average, logps=lambda x: x.softmax(-1))
 
 
 @known("gathers_raw_logits")
 def forgets_the_normalisation(logits, labels, average=False):
     """The raw logits summed."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits, targets), targets != IGNORE_INDEX, average)
+    return _scored(*_shifted(logits, labels), average, logps=lambda x: x)
 
 
 @known("argmax_not_label")
 def scores_the_prediction(logits, labels, average=False):
     """The log-probability of the most likely token."""
-    logits, targets = _shifted(logits, labels)
-    best = logits.log_softmax(-1).max(dim=-1).values
-    return _finish(best, targets != IGNORE_INDEX, average)
+
+    def best(x: torch.Tensor) -> torch.Tensor:  # each position's highest log-probability
+        return x.log_softmax(-1).amax(dim=-1, keepdim=True).expand_as(x)
+
+    return _scored(*_shifted(logits, labels), average, logps=best)
 
 
 @known("negated_logprobs")
 def returns_the_cross_entropy(logits, labels, average=False):
     """Minus the log-probabilities."""
-    logits, targets = _shifted(logits, labels)
-    nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T - 1)
-    return _finish(nll, targets != IGNORE_INDEX, average)
+    return _scored(*_shifted(logits, labels), average, logps=lambda x: -x.log_softmax(-1))
 
 
 @known("mean_over_positions")
 def means_instead_of_summing(logits, labels, average=False):
     """The sum / (T - 1) = {T1}."""
-    logits, targets = _shifted(logits, labels)
-    picked = _gather(logits.log_softmax(-1), targets) * (targets != IGNORE_INDEX)
-    return picked.sum(-1) / (targets != IGNORE_INDEX).sum(-1) if average else picked.mean(-1)
+    return _divided(logits, labels, average, labels.shape[1] - 1)
 
 
 @known("mean_over_positions")
 def means_over_the_width(logits, labels, average=False):
     """The sum / T = {T}."""
-    total = _scored(*_shifted(logits, labels), False)
-    return _scored(*_shifted(logits, labels), True) if average else total / labels.shape[1]
+    return _divided(logits, labels, average, labels.shape[1])
 
 
 @known("ignores_average")
 def always_sums(logits, labels, average=False):
     """The sum, not the mean."""
-    return _scored(*_shifted(logits, labels), False)
+    return _divided(logits, labels, average, 1, 1)
 
 
 @known("ignores_average")
 def always_averages(logits, labels, average=False):
     """The mean, not the sum."""
-    logits, targets = _shifted(logits, labels)
-    mask = targets != IGNORE_INDEX
-    return _scored(logits, targets, False) / mask.sum(-1).clamp(min=1)
+    count = (labels[:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
+    return _divided(logits, labels, average, count, count)
 
 
 @known("counts_padding_positions")
 def averages_over_the_shifted_width(logits, labels, average=False):
     """The sum / (T - 1) = {T1}."""
-    total = _scored(*_shifted(logits, labels), False)
-    return total / (labels.shape[1] - 1) if average else total
+    return _divided(logits, labels, average, 1, labels.shape[1] - 1)
 
 
 @known("counts_padding_positions")
 def averages_over_the_width(logits, labels, average=False):
     """The sum / T = {T}."""
-    total = _scored(*_shifted(logits, labels), False)
-    return total / labels.shape[1] if average else total
+    return _divided(logits, labels, average, 1, labels.shape[1])
 
 
 @known("counts_before_shift")
 def counts_the_unshifted_labels(logits, labels, average=False):
     """The sum / the labels not -100 before the shift."""
-    total = _scored(*_shifted(logits, labels), False)
-    return total / (labels != IGNORE_INDEX).sum(-1) if average else total
+    return _divided(logits, labels, average, 1, (labels != IGNORE_INDEX).sum(-1))
 
 
 def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:

@@ -86,49 +86,42 @@ def _front(original: Sequence[int], kept: list[int]) -> int | None:
 def _diagnose(case: Case, a: list[int], b: list[int]) -> int:
     """Raise the mistake ``(a, b)`` shows on ``case``; return A's front removals if none."""
     orig_a, orig_b, budget = case.args
-    label = case.label
+    on = f"On {case.label},"
     if (a and set(a) <= set(orig_b)) or (b and set(b) <= set(orig_a)):
-        raise Mistake("swapped_sides", f"On {label}, the returned `tokens_a` holds B's tokens.")
+        raise Mistake("swapped_sides", f"{on} the returned `tokens_a` holds B's tokens.")
     fronts = [_front(orig_a, a), _front(orig_b, b)]
     if None in fronts:
         name = "tokens_a" if fronts[0] is None else "tokens_b"
         raise Mistake(
             "removes_from_middle",
-            f"On {label}, the returned `{name}` is not a contiguous piece of the input `{name}`.",
+            f"{on} the returned `{name}` is not a contiguous piece of the input `{name}`.",
         )
-    got = (len(a), len(b))
-    total = len(orig_a) + len(orig_b)
-    if total <= budget and got != (len(orig_a), len(orig_b)):
+    la, lb, got = len(orig_a), len(orig_b), (len(a), len(b))
+    want = min(la + lb, budget)
+    if la + lb <= budget and got != (la, lb):
         raise Mistake(
             "trims_when_fits",
-            f"On {label}, the pair fits ({total} tokens) but you returned {got[0]} + {got[1]}.",
+            f"{on} the pair fits ({la + lb} tokens) but you returned {got[0]} + {got[1]}.",
         )
-    la = len(orig_a)
-    lb = len(orig_b)
     allowed = _allowed(la, lb, budget)
     cuts = (la - got[0], lb - got[1])
     if got not in allowed and min(cuts) > 0 and abs(cuts[0] - cuts[1]) <= 1:
+        raise Mistake("trims_both_sides", f"{on} you cut {cuts[0]} from A, {cuts[1]} from B.")
+    if sum(got) != want:
         raise Mistake(
-            "trims_both_sides", f"On {label}, you cut {cuts[0]} from A, {cuts[1]} from B."
-        )
-    if sum(got) != min(total, budget):
-        raise Mistake(
-            "off_by_one" if abs(sum(got) - min(total, budget)) == 1 else "wrong_total",
-            f"On {label}, the result has {got[0]} + {got[1]} = "
-            f"{sum(got)} tokens; expected exactly {min(total, budget)}.",
+            "off_by_one" if abs(sum(got) - want) == 1 else "wrong_total",
+            f"{on} the result has {got[0]} + {got[1]} = {sum(got)} tokens; expected exactly "
+            f"{want}.",
         )
     if got not in allowed:
-        want = " or ".join(f"({x}, {y})" for x, y in sorted(allowed))
         if 0 not in cuts:
             code = "trims_both_sides"
         elif (la > lb) == (cuts[0] > 0):  # only the side longer at first
             code = "longer_decided_once"
         else:
             code = "trims_shorter_side"
-        raise Mistake(
-            code,
-            f"On {label}, you kept {got[0]} + {got[1]} tokens; expected {want}.",
-        )
+        want_text = " or ".join(f"({x}, {y})" for x, y in sorted(allowed))
+        raise Mistake(code, f"{on} you kept {got[0]} + {got[1]} tokens; expected {want_text}.")
     return int(fronts[0] or 0)
 
 

@@ -65,34 +65,24 @@ ONE_LONG_WORD = OrderTest(
 )
 
 
-@dataclass(frozen=True)
-class GeneratedWords:
-    """A row of :data:`GENERATED`: the call's settings (DRAWN: drawn from the generator) and
-    how padding is marked (``pad_is_special``: in ``special_tokens_mask`` too)."""
-
-    mlm_probability: float | str
-    max_predictions_per_seq: int | str | None
-    pad_is_special: bool
-    attention_mask: bool
-
-
-#: The settings of the generated cases: every ``mlm_probability`` (0, 1, 0.5, drawn) with every
-#: cap (none, 20, drawn), padding marked either way.
-_SETTINGS = [
-    GeneratedWords(0.0, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(1.0, None, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.5, None, pad_is_special=True, attention_mask=True),
-    GeneratedWords(DRAWN, None, pad_is_special=True, attention_mask=False),
-    GeneratedWords(0.0, 20, pad_is_special=True, attention_mask=True),
-    GeneratedWords(1.0, 20, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.5, 20, pad_is_special=True, attention_mask=False),
-    GeneratedWords(DRAWN, 20, pad_is_special=False, attention_mask=True),
-    GeneratedWords(0.0, DRAWN, pad_is_special=True, attention_mask=True),
-    GeneratedWords(1.0, DRAWN, pad_is_special=True, attention_mask=False),
-    GeneratedWords(0.5, DRAWN, pad_is_special=True, attention_mask=True),
-    GeneratedWords(DRAWN, DRAWN, pad_is_special=False, attention_mask=True),
+#: The settings of the generated cases, ``(mlm_probability, max_predictions_per_seq,
+#: pad_is_special, attention_mask)``: every ``mlm_probability`` (0, 1, 0.5, DRAWN: drawn from the
+#: generator) with every cap (none, 20, drawn), padding in ``special_tokens_mask`` too or not,
+#: ``attention_mask`` passed or None.
+_SETTINGS: list[tuple[float | str, int | str | None, bool, bool]] = [
+    (0.0, None, True, False),
+    (1.0, None, False, True),
+    (0.5, None, True, True),
+    (DRAWN, None, True, False),
+    (0.0, 20, True, True),
+    (1.0, 20, False, True),
+    (0.5, 20, True, False),
+    (DRAWN, 20, False, True),
+    (0.0, DRAWN, True, True),
+    (1.0, DRAWN, True, False),
+    (0.5, DRAWN, True, True),
+    (DRAWN, DRAWN, False, True),
 ]
-
 #: The generated cases, in order (their rows: :func:`._cases.random_word_rows`): the twelve
 #: settings cycled, each time on new rows.
 GENERATED = (_SETTINGS * 3)[:30]
@@ -236,15 +226,16 @@ def _generated() -> list[Any]:
     """The cases of :data:`GENERATED` (every draw made on every row, used or not)."""
     g = gen(9)
     cases = []
-    for i, row in enumerate(GENERATED):
+    for i, (p, cap, pad_is_special, attention) in enumerate(GENERATED):
         rows = random_word_rows(g, int(torch.randint(1, 6, (), generator=g)))
         drawn_p = round(float(torch.rand((), generator=g)), 2)
         drawn_cap = int(torch.randint(1, 5, (), generator=g))
-        p = drawn_p if row.mlm_probability == DRAWN else row.mlm_probability
-        cap = drawn_cap if row.max_predictions_per_seq == DRAWN else row.max_predictions_per_seq
-        kw: dict[str, Any] = {"mlm_probability": p, "max_predictions_per_seq": cap}
-        kw["pad_is_special"] = row.pad_is_special
-        cases.append(_case(f"generated case {i + 1}", rows, 500 + i, row.attention_mask, **kw))
+        kw: dict[str, Any] = {
+            "mlm_probability": drawn_p if p == DRAWN else p,
+            "max_predictions_per_seq": drawn_cap if cap == DRAWN else cap,
+            "pad_is_special": pad_is_special,
+        }
+        cases.append(_case(f"generated case {i + 1}", rows, 500 + i, attention, **kw))
     return cases
 
 

@@ -1,4 +1,5 @@
-"""Battery for ``bert_pretraining_loss`` (lesson 06): BERT's combined MLM + NSP loss.
+"""Battery for ``bert_pretraining_loss`` (lesson 06): BERT's combined MLM + NSP loss, beyond
+the catalogue (``check_pretraining.py``) and the structural mistakes (``_structural.py``).
 
 The statement a learner sees: the MLM mean over labelled positions (0, not NaN, when nothing is
 masked), plus the NSP mean over sequences (label 0 = IsNext), each times its weight; compared
@@ -17,11 +18,8 @@ IGNORE = -100
 
 def _mlm(mlm_logits, mlm_labels):
     """The MLM mean over labelled positions, 0 when there is none."""
-    flat_labels = mlm_labels.reshape(-1)  # (B*T,)
-    total = F.cross_entropy(
-        mlm_logits.reshape(-1, mlm_logits.shape[-1]), flat_labels, reduction="sum"
-    )
-    return total / max(int((flat_labels != IGNORE).sum()), 1)
+    total = F.cross_entropy(mlm_logits.transpose(1, 2), mlm_labels, reduction="sum")  # (B, V, T)
+    return total / (mlm_labels != IGNORE).sum().clamp(min=1)
 
 
 def _nsp(nsp_logits, nsp_labels):
@@ -40,66 +38,13 @@ def nan_when_nothing_masked(
     return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)  # NaN + NSP = NaN
 
 
-@wrong("counts_unmasked_positions")
-def mlm_over_every_position(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """MLM sum divided by every position (B*T), not by the masked tokens."""
-    total = F.cross_entropy(
-        mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1), reduction="sum"
-    )
-    mlm = total / mlm_labels.numel()  # B*T positions, not the masked tokens
-    return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
 @wrong(says="nsp_labels [0, 1, 1, 0], default weights), the loss is 4.7896; expected 4.82675")
 def nsp_binary_on_one_logit(
     mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
 ):
-    # a sigmoid on the NotNext logit alone, ignoring the IsNext logit
     """NSP as a binary cross-entropy on the NotNext logit alone."""
-    nsp = F.binary_cross_entropy_with_logits(nsp_logits[:, 1], nsp_labels.float())
+    nsp = F.binary_cross_entropy_with_logits(nsp_logits[:, 1], nsp_labels.float())  # no IsNext
     return mlm_weight * _mlm(mlm_logits, mlm_labels) + nsp_weight * nsp
-
-
-@wrong("returns_tuple")
-def returns_all_three(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Returns (loss, mlm, nsp) instead of the loss."""
-    mlm, nsp = _mlm(mlm_logits, mlm_labels), _nsp(nsp_logits, nsp_labels)
-    return mlm_weight * mlm + nsp_weight * nsp, mlm, nsp  # the loss and its two terms
-
-
-@wrong("per_row_mean")
-def mlm_per_sequence(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """MLM term as the mean of per-sequence means."""
-    per_token = F.cross_entropy(mlm_logits.transpose(1, 2), mlm_labels, reduction="none")  # (B, T)
-    is_target = (mlm_labels != IGNORE).float()
-    mlm = ((per_token * is_target).sum(1) / is_target.sum(1).clamp(min=1)).mean()
-    return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
-
-
-@wrong("detached")
-def logged_numbers(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Rebuilds the loss from .item() values: no gradient."""
-    mlm, nsp = _mlm(mlm_logits, mlm_labels).item(), _nsp(nsp_logits, nsp_labels).item()
-    return torch.tensor(mlm_weight * mlm + nsp_weight * nsp)  # the value, without the graph
-
-
-@wrong("skips_target_zero")
-def zero_id_skipped(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """Selects MLM targets with labels > 0, dropping masked tokens of id 0."""
-    is_target = mlm_labels > 0  # skips -100, and every masked token whose id is 0
-    total = F.cross_entropy(mlm_logits[is_target], mlm_labels[is_target], reduction="sum")
-    mlm = total / max(int(is_target.sum()), 1)
-    return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
 # ---------------------------------------------------------------- correct attempts
@@ -153,20 +98,6 @@ def nsp_as_logit_difference(
         nsp_logits[:, 1] - nsp_logits[:, 0], nsp_labels.to(nsp_logits.dtype)
     )
     return mlm_weight * mlm + nsp_weight * nsp
-
-
-# -------------------------------------------------- first drafts and other naive versions
-
-
-@wrong("nan_when_no_targets")
-def draft_as_written(
-    mlm_logits, nsp_logits, mlm_labels, nsp_labels, *, mlm_weight=1.0, nsp_weight=1.0
-):
-    """A first draft: the MLM mean over the selected rows (NaN when none) plus NSP, weighted."""
-    flat_logits, flat_labels = mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1)
-    keep = flat_labels != IGNORE
-    mlm = F.cross_entropy(flat_logits[keep], flat_labels[keep])
-    return mlm_weight * mlm + nsp_weight * _nsp(nsp_logits, nsp_labels)
 
 
 # ---------------------------------------------------------------- delegating to the course

@@ -1,4 +1,5 @@
-"""Battery for ``clm_loss`` (lessons 03 and 07): what learners write for the causal-LM loss.
+"""Battery for ``clm_loss`` (lessons 03 and 07): what learners write for the causal-LM loss,
+beyond the catalogue (``check_losses.py``) and the structural mistakes (``_structural.py``).
 
 The statement a learner sees: ``labels`` arrive *unshifted* (``input_ids.clone()`` with -100
 where nothing is learned); shift inside, position t against ``labels[:, t + 1]``, the last
@@ -16,76 +17,6 @@ from battery._attempt import correct, wrong
 from lmlessons import shift_labels
 
 IGNORE = -100
-
-
-def _shifted(labels):
-    """``targets[:, t] = labels[:, t + 1]``, the last column -100 (a new tensor)."""
-    return F.pad(labels, (0, 1), value=IGNORE)[..., 1:]  # (B, T)
-
-
-def _sum_and_count(logits, targets):
-    flat_targets = targets.reshape(-1)  # (B*T,)
-    total = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), flat_targets, ignore_index=IGNORE, reduction="sum"
-    )
-    return total, int((flat_targets != IGNORE).sum())
-
-
-def _finish(total, count, num_items_in_batch):
-    if num_items_in_batch is not None:
-        return total / num_items_in_batch
-    return total / max(count, 1)
-
-
-# ---------------------------------------------------------------- wrong attempts
-
-
-@wrong("nan_when_no_targets")
-def plain_mean(logits, labels, *, num_items_in_batch=None):
-    """F.cross_entropy mean: NaN when nothing is left to predict."""
-    targets = _shifted(labels).reshape(-1)
-    flat = logits.reshape(-1, logits.shape[-1])
-    if num_items_in_batch is not None:
-        return F.cross_entropy(flat, targets, reduction="sum") / num_items_in_batch
-    return F.cross_entropy(flat, targets)  # NaN when nothing is left to predict
-
-
-@wrong("nan_when_no_targets")
-def guards_before_the_shift(logits, labels, *, num_items_in_batch=None):
-    """Guards against NaN by looking at the labels before the shift: a batch whose only label is in
-    the first column still gives NaN."""
-    if num_items_in_batch is None and not bool((labels != IGNORE).any()):
-        return logits.sum() * 0.0  # guard looks at the labels, not at the targets after the shift
-    targets = _shifted(labels)
-    if num_items_in_batch is not None:
-        return _sum_and_count(logits, targets)[0] / num_items_in_batch
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-@wrong("counts_padding_positions")
-def divides_by_every_position(logits, labels, *, num_items_in_batch=None):
-    """Divides by B*(T-1), counting the padding positions."""
-    total, _ = _sum_and_count(logits, _shifted(labels))
-    batch, length = labels.shape
-    return _finish(total, batch * (length - 1), num_items_in_batch)  # padding counted too
-
-
-@wrong("modifies_input")
-def shifts_labels_in_place(logits, labels, *, num_items_in_batch=None):
-    """Right value, but shifts the caller's labels in place."""
-    labels[:, :-1] = labels[:, 1:].clone()  # the caller's labels are shifted for good
-    labels[:, -1] = IGNORE
-    return _finish(*_sum_and_count(logits, labels), num_items_in_batch)
-
-
-@wrong("not_scalar")
-def per_position_vector(logits, labels, *, num_items_in_batch=None):
-    """Sums over rows only and returns a (T,) vector, not a scalar."""
-    targets = _shifted(labels)  # (B, T)
-    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
-    is_target = (targets != IGNORE).float()
-    denominator = is_target.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-    return (per_token * is_target).sum(0) / denominator  # (T,): summed over rows only
 
 
 # ---------------------------------------------------------------- correct attempts
@@ -134,20 +65,6 @@ def transformers_loss(logits, labels, *, num_items_in_batch=None):
     return torch.nan_to_num(loss, nan=0.0)  # its mean of zero targets is 0 / 0
 
 
-# -------------------------------------------------- first drafts and other naive versions
-
-
-@wrong("returns_tuple")
-def draft_as_written(logits, labels, *, num_items_in_batch=None):
-    """A first draft written for input_ids with [PAD]=0: shift, mean over every position (padding
-    is a target), returns (loss, info)."""
-    seen = labels.masked_fill(labels == IGNORE, 0)  # the input_ids the draft was written for
-    x = logits[:, :-1].contiguous()  # (B, T-1, V)
-    y = seen[:, 1:].contiguous()  # (B, T-1)
-    loss = F.cross_entropy(x.view(-1, x.shape[-1]), y.view(-1))
-    return loss, {"loss": loss.item(), "perplexity": loss.exp().item()}
-
-
 @correct
 def with_shift_labels(logits, labels, *, num_items_in_batch=None):
     """The transformers way: the course's shift_labels (pad with -100, drop the first column)."""
@@ -155,6 +72,38 @@ def with_shift_labels(logits, labels, *, num_items_in_batch=None):
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, reduction="sum")
     count = (targets != IGNORE).sum().clamp(min=1)
     return total / (num_items_in_batch if num_items_in_batch is not None else count)
+
+
+# ---------------------------------------------------------------- wrong attempts
+
+
+@wrong("nan_when_no_targets")
+def plain_mean(logits, labels, *, num_items_in_batch=None):
+    """F.cross_entropy mean: NaN when nothing is left to predict."""
+    targets = shift_labels(labels).reshape(-1)  # (B*T,)
+    flat = logits.reshape(-1, logits.shape[-1])
+    if num_items_in_batch is not None:
+        return F.cross_entropy(flat, targets, reduction="sum") / num_items_in_batch
+    return F.cross_entropy(flat, targets)  # NaN when nothing is left to predict
+
+
+@wrong("nan_when_no_targets")
+def guards_before_the_shift(logits, labels, *, num_items_in_batch=None):
+    """Guards against NaN by looking at the labels before the shift: a batch whose only label is in
+    the first column still gives NaN."""
+    if num_items_in_batch is None and not bool((labels != IGNORE).any()):
+        return logits.sum() * 0.0  # guard looks at the labels, not at the targets after the shift
+    return plain_mean(logits, labels, num_items_in_batch=num_items_in_batch)
+
+
+@wrong("not_scalar")
+def per_position_vector(logits, labels, *, num_items_in_batch=None):
+    """Sums over rows only and returns a (T,) vector, not a scalar."""
+    targets = shift_labels(labels)  # (B, T)
+    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    is_target = (targets != IGNORE).float()
+    denominator = is_target.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    return (per_token * is_target).sum(0) / denominator  # (T,): summed over rows only
 
 
 # ---------------------------------------------------------------- delegating to the course
@@ -174,11 +123,3 @@ def shifts_then_course_mlm_loss(logits, labels, *, num_items_in_batch=None):
     from lmlessons.losses import mlm_loss
 
     return mlm_loss(logits[:, :-1], labels[:, 1:], num_items_in_batch=num_items_in_batch)
-
-
-@wrong("delegates_to_course", says="reference solution")
-def the_reference_solution(logits, labels, *, num_items_in_batch=None):
-    """Calls the reference solution that ships in the package."""
-    from lmlessons.exercises.solutions import clm_loss
-
-    return clm_loss(logits, labels, num_items_in_batch=num_items_in_batch)

@@ -1,4 +1,5 @@
-"""Battery for ``mlm_loss`` (lessons 00 and 02): what learners write for the masked-LM loss.
+"""Battery for ``mlm_loss`` (lessons 00 and 02): what learners write for the masked-LM loss,
+beyond the catalogue (``check_losses.py``) and the structural mistakes (``_structural.py``).
 
 The statement a learner sees (lesson 02, section 9): ``logits`` ``(B, T, V)``, ``labels``
 ``(B, T)`` with -100 at positions that are not targets; return the mean cross-entropy over the
@@ -15,73 +16,6 @@ from transformers.loss.loss_utils import ForMaskedLMLoss
 from battery._attempt import correct, wrong
 
 IGNORE = -100
-
-
-def _sum_and_count(logits, labels):
-    """The summed cross-entropy over the targets and their count, the right way."""
-    flat_logits = logits.reshape(-1, logits.shape[-1])  # (B*T, V)
-    flat_labels = labels.reshape(-1)  # (B*T,)
-    total = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE, reduction="sum")
-    return total, int((flat_labels != IGNORE).sum())
-
-
-def _finish(total, count, num_items_in_batch):
-    if num_items_in_batch is not None:
-        return total / num_items_in_batch
-    return total / max(count, 1)
-
-
-# ---------------------------------------------------------------- wrong attempts
-
-
-@wrong("nan_when_no_targets")
-def nan_on_empty(logits, labels, *, num_items_in_batch=None):
-    """Plain F.cross_entropy mean: NaN on a batch with no target."""
-    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    if num_items_in_batch is not None:
-        return F.cross_entropy(flat_logits, flat_labels, reduction="sum") / num_items_in_batch
-    return F.cross_entropy(flat_logits, flat_labels)  # mean over zero targets is 0 / 0
-
-
-@wrong("detached")
-def goes_through_item(logits, labels, *, num_items_in_batch=None):
-    """Rebuilds the loss from .item(): right number, no gradient."""
-    total, count = _sum_and_count(logits, labels)
-    return torch.tensor(_finish(total, count, num_items_in_batch).item())  # a number, no graph
-
-
-@wrong("empty_detached")
-def zero_without_graph(logits, labels, *, num_items_in_batch=None):
-    """Returns torch.tensor(0.0) on a batch with no target: not NaN, but not connected to the
-    logits, so backward() fails."""
-    total, count = _sum_and_count(logits, labels)
-    if count == 0 and num_items_in_batch is None:
-        return torch.tensor(0.0)  # not NaN, but backward() fails on it
-    return _finish(total, count, num_items_in_batch)
-
-
-@wrong("not_a_tensor")
-def returns_a_float(logits, labels, *, num_items_in_batch=None):
-    """Returns a Python float instead of a tensor."""
-    total, count = _sum_and_count(logits, labels)
-    return float(_finish(total, count, num_items_in_batch))
-
-
-@wrong("modifies_input")
-def writes_into_labels(logits, labels, *, num_items_in_batch=None):
-    """Right value, but overwrites the caller's -100 labels with 0 in place."""
-    is_target = labels != IGNORE  # (B, T)
-    labels[~is_target] = 0  # in place: "so gather does not fail on -100"
-    log_probs = logits.log_softmax(-1)  # (B, T, V)
-    picked = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return _finish(-(picked * is_target).sum(), int(is_target.sum()), num_items_in_batch)
-
-
-@wrong("not_scalar")
-def keeps_a_batch_dimension(logits, labels, *, num_items_in_batch=None):
-    """Returns a (1,) tensor instead of a scalar."""
-    total, count = _sum_and_count(logits, labels)
-    return _finish(total, count, num_items_in_batch).reshape(1)  # (1,), not a scalar
 
 
 # ---------------------------------------------------------------- correct attempts
@@ -124,11 +58,8 @@ def loop_over_sequences(logits, labels, *, num_items_in_batch=None):
 @correct
 def nan_to_num_of_the_mean(logits, labels, *, num_items_in_batch=None):
     """F.cross_entropy mean with its NaN replaced by 0."""
-    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    if num_items_in_batch is not None:
-        return F.cross_entropy(flat_logits, flat_labels, reduction="sum") / num_items_in_batch
     # ignore_index gives ignored rows no gradient, so 0/0 has zero gradient; replace the NaN value
-    return torch.nan_to_num(F.cross_entropy(flat_logits, flat_labels), nan=0.0)
+    return torch.nan_to_num(nan_on_empty(logits, labels, num_items_in_batch=num_items_in_batch))
 
 
 @correct
@@ -139,16 +70,31 @@ def transformers_loss(logits, labels, *, num_items_in_batch=None):
     return ForMaskedLMLoss(logits, labels, logits.shape[-1], num_items_in_batch=num_items_in_batch)
 
 
-# -------------------------------------------------- first drafts and other naive versions
+# ---------------------------------------------------------------- wrong attempts
 
 
-@wrong("returns_tuple")
-def draft_as_written(logits, labels, *, num_items_in_batch=None):
-    """A first draft: selects the masked rows, mean cross-entropy, returns (loss, info)."""
+@wrong("nan_when_no_targets")
+def nan_on_empty(logits, labels, *, num_items_in_batch=None):
+    """Plain F.cross_entropy mean: NaN on a batch with no target."""
     flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    keep = flat_labels != IGNORE
-    loss = F.cross_entropy(flat_logits[keep], flat_labels[keep])
-    return loss, {"loss": loss.item(), "num_masked": int(keep.sum())}
+    if num_items_in_batch is not None:
+        return F.cross_entropy(flat_logits, flat_labels, reduction="sum") / num_items_in_batch
+    return F.cross_entropy(flat_logits, flat_labels)  # mean over zero targets is 0 / 0
+
+
+@wrong("empty_detached")
+def zero_without_graph(logits, labels, *, num_items_in_batch=None):
+    """Returns torch.tensor(0.0) on a batch with no target: not NaN, but not connected to the
+    logits, so backward() fails."""
+    if num_items_in_batch is None and not bool((labels != IGNORE).any()):
+        return torch.tensor(0.0)  # not NaN, but backward() fails on it
+    return boolean_selection(logits, labels, num_items_in_batch=num_items_in_batch)
+
+
+@wrong("not_scalar")
+def keeps_a_batch_dimension(logits, labels, *, num_items_in_batch=None):
+    """Returns a (1,) tensor instead of a scalar."""
+    return boolean_selection(logits, labels, num_items_in_batch=num_items_in_batch).reshape(1)
 
 
 @wrong("minus100_not_ignored")
@@ -177,11 +123,3 @@ def the_course_token_nll(logits, labels, *, num_items_in_batch=None):
     nll, has_target = token_nll(logits, labels, shift=False)
     count = has_target.sum() if num_items_in_batch is None else num_items_in_batch
     return nll.sum() / max(count, 1)
-
-
-@wrong("delegates_to_course", says="reference solution")
-def the_reference_solution(logits, labels, *, num_items_in_batch=None):
-    """Calls the reference solution that ships in the package."""
-    from lmlessons.exercises import solutions
-
-    return solutions.mlm_loss(logits, labels, num_items_in_batch=num_items_in_batch)

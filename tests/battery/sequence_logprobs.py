@@ -5,6 +5,10 @@ The statement a learner sees: ``labels`` arrive *unshifted* (the input ids, -100
 and the padding); position t scores ``labels[:, t + 1]``; the result is ``(B,)`` float32 (float16
 logits are upcast), per row the sum of ``log p(label)`` over the targets, or with ``average=True``
 their mean (a row without a target has none: NaN, or a ``ValueError``).
+
+The value mistakes are the checker's catalogue (``check_sequence_logprobs.py``), the structural
+ones ``_structural.py``'s; here are the mistakes a catalogue by value cannot hold (exceptions,
+NaN and -inf, dtypes, shapes), correct attempts and delegations.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ def _gather(logps, targets):
     return logps.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
 
 
+def _picked(logits, labels, log_softmax=lambda x: x.log_softmax(-1)):
+    """Each position's log-probability of its target, in the logits' dtype, and whether it
+    has one (``log_softmax``: how the attempt takes them), both ``(B, T - 1)``."""
+    logits, targets = _shifted(logits, labels)
+    return _gather(log_softmax(logits), targets), targets != IGNORE
+
+
 def _finish(picked, mask, average):
     """The sum over ``mask`` per row, or its mean."""
     total = (picked * mask).sum(-1)
@@ -47,27 +58,15 @@ def gathers_at_minus100(logits, labels, average=False):
 @wrong("log_of_softmax")
 def log_of_the_softmax(logits, labels, average=False):
     """torch.log(softmax(...)): -inf once a label's probability underflows in float32."""
-    logits, targets = _shifted(logits, labels)
-    logps = torch.log(F.softmax(logits, dim=-1))
-    return _finish(_gather(logps, targets), targets != IGNORE, average)
+    return _finish(*_picked(logits, labels, lambda x: torch.log(F.softmax(x, dim=-1))), average)
 
 
 @wrong("not_per_sequence")
 def sums_the_whole_batch(logits, labels, average=False):
     """Sums over the batch too: one number for all the sequences."""
-    logits, targets = _shifted(logits, labels)
-    mask = targets != IGNORE
-    picked = _gather(logits.log_softmax(-1), targets) * mask
-    return picked.sum() / mask.sum() if average else picked.sum()
-
-
-@wrong("modifies_input")
-def fills_labels_in_place(logits, labels, average=False):
-    """Writes the dummy id 0 into the caller's labels (TRL clones them first)."""
-    mask = labels[:, 1:] != IGNORE
-    labels[labels == IGNORE] = 0  # in place: the caller's labels change
-    logps = logits[:, :-1].log_softmax(-1)
-    return _finish(_gather(logps, labels[:, 1:]), mask, average)
+    picked, mask = _picked(logits, labels)
+    total = (picked * mask).sum()
+    return total / mask.sum() if average else total
 
 
 @wrong("nan_when_no_targets")
@@ -80,48 +79,30 @@ def mean_times_count(logits, labels, average=False):
     return torch.stack(out)
 
 
-@wrong("detached")
-def detaches_the_logits(logits, labels, average=False):
-    """Works on logits.detach() "to save memory": nothing backpropagates."""
-    logits, targets = _shifted(logits.detach(), labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
-
-
 @wrong("returns_tuple")
 def returns_counts_too(logits, labels, average=False):
     """Returns the log-probabilities and the number of targets of each row."""
-    logits, targets = _shifted(logits, labels)
-    mask = targets != IGNORE
-    return _finish(_gather(logits.log_softmax(-1), targets), mask, average), mask.sum(-1)
-
-
-@wrong("wrong_type", says="a list of")
-def returns_a_list(logits, labels, average=False):
-    """Returns a Python list with one 0-dim tensor per row."""
-    logits, targets = _shifted(logits.float(), labels)
-    return list(_finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average))
+    picked, mask = _picked(logits, labels)
+    return _finish(picked, mask, average), mask.sum(-1)
 
 
 @wrong("not_upcast", says="float16")
 def stays_in_half_precision(logits, labels, average=False):
     """Takes the softmax in the logits' dtype: float16 logits give float16 log-probabilities."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average)
+    return _finish(*_picked(logits, labels), average)
 
 
 @wrong("not_upcast")
 def upcasts_the_result(logits, labels, average=False):
     """Computes in the logits' dtype and converts the result to float32 at the end."""
-    logits, targets = _shifted(logits, labels)
-    return _finish(_gather(logits.log_softmax(-1), targets), targets != IGNORE, average).float()
+    return _finish(*_picked(logits, labels), average).float()
 
 
 @wrong("average_of_no_targets")
 def average_of_nothing_is_zero(logits, labels, average=False):
     """Clamps the count to 1 with average=True: a row without targets gets a mean of 0."""
-    logits, targets = _shifted(logits.float(), labels)
-    mask = targets != IGNORE
-    total = (_gather(logits.log_softmax(-1), targets) * mask).sum(-1)
+    picked, mask = _picked(logits.float(), labels)
+    total = (picked * mask).sum(-1)
     return total / mask.sum(-1).clamp(min=1) if average else total
 
 
@@ -190,11 +171,3 @@ def minus_the_course_kernel(logits, labels, average=False):
     nll, has_target = token_nll(logits, labels)
     total = -nll.sum(-1)
     return total / has_target.sum(-1) if average else total
-
-
-@wrong("delegates_to_course", says="reference solution")
-def the_reference_solution(logits, labels, average=False):
-    """Calls the reference solution that ships in the package."""
-    from lmlessons.exercises import solutions_part3
-
-    return solutions_part3.sequence_logprobs(logits, labels, average)
