@@ -52,7 +52,7 @@ def token_nll(
     return nll, targets != IGNORE_INDEX
 
 
-def _reduce(
+def reduce_loss(
     nll: torch.Tensor, has_target: torch.Tensor, num_items_in_batch: float | None
 ) -> torch.Tensor:
     """The loss of a batch from :func:`token_nll`'s terms (transformers' ``fixed_cross_entropy``).
@@ -106,7 +106,7 @@ def mlm_loss(
     Equals ``BertForMaskedLM(...).loss`` (transformers ``ForMaskedLMLoss``).
     """
     n = check_num_items(num_items_in_batch)
-    return _reduce(*token_nll(logits, labels, shift=False), n)
+    return reduce_loss(*token_nll(logits, labels, shift=False), n)
 
 
 def clm_loss(
@@ -127,7 +127,7 @@ def clm_loss(
     ``BertLMHeadModel(is_decoder=True)``.
     """
     n = check_num_items(num_items_in_batch)
-    return _reduce(*token_nll(logits, labels, shift=True), n)
+    return reduce_loss(*token_nll(logits, labels, shift=True), n)
 
 
 def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -138,7 +138,7 @@ def nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     the opposite (``is_next=True`` -> 1), so mixing code from the two silently flips the task.
     """
     logits, labels = _check_nsp(logits, labels)
-    return _reduce(*token_nll(logits, labels, shift=False), None)
+    return reduce_loss(*token_nll(logits, labels, shift=False), None)
 
 
 def bert_pretraining_loss(
@@ -168,6 +168,6 @@ def bert_pretraining_loss(
             f"mlm_logits (B, T, V) and nsp_logits (B, 2) must share B, got {mlm_logits.shape[0]} "
             f"and {nsp_logits.shape[0]}"
         )
-    mlm = _reduce(*token_nll(mlm_logits, mlm_labels, shift=False), None)
-    nsp = _reduce(*token_nll(nsp_logits, nsp_labels, shift=False), None)
+    mlm = reduce_loss(*token_nll(mlm_logits, mlm_labels, shift=False), None)
+    nsp = reduce_loss(*token_nll(nsp_logits, nsp_labels, shift=False), None)
     return mlm_weight * mlm + nsp_weight * nsp
