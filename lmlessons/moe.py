@@ -342,7 +342,8 @@ def sequence_aux_loss(
     For each sequence: ``f[e] = E / (K * T) * (tokens of the sequence sent to e)`` and ``P[e]``
     the mean over its tokens of the normalised score ``s[e] / sum(s)``; its loss is
     ``alpha * sum(f * P)`` (even routing: ``alpha``). Every sequence, not only the batch, must
-    be balanced. At ``B = 1`` it equals :func:`batch_aux_loss`.
+    be balanced. At ``B = 1`` it equals :func:`batch_aux_loss`. The paper counts the top-K of
+    the scores themselves: pass ``select_experts(scores, top_k)``, without the bias.
     """
     scores, indices = _check_scores(scores, expert_indices)
     alpha = check_real("alpha", alpha)

@@ -111,6 +111,17 @@ def test_mixtral_load_balancing_loss_equals_transformers(layers, top_k, masked) 
         assert not torch.allclose(got, load_balancing_loss_func(gate, experts, top_k), atol=1e-4)
 
 
+def test_mixtral_loss_in_bfloat16_equals_transformers() -> None:
+    """Softmax and top-k in the logits' dtype, the sums in float32, as upstream."""
+    gate = tuple(g.bfloat16() for g in _gate_logits(2, 40, 8, seed=5))
+    mask = _padded_mask(5, 8, seed=5)
+    for m in (None, mask):
+        expected = _upstream("mixtral")(gate, 8, 2, m)
+        got = load_balancing_loss_func(gate, 8, 2, m)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_mixtral_loss_gradient_equals_transformers() -> None:
     gate = tuple(g.requires_grad_() for g in _gate_logits(2, 12, 5, seed=3))
     mask = _padded_mask(3, 4, seed=3)
