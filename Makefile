@@ -234,6 +234,9 @@ record: setup
 	$(ONE_THREAD) $(PY) -m tools.preference_runs --out $(RECORD_DIR)/preference
 	$(ONE_THREAD) $(PY) -m tools.grpo_runs --out $(RECORD_DIR)/grpo
 	$(ONE_THREAD) $(PY) -m tools.grpo_learn --out $(RECORD_DIR)/grpo_learn
+	$(ONE_THREAD) $(PY) -m tools.moe_runs --out $(RECORD_DIR)/moe
+	$(ONE_THREAD) $(PY) -m tools.zloss_runs --out $(RECORD_DIR)/zloss
+	$(ONE_THREAD) $(PY) -m tools.mtp_runs --out $(RECORD_DIR)/mtp
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -265,7 +266,9 @@ def test_check_generator_model_and_tokenizer_name_what_they_got():
     ],
 )
 def test_check_vocab_names_the_argument_and_its_bound(kwargs, error, message):
-    args = dict(input_ids=torch.tensor([[5, VOCAB - 1]]), mask_token_id=MASK, vocab_size=VOCAB)
+    args: dict[str, Any] = dict(
+        input_ids=torch.tensor([[5, VOCAB - 1]]), mask_token_id=MASK, vocab_size=VOCAB
+    )
     args.update(kwargs)
     ids = args.pop("input_ids")
     selected = torch.ones(ids.shape, dtype=torch.bool)
@@ -551,13 +554,13 @@ def test_the_defaults_are_google_and_spanbert_values_spelled_out():
     special[:, 0] = special[:, -1] = True
     cont = torch.rand(6, 200, generator=_gen(9)) < 0.3
     ids = _ids(6, 200)
-    google = dict(mlm_probability=0.15, max_predictions_per_seq=20)
-    span = dict(mlm_probability=0.15, geometric_p=0.2, max_span_length=10)
-    replace = dict(mask_token_id=MASK, vocab_size=VOCAB)
+    google: dict[str, Any] = dict(mlm_probability=0.15, max_predictions_per_seq=20)
+    span: dict[str, Any] = dict(mlm_probability=0.15, geometric_p=0.2, max_span_length=10)
+    replace: dict[str, Any] = dict(mask_token_id=MASK, vocab_size=VOCAB)
     pairs = [
-        (lambda **kw: select_exact_count(special, generator=_gen(3), **kw), google),
-        (lambda **kw: select_whole_words(special, cont, generator=_gen(3), **kw), google),
-        (lambda **kw: select_spans(special, cont, generator=_gen(3), **kw), span),
+        (lambda **kw: (select_exact_count(special, generator=_gen(3), **kw),), google),
+        (lambda **kw: (select_whole_words(special, cont, generator=_gen(3), **kw),), google),
+        (lambda **kw: (select_spans(special, cont, generator=_gen(3), **kw),), span),
         (lambda **kw: mask_tokens_exact_count(ids, generator=_gen(3), **replace, **kw), google),
         (
             lambda **kw: mask_whole_words(
@@ -571,8 +574,7 @@ def test_the_defaults_are_google_and_spanbert_values_spelled_out():
         ),
     ]
     for call, spelled in pairs:
-        default, explicit = call(), call(**spelled)
-        for a, b in zip(default, explicit) if isinstance(default, tuple) else [(default, explicit)]:
+        for a, b in zip(call(), call(**spelled), strict=True):
             assert torch.equal(a, b)
     assert torch.equal(span_length_pmf(), span_length_pmf(0.2, 10))
     assert [num_to_predict(n) for n in (7, 40, 128, 200)] == [1, 6, 19, 20]
@@ -644,7 +646,7 @@ _1X1X2 = torch.zeros(1, 1, 2, dtype=torch.bool)
     ("call", "error", "message"),
     [
         (
-            lambda: select_exact_count([0, 1]),
+            lambda: select_exact_count([0, 1]),  # type: ignore[arg-type]
             TypeError,
             "special_tokens_mask must be a torch.Tensor of 0/1 or bool, got list",
         ),
@@ -669,7 +671,7 @@ _1X1X2 = torch.zeros(1, 1, 2, dtype=torch.bool)
             "attention_mask must have shape (1, 4) (that of input_ids), got (1, 3)",
         ),
         (
-            lambda: select_whole_words([0, 1], _no(1, 2)),
+            lambda: select_whole_words([0, 1], _no(1, 2)),  # type: ignore[arg-type]
             TypeError,
             "special_tokens_mask must be a torch.Tensor of 0/1 or bool, got list",
         ),
@@ -689,7 +691,7 @@ _1X1X2 = torch.zeros(1, 1, 2, dtype=torch.bool)
             "attention_mask must have shape (1, 4) (that of input_ids), got (1, 3)",
         ),
         (
-            lambda: word_ids([True]),
+            lambda: word_ids([True]),  # type: ignore[arg-type]
             TypeError,
             "is_continuation must be a torch.Tensor of 0/1 or bool, got list",
         ),
@@ -763,7 +765,12 @@ def test_the_one_call_versions_name_each_argument(fn, kwargs, error, message):
     ("call", "error", "message"),
     [
         (
-            lambda: replace_selected([5, 6], _no(1, 2), mask_token_id=MASK, vocab_size=VOCAB),
+            lambda: replace_selected(
+                [5, 6],  # type: ignore[arg-type]
+                _no(1, 2),
+                mask_token_id=MASK,
+                vocab_size=VOCAB,
+            ),
             TypeError,
             "input_ids must be a torch.Tensor of token ids, got list",
         ),
@@ -776,7 +783,11 @@ def test_the_one_call_versions_name_each_argument(fn, kwargs, error, message):
         ),
         (
             lambda: replace_selected(
-                _ids(2, 6), _no(2, 6), mask_token_id=MASK, vocab_size=VOCAB, per_span=1
+                _ids(2, 6),
+                _no(2, 6),
+                mask_token_id=MASK,
+                vocab_size=VOCAB,
+                per_span=1,  # type: ignore[arg-type]
             ),
             TypeError,
             "per_span must be a bool, got int",
@@ -991,6 +1002,15 @@ def test_one_span_alone_is_replaced():
     assert torch.equal(masked, torch.where(sel, MASK, ids))
 
 
+@pytest.mark.parametrize("per_span", [False, True])
+def test_nothing_selected_gives_the_input_back_and_no_target(per_span):
+    ids = _ids(2, 5)
+    masked, labels = replace_selected(
+        ids, _no(2, 5), mask_token_id=MASK, vocab_size=VOCAB, per_span=per_span
+    )
+    assert torch.equal(masked, ids) and (labels == -100).all()
+
+
 @pytest.mark.parametrize("shape", [(0,), (2, 0)])
 def test_an_empty_batch_gives_empty_outputs(shape):
     ids = torch.zeros(shape, dtype=torch.long)
@@ -1024,7 +1044,7 @@ def test_per_span_random_replacements_keep_the_dtype_of_the_input():
 def test_a_1d_input_gives_1d_outputs_per_span():
     ids = _ids(1, 8)
     sel = torch.tensor([[False, True, True, False, True, True, True, False]])
-    kw = dict(mask_token_id=MASK, vocab_size=VOCAB, per_span=True)
+    kw: dict[str, Any] = dict(mask_token_id=MASK, vocab_size=VOCAB, per_span=True)
     one = replace_selected(ids[0], sel[0], generator=_gen(3), **kw)
     two = replace_selected(ids, sel, generator=_gen(3), **kw)
     for a, b in zip(one, two):

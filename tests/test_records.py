@@ -67,13 +67,32 @@ def test_every_shipped_recording_loads_through_the_one_loader():
     from lmlessons.bugzoo.records import load_records
     from lmlessons.course.chat import load_seed_runs
     from lmlessons.course.grpo_learn import recorded_learn_runs
+    from lmlessons.course.moe_runs import recorded_moe_runs
+    from lmlessons.course.mtp_runs import recorded_mtp_runs
     from lmlessons.course.preferences import preference_runs
     from lmlessons.course.rl import recorded_runs
+    from lmlessons.course.zloss_runs import recorded_zloss_runs
 
     shipped = {p.parent.name for p in DATA_DIR.glob("*/*.json") if "runs" in p.name}
-    assert shipped == {"answer_only", "bugzoo", "grpo", "grpo_learn", "preference"}
+    assert shipped == {
+        "answer_only", "bugzoo", "grpo", "grpo_learn", "preference", "moe", "mtp", "zloss"
+    }  # fmt: skip
     assert load_records() and load_seed_runs()["settings"] and preference_runs()["runs"]
     assert recorded_runs()["experiments"] and recorded_learn_runs()["experiments"]
+    assert recorded_moe_runs()["methods"] and recorded_mtp_runs()["runs"]
+    assert recorded_zloss_runs()["runs"]
+
+
+def test_check_runs_names_the_run_and_its_missing_key():
+    from lmlessons.course.records import check_runs
+
+    runs = [{"seed": 0, "loss": [1.0]}, {"seed": 1}]
+    assert check_runs(runs[:1], ("seed", "loss")) == runs[:1]
+    with pytest.raises(ValueError, match=r"runs\[1\] lacks the keys \['loss'\]"):
+        check_runs(runs, ("seed", "loss"))
+    for empty in ([], {"seed": 0}, None):
+        with pytest.raises(ValueError, match="record_runs must be a non-empty list"):
+            check_runs(empty, ("seed",), name="record_runs")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ its label conventions holds for the full-size model too:
   ``is_decoder=True`` its self-attention is causal; with ``is_decoder=False`` it is not, so each
   position can *see* the token it is asked to predict (the "leaky decoder" of lesson 04;
   transformers logs a warning then),
-* :func:`tiny_gpt2` -> ``GPT2LMHeadModel``.
+* :func:`tiny_gpt2` -> ``GPT2LMHeadModel``,
+* :func:`tiny_mixtral` -> ``MixtralForCausalLM``: a mixture of experts (a router sends each
+  token to ``num_experts_per_tok`` of ``num_local_experts`` feed-forward experts).
 
 Vocabulary size and special-token ids come from the tokenizer, never from constants. Dropout is
 0 by default: tiny models trained for seconds underfit, they do not overfit, and a model without
@@ -32,6 +34,8 @@ if TYPE_CHECKING:  # imported inside the factories: importing transformers takes
         BertLMHeadModel,
         GPT2Config,
         GPT2LMHeadModel,
+        MixtralConfig,
+        MixtralForCausalLM,
         PreTrainedTokenizerBase,
     )
 
@@ -42,6 +46,8 @@ __all__ = [
     "tiny_bert_pretraining",
     "tiny_bert_lm_head",
     "tiny_gpt2",
+    "tiny_mixtral_config",
+    "tiny_mixtral",
     "seeded_model",
     "count_parameters",
 ]
@@ -51,6 +57,8 @@ NUM_LAYERS = 2
 NUM_HEADS = 2
 INTERMEDIATE_SIZE = 256
 MAX_POSITIONS = 128
+NUM_EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
 
 
 def _tokenizer_or_default(tokenizer: PreTrainedTokenizerBase | None) -> PreTrainedTokenizerBase:
@@ -137,6 +145,55 @@ def tiny_gpt2_config(
     )
 
 
+def tiny_mixtral_config(
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    hidden_size: int = HIDDEN_SIZE // 2,
+    num_hidden_layers: int = NUM_LAYERS,
+    num_attention_heads: int = NUM_HEADS * 2,
+    num_key_value_heads: int = NUM_HEADS,
+    intermediate_size: int = INTERMEDIATE_SIZE // 2,
+    num_local_experts: int = NUM_EXPERTS,
+    num_experts_per_tok: int = EXPERTS_PER_TOKEN,
+    max_position_embeddings: int = MAX_POSITIONS,
+    **overrides: Any,
+) -> MixtralConfig:
+    """A small ``MixtralConfig`` for the BERT-style course tokenizer ([CLS] as ``bos_token_id``,
+    [SEP] as ``eos_token_id``, [PAD] as ``pad_token_id``, as :func:`tiny_gpt2_config`): 4
+    experts, each token routed to 2 of them, by default. The experts run as a loop over experts
+    (``experts_implementation="eager"``: transformers' default, ``"grouped_mm"``, needs strides
+    that are multiples of 16 bytes on the CPU, which e.g. ``intermediate_size=37`` breaks).
+    ``overrides`` (e.g. ``router_aux_loss_coef``, ``output_router_logits``) go to
+    ``MixtralConfig`` unchanged."""
+    tok = _tokenizer_or_default(tokenizer)
+    _check_heads("hidden_size", hidden_size, "num_attention_heads", num_attention_heads)
+    _check_heads(
+        "num_attention_heads", num_attention_heads, "num_key_value_heads", num_key_value_heads
+    )
+    num_local_experts = check_int("num_local_experts", num_local_experts, minimum=1)
+    top_k = check_int("num_experts_per_tok", num_experts_per_tok, minimum=1)
+    if top_k > num_local_experts:
+        raise ValueError(
+            f"num_experts_per_tok ({top_k}) must be at most num_local_experts ({num_local_experts})"
+        )
+    overrides.setdefault("experts_implementation", "eager")
+    return _sized_config(
+        "MixtralConfig",
+        tok,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        num_local_experts=num_local_experts,
+        num_experts_per_tok=top_k,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        **overrides,
+    )
+
+
 def seeded_model(model_class: str, config: Any, seed: int) -> Any:
     """``transformers.<model_class>(config)`` (e.g. ``"BertLMHeadModel"``) with the initial weights
     of ``torch.manual_seed(seed)``, the global random state left as it was (what every factory
@@ -186,6 +243,13 @@ def tiny_gpt2(
 ) -> GPT2LMHeadModel:
     """A tiny ``GPT2LMHeadModel``; ``config`` keywords go to :func:`tiny_gpt2_config`."""
     return seeded_model("GPT2LMHeadModel", tiny_gpt2_config(tokenizer, **config), seed)
+
+
+def tiny_mixtral(
+    tokenizer: PreTrainedTokenizerBase | None = None, *, seed: int = 0, **config: Any
+) -> MixtralForCausalLM:
+    """A tiny ``MixtralForCausalLM``; ``config`` keywords go to :func:`tiny_mixtral_config`."""
+    return seeded_model("MixtralForCausalLM", tiny_mixtral_config(tokenizer, **config), seed)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

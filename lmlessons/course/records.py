@@ -7,7 +7,8 @@ trains them once and writes a small JSON file that the package ships under
 * :func:`load_record`: read one recording (the shipped one, or the same file in ``directory``),
   a :class:`FileNotFoundError` naming the command that records it when it is missing, and
   :func:`check_record` on what it read.
-* :func:`check_record`: the one schema check: a JSON object with the keys its kind needs.
+* :func:`check_record`: the one schema check: a JSON object with the keys its kind needs;
+  :func:`check_runs` applies it to every run of a list.
 * :func:`write_record`: write a recording as the tools do (``indent=1``, a final newline;
   optionally sorted keys and lists of numbers on one line).
 * :func:`seed_spread`: the mean over seeds and the spread around it, the sample standard deviation
@@ -26,6 +27,7 @@ from typing import Any
 __all__ = [
     "DATA_DIR",
     "check_record",
+    "check_runs",
     "load_record",
     "write_record",
     "seed_spread",
@@ -47,6 +49,14 @@ def check_record(record: object, keys: Sequence[str], *, name: str = "record") -
     if missing:
         raise ValueError(f"{name} lacks the keys {missing} of its kind of recording")
     return record
+
+
+def check_runs(runs: object, keys: Sequence[str], *, name: str = "runs") -> list[dict[str, Any]]:
+    """``runs`` itself when it is a non-empty list whose every run is a dict holding ``keys``
+    (:func:`check_record`, which names the run, ``runs[i]``, and its missing keys)."""
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"{name} must be a non-empty list of runs, got {type(runs).__name__}")
+    return [check_record(run, keys, name=f"{name}[{i}]") for i, run in enumerate(runs)]
 
 
 def load_record(
