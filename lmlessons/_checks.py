@@ -104,10 +104,17 @@ def check_float_tensor(name: str, value: object, *, min_ndim: int = 1) -> torch.
 
 
 def check_same_shape(
-    name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor, *, dims: str
+    name_a: str,
+    a: torch.Tensor,
+    name_b: str,
+    b: torch.Tensor,
+    *,
+    dims: str,
+    ndim: int | None = None,
 ) -> None:
-    """Require ``a`` and ``b`` (checked tensors) to have one shape, ``dims`` (``"(..., V)"``)."""
-    if a.shape != b.shape:
+    """Require ``a`` and ``b`` (checked tensors) to have one shape, ``dims`` (``"(..., V)"``),
+    of ``ndim`` dimensions if given."""
+    if a.shape != b.shape or (ndim is not None and a.dim() != ndim):
         raise ValueError(
             f"{name_a} and {name_b} must have one shape {dims}, got {tuple(a.shape)} and "
             f"{tuple(b.shape)}"

@@ -29,7 +29,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from lmlessons._checks import check_float_tensor, check_int, check_int_tensor, check_real
+from lmlessons._checks import (
+    check_float_tensor,
+    check_int,
+    check_int_tensor,
+    check_real,
+    check_same_shape,
+)
 
 __all__ = [
     "DEEPSEEK_BIAS_UPDATE_SPEED",
@@ -321,11 +327,7 @@ def update_expert_bias(
     """
     bias = check_float_tensor("bias", bias)
     counts = check_float_tensor("counts", counts)
-    if bias.dim() != 1 or counts.shape != bias.shape:
-        raise ValueError(
-            f"bias and counts must have one shape (E,), got {tuple(bias.shape)} and "
-            f"{tuple(counts.shape)}"
-        )
+    check_same_shape("bias", bias, "counts", counts, dims="(E,)", ndim=1)
     step = check_real("step", step, positive=True)
     error = counts.mean() - counts  # (E,): > 0 where the expert is underloaded
     return (bias + step * torch.sign(error)).detach().to(bias.dtype)  # (E,)

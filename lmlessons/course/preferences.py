@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import check_float_tensor, check_int, check_real
+from lmlessons._checks import check_float_tensor, check_int, check_real, check_same_shape
 from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
 from lmlessons.course.corpus import Corpus, load_corpus
 from lmlessons.course.records import check_record, load_record, seed_spread
@@ -195,11 +195,7 @@ def bradley_terry(reward_chosen: torch.Tensor, reward_rejected: torch.Tensor) ->
     ``exp(r_c) / (exp(r_c) + exp(r_r)) = sigmoid(r_c - r_r)``, elementwise (same shapes)."""
     chosen = check_float_tensor("reward_chosen", reward_chosen, min_ndim=0)
     rejected = check_float_tensor("reward_rejected", reward_rejected, min_ndim=0)
-    if chosen.shape != rejected.shape:
-        raise ValueError(
-            f"reward_chosen and reward_rejected must have one shape, got "
-            f"{tuple(chosen.shape)} and {tuple(rejected.shape)}"
-        )
+    check_same_shape("reward_chosen", chosen, "reward_rejected", rejected, dims="(...)")
     return torch.sigmoid(chosen - rejected)  # (...)
 
 

@@ -42,7 +42,13 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import check_float_tensor, check_generator, check_int, check_real
+from lmlessons._checks import (
+    check_float_tensor,
+    check_generator,
+    check_int,
+    check_real,
+    check_same_shape,
+)
 from lmlessons.course.chat import instruction_set
 from lmlessons.course.records import load_record, seed_spread
 from lmlessons.grpo import group_advantages, rloo_advantages
@@ -430,11 +436,7 @@ BASELINES = ("none", "expected", "group", "rloo")
 def _check_toy(logits: object, rewards: object) -> tuple[torch.Tensor, torch.Tensor]:
     logits = check_float_tensor("logits", logits)
     rewards = check_float_tensor("rewards", rewards)
-    if logits.dim() != 1 or logits.shape != rewards.shape:
-        raise ValueError(
-            f"logits and rewards must both have shape (A,), got {tuple(logits.shape)} "
-            f"and {tuple(rewards.shape)}"
-        )
+    check_same_shape("logits", logits, "rewards", rewards, dims="(A,)", ndim=1)
     return logits.detach().to(torch.float64), rewards.detach().to(torch.float64)
 
 
