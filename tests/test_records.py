@@ -199,3 +199,24 @@ def test_bugzoo_record_runs_trains_the_named_runs_and_keeps_the_others(monkeypat
     assert [line.split()[0] for line in lines] == [second, first]
     with pytest.raises(ValueError, match="no_such_run"):
         runs.record_runs(["no_such_run"])
+
+
+def test_record_grid_runs_every_setting_and_seed_rounded_and_logged():
+    from lmlessons.course.records import record_grid, rounded
+
+    assert rounded({"a": [1.23456, 2], "c": "x"}) == {"a": [1.2346, 2], "c": "x"}
+    lines: list[str] = []
+    runs, seconds = record_grid(
+        lambda setting, seed: {"setting": setting, "seed": seed, "loss": seed / 3},
+        ["a", "b"],
+        [0, 1],
+        describe=lambda run: f"{run['setting']} seed={run['seed']} loss {run['loss']}",
+        log=lines.append,
+    )
+    assert [(r["setting"], r["seed"]) for r in runs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert runs[1]["loss"] == 0.3333 and seconds >= 0
+    assert [line.rsplit(" (", 1)[0] for line in lines] == [
+        "a seed=0 loss 0.0", "a seed=1 loss 0.3333", "b seed=0 loss 0.0", "b seed=1 loss 0.3333"
+    ]  # fmt: skip
+    assert all(line.endswith(" s)") for line in lines)
+    assert record_grid(lambda s, seed: {}, ["a"], [0], describe=str, log=None)[0] == [{}]

@@ -33,8 +33,6 @@ plain mean gives it ``1 / D``), or larger models.
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +43,7 @@ from lmlessons._checks import check_int
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
-from lmlessons.course.records import check_runs, load_record, seed_spread
+from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.zloss_runs import (
     LossFn,
@@ -202,14 +200,6 @@ def mtp_run(
     }
 
 
-def _round(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, list):
-        return [_round(v) for v in value]
-    return value
-
-
 def record_mtp_runs(
     *,
     seeds: Sequence[int],
@@ -224,20 +214,20 @@ def record_mtp_runs(
     settings = dict(MTP_SETTINGS)
     if max_steps is not None:
         settings["max_steps"] = check_int("max_steps", max_steps, minimum=1)
-    start, runs = time.time(), []
-    for num_depths, seed in itertools.product(depths, seeds):
-        began = time.time()
-        run = {k: _round(v) for k, v in mtp_run(num_depths, seed=seed, settings=settings).items()}
-        runs.append(run)
-        if log is not None:
-            log(
-                f"D={num_depths} seed={seed} depth-1 training loss {run['loss_depth_1'][-1]:.3f}, "
-                f"held-out next-token loss {run['heldout_next_token_loss']:.4f}, per depth "
-                f"{run['heldout_depth_losses']} ({time.time() - began:.0f} s)"
-            )
+    runs, seconds = record_grid(
+        lambda num_depths, seed: mtp_run(num_depths, seed=seed, settings=settings),
+        depths,
+        seeds,
+        describe=lambda run: (
+            f"D={run['num_depths']} seed={run['seed']} depth-1 training loss "
+            f"{run['loss_depth_1'][-1]:.3f}, held-out next-token loss "
+            f"{run['heldout_next_token_loss']:.4f}, per depth {run['heldout_depth_losses']}"
+        ),
+        log=log,
+    )
     return {
         "settings": {**settings, "seeds": list(seeds), "depths": list(depths)},
-        "seconds": round(time.time() - start),
+        "seconds": seconds,
         "runs": runs,
     }
 

@@ -11,6 +11,8 @@ trains them once and writes a small JSON file that the package ships under
   :func:`check_runs` applies it to every run of a list.
 * :func:`write_record`: write a recording as the tools do (``indent=1``, a final newline;
   optionally sorted keys and lists of numbers on one line).
+* :func:`record_grid`: run one experiment per cell of a grid (a setting and a seed), each
+  rounded (:func:`rounded`) and logged as it ends, timed as a whole: the loop of every recorder.
 * :func:`seed_spread`: the mean over seeds and the spread around it, the sample standard deviation
   with Bessel's correction (0 for a single seed): the one definition of "mean ± spread over the
   seeds" that every summary of recorded runs states.
@@ -18,9 +20,11 @@ trains them once and writes a small JSON file that the package ships under
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,8 @@ __all__ = [
     "check_record",
     "check_runs",
     "load_record",
+    "record_grid",
+    "rounded",
     "write_record",
     "seed_spread",
 ]
@@ -115,3 +121,34 @@ def seed_spread(values: Sequence[float]) -> tuple[float, float]:
     mean = sum(numbers) / len(numbers)
     var = sum((v - mean) ** 2 for v in numbers) / max(len(numbers) - 1, 1)
     return mean, var**0.5
+
+
+def rounded(value: Any, digits: int = 4) -> Any:
+    """``value`` with every float in it (alone, or in lists and dicts) rounded to ``digits``."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    return value
+
+
+def record_grid(
+    run: Callable[[Any, int], Mapping[str, Any]],
+    settings: Sequence[Any],
+    seeds: Sequence[int],
+    *,
+    describe: Callable[[Mapping[str, Any]], str],
+    log: Callable[[str], None] | None = print,
+) -> tuple[list[dict[str, Any]], int]:
+    """``run(setting, seed)`` for every setting, then every seed, each :func:`rounded`; as
+    each ends, ``log(describe(that run) + " (N s)")`` (None: silent). Returns the runs and the
+    whole grid's wall time in seconds (the ``seconds`` every recording keeps)."""
+    start, runs = time.time(), []
+    for setting, seed in itertools.product(settings, seeds):
+        began = time.time()
+        runs.append(rounded(dict(run(setting, seed))))
+        if log is not None:
+            log(f"{describe(runs[-1])} ({time.time() - began:.0f} s)")
+    return runs, round(time.time() - start)

@@ -28,8 +28,6 @@ per position, is too weak to matter in so short a run.
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from lmlessons._checks import IGNORE_INDEX, check_int, check_logits_labels, chec
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
-from lmlessons.course.records import check_runs, load_record, seed_spread
+from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import evaluate
 from lmlessons.losses import clm_loss
@@ -212,19 +210,6 @@ def zloss_run(
     return {**run, **logged, "heldout_loss": held_out}
 
 
-def _rounded(run: Mapping[str, Any]) -> dict[str, Any]:
-    """``run`` with every float (alone or in a list) rounded to 4 decimals."""
-    out: dict[str, Any] = {}
-    for key, value in run.items():
-        if isinstance(value, float):
-            out[key] = round(value, 4)
-        elif isinstance(value, list):
-            out[key] = [round(v, 4) if isinstance(v, float) else v for v in value]
-        else:
-            out[key] = value
-    return out
-
-
 def record_zloss_runs(
     *,
     seeds: Sequence[int],
@@ -239,20 +224,20 @@ def record_zloss_runs(
     settings = dict(ZLOSS_SETTINGS)
     if max_steps is not None:
         settings["max_steps"] = check_int("max_steps", max_steps, minimum=1)
-    start, runs = time.time(), []
-    for coefficient, seed in itertools.product(coefficients, seeds):
-        began = time.time()
-        run = _rounded(zloss_run(coefficient, seed=seed, settings=settings))
-        runs.append(run)
-        if log is not None:
-            log(
-                f"z_loss_coefficient={coefficient:g} seed={seed} log Z {run['log_z'][0]:.2f} -> "
-                f"{run['log_z'][-1]:.2f}, max |logit| {run['max_abs_logit'][-1]:.1f}, "
-                f"held-out loss {run['heldout_loss']:.3f} ({time.time() - began:.0f} s)"
-            )
+    runs, seconds = record_grid(
+        lambda coefficient, seed: zloss_run(coefficient, seed=seed, settings=settings),
+        coefficients,
+        seeds,
+        describe=lambda run: (
+            f"z_loss_coefficient={run['z_loss_coefficient']:g} seed={run['seed']} log Z "
+            f"{run['log_z'][0]:.2f} -> {run['log_z'][-1]:.2f}, max |logit| "
+            f"{run['max_abs_logit'][-1]:.1f}, held-out loss {run['heldout_loss']:.3f}"
+        ),
+        log=log,
+    )
     return {
         "settings": {**settings, "seeds": list(seeds), "coefficients": list(coefficients)},
-        "seconds": round(time.time() - start),
+        "seconds": seconds,
         "runs": runs,
     }
 
