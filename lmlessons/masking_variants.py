@@ -289,12 +289,11 @@ def select_whole_words(
     selected = torch.zeros_like(eligible)
     for row, length in enumerate(_lengths(eligible.shape, attn2)):
         budget = num_to_predict(length, p, max_pred)
-        n_words = int(wids[row].max()) + 1
-        if budget == 0 or n_words <= 0:
+        positions = _word_positions(wids[row].tolist())  # one list per word: none in (B, 0)
+        if budget == 0 or not positions:
             continue
-        positions = _word_positions(wids[row].tolist())
         taken = 0
-        for w in torch.randperm(n_words, generator=generator).tolist():
+        for w in torch.randperm(len(positions), generator=generator).tolist():
             if taken >= budget:
                 break
             if taken + len(positions[w]) > budget:

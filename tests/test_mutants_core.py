@@ -1087,3 +1087,11 @@ def test_replacement_is_drawn_per_span_only_for_spans(fn, per_span):
         **kw,
     )
     assert (_mixed_runs(masked, labels) == 0) == per_span
+
+
+@pytest.mark.parametrize("select", [select_whole_words, select_spans])
+def test_rows_without_tokens_select_nothing(select):
+    """A batch of empty rows, ``(B, 0)``, selects nothing (it raised in select_whole_words)."""
+    empty = torch.zeros(2, 0, dtype=torch.bool)
+    selected = select(empty, empty, generator=_gen(0))
+    assert selected.shape == (2, 0) and selected.dtype == torch.bool
