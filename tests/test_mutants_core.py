@@ -13,13 +13,13 @@ dense ``F.cross_entropy`` or the message the source's f-string writes. Tiny tens
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _exact import gen, raises_exactly
 from _masking_data import binomial_ok
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -43,19 +43,8 @@ from lmlessons.masking_variants import (
 VOCAB, MASK = 60, 4
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _raises(error: type[Exception], message: str, call) -> None:
-    """``call()`` raises exactly ``error`` with exactly ``message``."""
-    with pytest.raises(error, match=f"^{re.escape(message)}$") as raised:
-        call()
-    assert type(raised.value) is error
-
-
 def _ids(b: int, t: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(5, VOCAB, (b, t), generator=_gen(seed))  # (B, T)
+    return torch.randint(5, VOCAB, (b, t), generator=gen(seed))  # (B, T)
 
 
 def _no(b: int, t: int) -> torch.Tensor:
@@ -74,7 +63,7 @@ def _no(b: int, t: int) -> torch.Tensor:
     ],
 )
 def test_check_probability_names_the_argument_and_what_it_got(value, error, message):
-    _raises(error, message, lambda: _checks.check_probability("p", value))
+    raises_exactly(error, message, lambda: _checks.check_probability("p", value))
 
 
 @pytest.mark.parametrize(
@@ -86,16 +75,16 @@ def test_check_probability_names_the_argument_and_what_it_got(value, error, mess
     ],
 )
 def test_check_real_names_the_argument_and_what_it_got(value, error, message):
-    _raises(error, message, lambda: _checks.check_real("beta", value))
+    raises_exactly(error, message, lambda: _checks.check_real("beta", value))
 
 
 def test_the_replacement_shares_are_named_and_their_sum_printed():
-    _raises(
+    raises_exactly(
         ValueError,
         "random_replace_prob must be in [0, 1], got 1.5",
         lambda: _checks.check_replace_probs(0.5, 1.5),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "mask_replace_prob + random_replace_prob must be <= 1 (the rest are kept), "
         "got 0.75 + 0.5 = 1.25",
@@ -116,7 +105,7 @@ def test_the_replacement_shares_are_named_and_their_sum_printed():
     ],
 )
 def test_check_int_rejects_all_but_one_integer_and_names_what_it_got(value, message):
-    _raises(TypeError, message, lambda: num_to_predict(value))
+    raises_exactly(TypeError, message, lambda: num_to_predict(value))
 
 
 @pytest.mark.parametrize("value", [torch.tensor(40), torch.tensor([40]), torch.tensor(40).int()])
@@ -127,7 +116,7 @@ def test_check_int_accepts_a_one_element_integer_tensor(value):
 def test_check_int_tensor_checks_the_number_of_dimensions():
     two = torch.zeros(2, 3, dtype=torch.long)
     assert _checks.check_int_tensor("labels", two, ndim=2) is two
-    _raises(
+    raises_exactly(
         ValueError,
         "labels must have 1 dimensions, got shape (2, 3)",
         lambda: _checks.check_int_tensor("labels", two, ndim=1),
@@ -175,11 +164,13 @@ def test_check_sequences_accepts_a_batch_by_default():
 )
 def test_check_sequences_states_the_shape_it_wants_and_got(shape, single, message):
     ids = torch.zeros(shape, dtype=torch.long)
-    _raises(ValueError, message, lambda: _checks.check_sequences("input_ids", ids, single=single))
+    raises_exactly(
+        ValueError, message, lambda: _checks.check_sequences("input_ids", ids, single=single)
+    )
 
 
 def test_check_sequences_wants_a_tensor_of_ids():
-    _raises(
+    raises_exactly(
         TypeError,
         "input_ids must be a torch.Tensor of token ids, got list",
         lambda: _checks.check_sequences("input_ids", [5, 6]),
@@ -223,22 +214,22 @@ def test_check_token_documents_returns_lists_of_ints():
     ],
 )
 def test_check_token_documents_names_the_document_and_sentence(docs, error, message):
-    _raises(error, message, lambda: _checks.check_token_documents("documents", docs))
+    raises_exactly(error, message, lambda: _checks.check_token_documents("documents", docs))
 
 
 def test_check_generator_model_and_tokenizer_name_what_they_got():
-    _raises(
+    raises_exactly(
         TypeError,
         "generator must be a torch.Generator or None, got int",
         lambda: _checks.check_generator(0),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "model must be a torch.nn.Module (a transformers model), got str",
         lambda: _checks.check_model("bert"),
     )
     tokenizer = SimpleNamespace(pad_token_id=0, cls_token_id=2, sep_token_id=3)
-    _raises(
+    raises_exactly(
         ValueError,
         "tokenizer must define mask_token_id (a BERT-style tokenizer such as "
         "lmlessons.load_tokenizer())",
@@ -272,7 +263,7 @@ def test_check_vocab_names_the_argument_and_its_bound(kwargs, error, message):
     args.update(kwargs)
     ids = args.pop("input_ids")
     selected = torch.ones(ids.shape, dtype=torch.bool)
-    _raises(error, message, lambda: replace_selected(ids, selected, per_span=True, **args))
+    raises_exactly(error, message, lambda: replace_selected(ids, selected, per_span=True, **args))
 
 
 def test_the_smallest_vocabulary_and_mask_token_id_0_are_accepted():
@@ -295,7 +286,7 @@ def test_the_smallest_vocabulary_and_mask_token_id_0_are_accepted():
 
 
 def _lce_inputs(dtype=torch.float32, seed=0):
-    g = _gen(seed)
+    g = gen(seed)
     h = torch.randn(6, 4, generator=g, dtype=dtype)  # (N, H)
     w = torch.randn(9, 4, generator=g, dtype=dtype)  # (V, H)
     b = torch.randn(9, generator=g, dtype=dtype)  # (V,)
@@ -363,7 +354,7 @@ class _NewTensors(TorchDispatchMode):
 def test_gradient_buffers_are_made_only_for_the_gradients_wanted(grad_enabled, wanted):
     """Under ``no_grad`` (an evaluation) or for an input that needs no gradient, the forward
     allocates no gradient the size of that input: only the loss work is done."""
-    g = _gen(1)
+    g = gen(1)
     inputs = {
         "hidden_states": torch.randn(5, 3, generator=g),  # (N, H)
         "weight": torch.randn(11, 3, generator=g),  # (V, H)
@@ -382,8 +373,8 @@ def test_gradient_buffers_are_made_only_for_the_gradients_wanted(grad_enabled, w
 
 def test_one_class_gives_a_zero_loss():
     """``V = 1`` is a vocabulary: log-softmax over one class is 0."""
-    h = torch.randn(3, 4, generator=_gen(0))  # (N, H)
-    w = torch.randn(1, 4, generator=_gen(1))  # (1, H)
+    h = torch.randn(3, 4, generator=gen(0))  # (N, H)
+    w = torch.randn(1, 4, generator=gen(1))  # (1, H)
     assert float(linear_cross_entropy(h, w, torch.tensor([0, -100, 0]))) == 0.0
 
 
@@ -433,7 +424,7 @@ _COUNT = "(count the labels != -100 over all micro-batches; for CLM count after 
 )
 def test_num_items_in_batch_messages(count, error, message):
     h, w, _, y = _lce_inputs()
-    _raises(error, message, lambda: linear_cross_entropy(h, w, y, num_items_in_batch=count))
+    raises_exactly(error, message, lambda: linear_cross_entropy(h, w, y, num_items_in_batch=count))
 
 
 _H3 = torch.zeros(2, 3, 4)  # (B, T, H)
@@ -522,7 +513,7 @@ _Y = torch.zeros(2, 3, dtype=torch.long)  # (B, T)
     ],
 )
 def test_linear_cross_entropy_names_each_argument(args, kwargs, error, message):
-    _raises(error, message, lambda: linear_cross_entropy(*args, **kwargs))
+    raises_exactly(error, message, lambda: linear_cross_entropy(*args, **kwargs))
 
 
 @pytest.mark.parametrize(
@@ -541,7 +532,7 @@ def test_a_tensor_on_another_device_is_named(on_meta, message):
         tensors["weight"] = _W.to("meta")
         tensors["bias"] = tensors["bias"].to("meta")
     h, w, b = tensors["hidden_states"], tensors["weight"], tensors["bias"]
-    _raises(ValueError, message, lambda: linear_cross_entropy(h, w, _Y, bias=b))
+    raises_exactly(ValueError, message, lambda: linear_cross_entropy(h, w, _Y, bias=b))
 
 
 # ------------------------------------------------------------------------------ masking_variants
@@ -552,24 +543,24 @@ def test_the_defaults_are_google_and_spanbert_values_spelled_out():
     with those values written out, seed for seed, on rows long enough to reach the cap of 20."""
     special = _no(6, 200)
     special[:, 0] = special[:, -1] = True
-    cont = torch.rand(6, 200, generator=_gen(9)) < 0.3
+    cont = torch.rand(6, 200, generator=gen(9)) < 0.3
     ids = _ids(6, 200)
     google: dict[str, Any] = dict(mlm_probability=0.15, max_predictions_per_seq=20)
     span: dict[str, Any] = dict(mlm_probability=0.15, geometric_p=0.2, max_span_length=10)
     replace: dict[str, Any] = dict(mask_token_id=MASK, vocab_size=VOCAB)
     pairs = [
-        (lambda **kw: (select_exact_count(special, generator=_gen(3), **kw),), google),
-        (lambda **kw: (select_whole_words(special, cont, generator=_gen(3), **kw),), google),
-        (lambda **kw: (select_spans(special, cont, generator=_gen(3), **kw),), span),
-        (lambda **kw: mask_tokens_exact_count(ids, generator=_gen(3), **replace, **kw), google),
+        (lambda **kw: (select_exact_count(special, generator=gen(3), **kw),), google),
+        (lambda **kw: (select_whole_words(special, cont, generator=gen(3), **kw),), google),
+        (lambda **kw: (select_spans(special, cont, generator=gen(3), **kw),), span),
+        (lambda **kw: mask_tokens_exact_count(ids, generator=gen(3), **replace, **kw), google),
         (
             lambda **kw: mask_whole_words(
-                ids, is_continuation=cont, generator=_gen(3), **replace, **kw
+                ids, is_continuation=cont, generator=gen(3), **replace, **kw
             ),
             google,
         ),
         (
-            lambda **kw: mask_spans(ids, is_continuation=cont, generator=_gen(3), **replace, **kw),
+            lambda **kw: mask_spans(ids, is_continuation=cont, generator=gen(3), **replace, **kw),
             span,
         ),
     ]
@@ -584,7 +575,7 @@ def test_the_defaults_are_google_and_spanbert_values_spelled_out():
 def test_max_predictions_per_seq_is_passed_on(cap, per_row):
     """200 one-piece words per row, 15%: 30 targets, or the cap."""
     ids, cont = _ids(2, 200), _no(2, 200)
-    kw = dict(max_predictions_per_seq=cap, generator=_gen(0))
+    kw = dict(max_predictions_per_seq=cap, generator=gen(0))
     rows = [
         select_exact_count(cont, **kw),
         select_whole_words(cont, cont, **kw),
@@ -620,7 +611,7 @@ def test_max_predictions_per_seq_is_passed_on(cap, per_row):
     ],
 )
 def test_counts_and_span_arguments_are_named(call, message):
-    _raises(ValueError, message, call)
+    raises_exactly(ValueError, message, call)
 
 
 def test_a_cap_of_0_and_one_word_spans_are_accepted():
@@ -635,7 +626,7 @@ def test_sample_span_lengths_of_none_is_an_empty_long_tensor():
 
 
 def test_sample_span_lengths_keep_the_max_span_length():
-    out = sample_span_lengths(200, geometric_p=0.01, max_span_length=2, generator=_gen(0))
+    out = sample_span_lengths(200, geometric_p=0.01, max_span_length=2, generator=gen(0))
     assert set(out.tolist()) == {1, 2}
 
 
@@ -718,7 +709,7 @@ _1X1X2 = torch.zeros(1, 1, 2, dtype=torch.bool)
     ],
 )
 def test_the_masks_are_named(call, error, message):
-    _raises(error, message, call)
+    raises_exactly(error, message, call)
 
 
 @pytest.mark.parametrize(
@@ -758,7 +749,7 @@ def test_the_one_call_versions_name_each_argument(fn, kwargs, error, message):
         args["is_continuation"] = _no(1, 2)
     args.update(kwargs)
     ids = args.pop("input_ids")
-    _raises(error, message, lambda: fn(ids, **args))
+    raises_exactly(error, message, lambda: fn(ids, **args))
 
 
 @pytest.mark.parametrize(
@@ -806,7 +797,7 @@ def test_the_one_call_versions_name_each_argument(fn, kwargs, error, message):
     ],
 )
 def test_replace_selected_names_each_argument(call, error, message):
-    _raises(error, message, call)
+    raises_exactly(error, message, call)
 
 
 class _Pieces:
@@ -817,17 +808,17 @@ class _Pieces:
 
 
 def test_wordpiece_continuation_mask_names_its_arguments():
-    _raises(
+    raises_exactly(
         TypeError,
         "input_ids must hold integer ids (torch.long), got dtype torch.float32",
         lambda: wordpiece_continuation_mask(torch.zeros(3), _Pieces()),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "tokenizer must have convert_ids_to_tokens (a transformers tokenizer)",
         lambda: wordpiece_continuation_mask(torch.zeros(3, dtype=torch.long), object()),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "input_ids must have shape (B, T) or (T,), got (1, 1, 2)",
         lambda: wordpiece_continuation_mask(torch.zeros(1, 1, 2, dtype=torch.long), _Pieces()),
@@ -853,7 +844,7 @@ def test_a_0_1_integer_mask_means_what_the_bool_mask_means():
     cont = torch.tensor([[0, 0, 1, 0, 1, 0]])
     assert torch.equal(word_ids(cont, special), word_ids(cont.bool(), as_bool))
     for select in (select_exact_count, lambda s, **kw: select_whole_words(s, cont, **kw)):
-        ints, bools = select(special, generator=_gen(0)), select(as_bool, generator=_gen(0))
+        ints, bools = select(special, generator=gen(0)), select(as_bool, generator=gen(0))
         assert torch.equal(ints, bools)
 
 
@@ -873,9 +864,7 @@ def test_padding_is_never_selected_even_if_not_marked_special(name):
     """``attention_mask`` 0 is padding: with ``mlm_probability=1`` exactly the real tokens."""
     attention = torch.tensor([[1] * 4 + [0] * 8, [1] * 7 + [0] * 5])
     for seed in range(5):
-        selected = _SELECTORS[name](
-            _no(2, 12), attention, mlm_probability=1.0, generator=_gen(seed)
-        )
+        selected = _SELECTORS[name](_no(2, 12), attention, mlm_probability=1.0, generator=gen(seed))
         assert torch.equal(selected, attention.bool())
 
 
@@ -885,15 +874,15 @@ def test_a_row_with_nothing_to_select_leaves_the_next_rows_alone(name):
     special[1] = True  # row 1: all special, nothing to select
     attention = torch.ones(3, 10, dtype=torch.long)
     attention[0] = 0  # row 0: all padding
-    selected = _SELECTORS[name](special, attention, mlm_probability=0.5, generator=_gen(0))
+    selected = _SELECTORS[name](special, attention, mlm_probability=0.5, generator=gen(0))
     assert selected.sum(1).tolist() == [0, 0, 5]
 
 
 @pytest.mark.parametrize("name", sorted(_SELECTORS))
 def test_a_1d_input_gives_the_first_row_of_the_2d_result(name):
     special = torch.tensor([True] + [False] * 10 + [True])
-    one = _SELECTORS[name](special, None, mlm_probability=0.5, generator=_gen(4))
-    two = _SELECTORS[name](special[None], None, mlm_probability=0.5, generator=_gen(4))
+    one = _SELECTORS[name](special, None, mlm_probability=0.5, generator=gen(4))
+    two = _SELECTORS[name](special[None], None, mlm_probability=0.5, generator=gen(4))
     assert one.shape == (12,) and torch.equal(one, two[0])
 
 
@@ -904,7 +893,7 @@ def test_a_word_that_would_overshoot_the_count_is_skipped_not_the_rest():
     special = _no(1, 6)
     for seed in range(20):
         selected = select_whole_words(
-            special, cont, mlm_probability=0.4, max_predictions_per_seq=2, generator=_gen(seed)
+            special, cont, mlm_probability=0.4, max_predictions_per_seq=2, generator=gen(seed)
         )
         assert int(selected.sum()) == 2 and not selected[0, :3].any()
 
@@ -916,10 +905,10 @@ def test_one_word_spans_select_a_uniform_subset():
     ids = _ids(rows, 10)
     calls = [
         lambda: select_spans(
-            special, special, mlm_probability=0.2, geometric_p=1.0, generator=_gen(0)
+            special, special, mlm_probability=0.2, geometric_p=1.0, generator=gen(0)
         ),
         lambda: select_spans(
-            special, special, mlm_probability=0.2, max_span_length=1, generator=_gen(1)
+            special, special, mlm_probability=0.2, max_span_length=1, generator=gen(1)
         ),
         lambda: (
             mask_spans(
@@ -929,7 +918,7 @@ def test_one_word_spans_select_a_uniform_subset():
                 vocab_size=VOCAB,
                 mlm_probability=0.2,
                 max_span_length=1,
-                generator=_gen(2),
+                generator=gen(2),
             )[1]
             != -100
         ),
@@ -945,7 +934,7 @@ def test_a_span_starts_at_a_word_token_never_at_padding():
     """Two words then ten [PAD]: count 1, so one word, each half the time."""
     special = _no(200, 12)
     special[:, 2:] = True
-    selected = select_spans(special, _no(200, 12), mlm_probability=0.5, generator=_gen(0))
+    selected = select_spans(special, _no(200, 12), mlm_probability=0.5, generator=gen(0))
     assert (selected.sum(1) == 1).all()
     assert binomial_ok(int(selected[:, 0].sum()), 200, 0.5)
 
@@ -954,7 +943,7 @@ def test_a_span_stops_at_sep():
     """``[CLS] a [SEP] b c [SEP]``, count 2: a and b are both taken only if the first span starts
     at a (then the second takes b or c) or is one word at b followed by a: 1/6 + pmf[0] / 6."""
     special = torch.tensor([[True, False, True, False, False, True]]).repeat(600, 1)
-    selected = select_spans(special, _no(600, 6), mlm_probability=0.5, generator=_gen(0))
+    selected = select_spans(special, _no(600, 6), mlm_probability=0.5, generator=gen(0))
     assert (selected.sum(1) == 2).all()
     both = int((selected[:, 1] & selected[:, 3]).sum())
     assert binomial_ok(both, 600, 1 / 6 + float(span_length_pmf()[0]) / 6)
@@ -969,7 +958,7 @@ def test_the_shares_are_passed_on_and_every_selected_position_is_a_target(
     per_span, mask_replace_prob, random_replace_prob, becomes_mask
 ):
     ids = _ids(4, 12)
-    sel = torch.rand(4, 12, generator=_gen(1)) < 0.5
+    sel = torch.rand(4, 12, generator=gen(1)) < 0.5
     sel[0] = False
     sel[1, 3] = True
     sel[1, 4:] = False  # row 1: one span, or several
@@ -981,7 +970,7 @@ def test_the_shares_are_passed_on_and_every_selected_position_is_a_target(
         mask_replace_prob=mask_replace_prob,
         random_replace_prob=random_replace_prob,
         per_span=per_span,
-        generator=_gen(0),
+        generator=gen(0),
     )
     assert torch.equal(labels, torch.where(sel, ids, -100))
     assert torch.equal(masked, torch.where(sel, MASK, ids) if becomes_mask else ids)
@@ -1035,7 +1024,7 @@ def test_per_span_random_replacements_keep_the_dtype_of_the_input():
         mask_replace_prob=0.0,
         random_replace_prob=1.0,
         per_span=True,
-        generator=_gen(0),
+        generator=gen(0),
     )
     assert masked.dtype == labels.dtype == torch.int32
     assert torch.equal(masked[~sel], ids[~sel]) and ((masked >= 0) & (masked < VOCAB)).all()
@@ -1045,8 +1034,8 @@ def test_a_1d_input_gives_1d_outputs_per_span():
     ids = _ids(1, 8)
     sel = torch.tensor([[False, True, True, False, True, True, True, False]])
     kw: dict[str, Any] = dict(mask_token_id=MASK, vocab_size=VOCAB, per_span=True)
-    one = replace_selected(ids[0], sel[0], generator=_gen(3), **kw)
-    two = replace_selected(ids, sel, generator=_gen(3), **kw)
+    one = replace_selected(ids[0], sel[0], generator=gen(3), **kw)
+    two = replace_selected(ids, sel, generator=gen(3), **kw)
     for a, b in zip(one, two):
         assert a.shape == (8,) and torch.equal(a, b[0])
 
@@ -1072,7 +1061,7 @@ def _mixed_runs(masked: torch.Tensor, labels: torch.Tensor) -> int:
 def test_replacement_is_drawn_per_span_only_for_spans(fn, per_span):
     """SpanBERT draws 80/10/10 once per span; Google BERT once per token (and per piece)."""
     ids = _ids(40, 24)
-    cont = torch.rand(40, 24, generator=_gen(5)) < 0.5
+    cont = torch.rand(40, 24, generator=gen(5)) < 0.5
     kw: dict[str, object] = {"max_predictions_per_seq": None}
     if fn is not mask_tokens_exact_count:
         kw = {"is_continuation": cont} if fn is mask_spans else {**kw, "is_continuation": cont}
@@ -1083,7 +1072,7 @@ def test_replacement_is_drawn_per_span_only_for_spans(fn, per_span):
         mlm_probability=0.5,
         mask_replace_prob=0.5,
         random_replace_prob=0.0,
-        generator=_gen(0),
+        generator=gen(0),
         **kw,
     )
     assert (_mixed_runs(masked, labels) == 0) == per_span
@@ -1093,5 +1082,5 @@ def test_replacement_is_drawn_per_span_only_for_spans(fn, per_span):
 def test_rows_without_tokens_select_nothing(select):
     """A batch of empty rows, ``(B, 0)``, selects nothing (it raised in select_whole_words)."""
     empty = torch.zeros(2, 0, dtype=torch.bool)
-    selected = select(empty, empty, generator=_gen(0))
+    selected = select(empty, empty, generator=gen(0))
     assert selected.shape == (2, 0) and selected.dtype == torch.bool

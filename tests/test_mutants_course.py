@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from types import SimpleNamespace
 
 import matplotlib
 import pytest
 import torch
+from _exact import raises_exactly
 from matplotlib.colors import to_hex
 
 from lmlessons.course import grpo_learn, rl
@@ -38,13 +38,6 @@ from lmlessons.course.preferences import (
 from lmlessons.course.records import check_record, load_record, seed_spread, write_record
 
 
-def _raises(error: type[Exception], message: str, call) -> None:
-    """``call()`` raises exactly ``error`` with exactly ``message``."""
-    with pytest.raises(error, match=f"^{re.escape(message)}$") as raised:
-        call()
-    assert type(raised.value) is error
-
-
 def _clock(monkeypatch, module) -> None:
     """``module.time.time`` reads a clock that moves 2 s a call, from 1000 s."""
     ticks = itertools.count(1000.0, 2.0)
@@ -55,7 +48,7 @@ def _clock(monkeypatch, module) -> None:
 
 
 def test_check_record_names_the_record_and_the_type_it_got():
-    _raises(
+    raises_exactly(
         TypeError,
         "record must be a JSON object (dict), got list",
         lambda: check_record([], ("runs",)),
@@ -65,12 +58,12 @@ def test_check_record_names_the_record_and_the_type_it_got():
 def test_load_record_names_the_file_it_read(tmp_path):
     (tmp_path / "r.json").write_text("[1]", encoding="utf-8")
     path = str(tmp_path / "r.json")
-    _raises(
+    raises_exactly(
         TypeError,
         f"{path} must be a JSON object (dict), got list",
         lambda: load_record("r.json", folder="x", keys=(), command="c", directory=tmp_path),
     )
-    _raises(
+    raises_exactly(
         FileNotFoundError,
         f"no recorded runs at {str(tmp_path / 'no.json')!r}; record them with `make it`",
         lambda: load_record("no.json", folder="x", keys=(), command="make it", directory=tmp_path),
@@ -80,16 +73,16 @@ def test_load_record_names_the_file_it_read(tmp_path):
 def test_write_record_makes_missing_parent_folders(tmp_path):
     path = write_record({"a": [1, 2]}, tmp_path / "one" / "two", "r.json")
     assert json.loads(path.read_text(encoding="utf-8")) == {"a": [1, 2]}
-    _raises(
+    raises_exactly(
         TypeError, "record must be a mapping, got list", lambda: write_record([], tmp_path, "x")
     )
 
 
 def test_seed_spread_messages():
-    _raises(
+    raises_exactly(
         TypeError, "values must be a sequence of numbers, one per seed", lambda: seed_spread("1")
     )
-    _raises(
+    raises_exactly(
         ValueError, "values must hold at least one value (one per seed)", lambda: seed_spread([])
     )
 
@@ -143,7 +136,7 @@ def test_preference_set_builds_each_kind_of_pair_from_its_corpus():
 
 def test_preference_set_needs_two_different_first_words():
     same = ["Rain fell on the quiet town.", "Rain came again to the hills."]
-    _raises(
+    raises_exactly(
         ValueError,
         "corpus must hold sentences with at least two different first words",
         lambda: preference_set(corpus=_corpus(same)),
@@ -161,7 +154,7 @@ def test_encode_pair_takes_a_pair_with_exactly_its_three_keys():
     tokenizer = chat_tokenizer()
     ids = encode_pair(tokenizer, pair)
     assert set(ids) == {"prompt_ids", "chosen_ids", "rejected_ids"} and ids["chosen_ids"]
-    _raises(
+    raises_exactly(
         TypeError,
         "pair must be a dict with 'prompt', 'chosen' and 'rejected' message lists",
         lambda: encode_pair(tokenizer, {"prompt": []}),
@@ -174,38 +167,40 @@ def test_preference_sample_bounds_default_seed_and_messages():
     assert preference_sample("validation", 3) != preference_sample("validation", 3, seed=1)
     assert len(preference_sample("validation", 1)) == 1
     assert len(preference_sample("validation", whole)) == whole  # every pair, once
-    _raises(ValueError, "n must be >= 1, got 0", lambda: preference_sample("validation", 0))
-    _raises(TypeError, "n must be an int, got str", lambda: preference_sample("validation", "2"))
+    raises_exactly(ValueError, "n must be >= 1, got 0", lambda: preference_sample("validation", 0))
+    raises_exactly(
+        TypeError, "n must be an int, got str", lambda: preference_sample("validation", "2")
+    )
 
 
 def test_toy_functions_name_their_arguments():
     one = torch.zeros(3)
-    _raises(
+    raises_exactly(
         TypeError,
         "reward_chosen must be a torch.Tensor of floats, got int",
         lambda: bradley_terry(1, one),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "reward_rejected must be a torch.Tensor of floats, got int",
         lambda: bradley_terry(one, 1),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "log_reference must be a torch.Tensor of floats, got int",
         lambda: kl_optimal_policy(1, one, 1.0),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "reward must be a torch.Tensor of floats, got int",
         lambda: kl_optimal_policy(one, 1, 1.0),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "beta must be a finite number > 0, got 0.0",
         lambda: kl_optimal_policy(one, one, 0.0),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "log_policy must be a torch.Tensor of floats, got int",
         lambda: kl_objective(1, one, one, 1.0),
@@ -214,8 +209,8 @@ def test_toy_functions_name_their_arguments():
 
 def test_chosen_course_and_select_runs_name_the_record():
     message = "record (preference_runs()) lacks the keys ['runs'] of its kind of recording"
-    _raises(ValueError, message, lambda: chosen_course({}))
-    _raises(ValueError, message, lambda: select_runs({}, "sigmoid", 0.1))
+    raises_exactly(ValueError, message, lambda: chosen_course({}))
+    raises_exactly(ValueError, message, lambda: select_runs({}, "sigmoid", 0.1))
 
 
 # --------------------------------------------------------------------------------------- rl
@@ -226,23 +221,23 @@ def test_rl_prompts_default_bounds_and_messages():
     assert len(rl.rl_prompts()) == 8
     assert len(rl.rl_prompts(1, split="validation")) == 1
     assert len(rl.rl_prompts(whole, split="validation")) == whole
-    _raises(ValueError, "n must be >= 1, got 0", lambda: rl.rl_prompts(0))
-    _raises(TypeError, "n must be an int, got str", lambda: rl.rl_prompts("2"))
+    raises_exactly(ValueError, "n must be >= 1, got 0", lambda: rl.rl_prompts(0))
+    raises_exactly(TypeError, "n must be an int, got str", lambda: rl.rl_prompts("2"))
 
 
 def test_completion_text_of_a_message_without_content_is_empty():
     assert rl.completion_text([{"role": "assistant"}]) == ""
-    _raises(
+    raises_exactly(
         TypeError,
         "completion must be a string or a non-empty list of {'role', 'content'} messages, got int",
         lambda: rl.completion_text(3),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "completions must be a list (one completion per row)",
         lambda: rl.length_reward("a b"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "answer must be a list with one reference answer per completion",
         lambda: rl.correctness_reward(["a"], answer="a"),
@@ -274,10 +269,14 @@ def test_run_summary_default_window_and_messages():
     runs = [{"loss_type": "grpo", "beta": 0.0, "seed": 0, "mean_length": [9.0, 1, 2, 3, 4, 5]}]
     data = {"experiments": {"e": {"runs": runs}}}
     assert rl.run_summary(data, "e")["grpo"]["final"] == 3.0  # the last 5 steps
-    _raises(ValueError, "experiment must be one of []", lambda: rl.run_summary({}, "e"))
-    _raises(ValueError, "experiment must be one of ['e']", lambda: rl.run_summary(data, "f"))
-    _raises(ValueError, "last must be >= 1, got 0", lambda: rl.run_summary(data, "e", last=0))
-    _raises(TypeError, "last must be an int, got str", lambda: rl.run_summary(data, "e", last="1"))
+    raises_exactly(ValueError, "experiment must be one of []", lambda: rl.run_summary({}, "e"))
+    raises_exactly(ValueError, "experiment must be one of ['e']", lambda: rl.run_summary(data, "f"))
+    raises_exactly(
+        ValueError, "last must be >= 1, got 0", lambda: rl.run_summary(data, "e", last=0)
+    )
+    raises_exactly(
+        TypeError, "last must be an int, got str", lambda: rl.run_summary(data, "e", last="1")
+    )
 
 
 def test_expected_reward_gradient_is_computed_in_float64():
@@ -288,12 +287,12 @@ def test_expected_reward_gradient_is_computed_in_float64():
     torch.testing.assert_close(
         rl.expected_reward_gradient(logits, rewards), want, rtol=0, atol=1e-15
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "logits must be a torch.Tensor of floats, got int",
         lambda: rl.expected_reward_gradient(1, rewards),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "rewards must be a torch.Tensor of floats, got int",
         lambda: rl.expected_reward_gradient(logits, 1),
@@ -314,19 +313,19 @@ def test_reinforce_estimates_defaults_bounds_and_messages():
     )
     assert draw(num_samples=1).shape == (1, 3)
     assert draw(num_samples=4, baseline="rloo", num_generations=2).shape == (4, 3)
-    _raises(ValueError, "num_samples must be >= 1, got 0", lambda: draw(num_samples=0))
-    _raises(TypeError, "num_samples must be an int, got str", lambda: draw(num_samples="1"))
-    _raises(
+    raises_exactly(ValueError, "num_samples must be >= 1, got 0", lambda: draw(num_samples=0))
+    raises_exactly(TypeError, "num_samples must be an int, got str", lambda: draw(num_samples="1"))
+    raises_exactly(
         ValueError,
         "num_generations must be >= 2, got 1",
         lambda: draw(num_samples=2, num_generations=1),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "num_generations must be an int, got str",
         lambda: draw(num_samples=2, num_generations="2"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "num_samples must be a multiple of num_generations=4, got 6",
         lambda: draw(num_samples=6, baseline="group"),
@@ -337,22 +336,22 @@ def test_scaled_loss_updates_default_lr_and_messages():
     grads = torch.tensor([[1.0, -2.0], [0.5, 4.0]], dtype=torch.float64)
     updates = rl.scaled_loss_updates(grads, scale=3.0, optimizer="sgd")
     torch.testing.assert_close(updates, -1e-3 * 3.0 * grads, rtol=0, atol=1e-15)
-    _raises(
+    raises_exactly(
         TypeError,
         "gradients must be a torch.Tensor of floats, got int",
         lambda: rl.scaled_loss_updates(1, scale=1.0, optimizer="sgd"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "gradients must have shape (steps, P), got (2,)",
         lambda: rl.scaled_loss_updates(grads[0], scale=1.0, optimizer="sgd"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "lr must be a finite number > 0, got 0.0",
         lambda: rl.scaled_loss_updates(grads, scale=1.0, optimizer="sgd", lr=0.0),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "lr must be a number, got str",
         lambda: rl.scaled_loss_updates(grads, scale=1.0, optimizer="sgd", lr="1"),
@@ -363,13 +362,13 @@ def test_scaled_loss_updates_default_lr_and_messages():
 
 
 def test_word_count_and_rewards_messages():
-    _raises(TypeError, "text must be a str, got int", lambda: grpo_learn.word_count(3))
-    _raises(
+    raises_exactly(TypeError, "text must be a str, got int", lambda: grpo_learn.word_count(3))
+    raises_exactly(
         TypeError,
         "completions must be a list (one completion per row)",
         lambda: grpo_learn.has_word_reward("water"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "samples must hold at least one completion",
         lambda: grpo_learn.sample_stats([{"completions": []}]),
@@ -393,7 +392,7 @@ def test_record_learn_runs_hands_each_run_its_settings_and_logs_it(monkeypatch):
     assert data["settings"]["seeds"] == [4] and data["settings"]["max_steps"] == 3
     assert 0 < data["seconds"] < 1000
     assert lines == ["learns  seed=4 reward 0.25 -> 0.75, samples: word count 1.00 -> 1.00 (2 s)"]
-    _raises(
+    raises_exactly(
         ValueError,
         "experiments must be among ['games', 'learns'], got ['nope']",
         lambda: grpo_learn.record_learn_runs(["nope"], seeds=[0], max_steps=1, log=None),
@@ -413,12 +412,12 @@ def test_reward_rise_default_window_bounds_and_messages():
     assert whole["start"] == whole["end"] == pytest.approx(0.5)
     (one,) = grpo_learn.reward_rise(data, "learns", window=1)
     assert (one["start"], one["end"]) == (0.0, 1.0)
-    _raises(
+    raises_exactly(
         ValueError,
         "window must be >= 1, got 0",
         lambda: grpo_learn.reward_rise(data, "learns", window=0),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "window must be an int, got str",
         lambda: grpo_learn.reward_rise(data, "learns", window="1"),

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _exact import gen
 from _pair_data import IDS, split_rows
 from _tiny import VOCAB, bert_config, seeded
 from hypothesis import given, settings
@@ -38,10 +39,6 @@ from lmlessons import collator as collator_module
 from lmlessons.causality import causal_mask, logit_change
 from lmlessons.collator import MLMCollator
 from lmlessons.pairs import make_nsp_pairs, make_sop_pairs, truncate_seq_pair
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _one_token_docs(lengths: list[int]) -> list[list[list[int]]]:
@@ -78,7 +75,7 @@ _BUILDERS = {
 @given(n=st.integers(2, 30), max_length=st.integers(5, 11), seed=st.integers(0, 2**16))
 def test_in_order_pairs_are_consecutive_blocks_of_max_length_minus_3(builder, n, max_length, seed):
     out = _BUILDERS[builder](
-        _one_token_docs([n]), **IDS, max_length=max_length, short_seq_prob=0.0, generator=_gen(seed)
+        _one_token_docs([n]), **IDS, max_length=max_length, short_seq_prob=0.0, generator=gen(seed)
     )
     pairs = sorted(split_rows(out))
     assert all(a and b for a, b in pairs)
@@ -92,7 +89,7 @@ def test_a_one_sentence_chunk_borrows_the_next_sentence(n):
     # every sentence is longer than max_length - 3 = 4 tokens: each chunk closes at one sentence
     docs = [[[100 * (k + 1) + t for t in range(6)] for k in range(n)]]
     out = make_sop_pairs(
-        docs, **IDS, max_length=7, swap_probability=0.0, short_seq_prob=0.0, generator=_gen(0)
+        docs, **IDS, max_length=7, swap_probability=0.0, short_seq_prob=0.0, generator=gen(0)
     )
     pairs = sorted(split_rows(out))
     assert len(pairs) == n // 2  # sentences 2k and 2k + 1; a lone last one gives nothing
@@ -111,7 +108,7 @@ def test_notnext_b_comes_from_any_other_document_and_any_sentence(n_docs):
         max_length=m + 3,
         nsp_probability=1.0,
         short_seq_prob=0.0,
-        generator=_gen(0),
+        generator=gen(0),
     )
     assert out["next_sentence_label"].eq(1).all()
     a_runs: dict[int, list[tuple[int, int]]] = {d: [] for d in range(n_docs)}
@@ -139,7 +136,7 @@ def test_notnext_b_comes_from_any_other_document_and_any_sentence(n_docs):
 def test_max_length_5_with_only_short_targets(make_pairs):
     # the shortest max_length, and a random target length drawn in [2, max_length - 3] = [2, 2]
     out = make_pairs(
-        _one_token_docs([9, 7]), **IDS, max_length=5, short_seq_prob=1.0, generator=_gen(1)
+        _one_token_docs([9, 7]), **IDS, max_length=5, short_seq_prob=1.0, generator=gen(1)
     )
     assert out["input_ids"].shape[1] == 5
     assert all(len(a) == 1 and len(b) == 1 for a, b in split_rows(out))
@@ -148,7 +145,7 @@ def test_max_length_5_with_only_short_targets(make_pairs):
 @pytest.mark.parametrize("seed", range(4))
 def test_truncate_seq_pair_trims_b_on_a_tie(seed):
     # Google: ``trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b``
-    a, b = truncate_seq_pair([1, 2], [3, 4], 3, generator=_gen(seed))
+    a, b = truncate_seq_pair([1, 2], [3, 4], 3, generator=gen(seed))
     assert a == [1, 2] and b in ([3], [4])
 
 
@@ -232,7 +229,7 @@ def _in_worker(monkeypatch, worker_id: int) -> None:
 
 
 def test_each_loader_process_draws_its_own_stream_seeded_seed_plus_id(tok, monkeypatch):
-    collator = MLMCollator(tok, generator=_gen(2**64 - 1))
+    collator = MLMCollator(tok, generator=gen(2**64 - 1))
     _in_worker(monkeypatch, 0)
     g0 = collator.process_generator()
     assert g0 is not None and collator.generator is not None
@@ -250,7 +247,7 @@ def test_each_loader_process_draws_its_own_stream_seeded_seed_plus_id(tok, monke
 
 def test_a_pickled_collator_starts_the_loader_stream_anew(tok, monkeypatch):
     _in_worker(monkeypatch, 0)
-    collator = MLMCollator(tok, generator=_gen(7))
+    collator = MLMCollator(tok, generator=gen(7))
     first = collator(TEXTS)["labels"]
     copy = pickle.loads(pickle.dumps(collator))  # what a spawned worker receives
     assert torch.equal(copy(TEXTS)["labels"], first)
@@ -261,7 +258,7 @@ def test_a_pickled_collator_starts_the_loader_stream_anew(tok, monkeypatch):
 def test_a_seeded_collator_in_another_process_names_the_generator(tok, monkeypatch):
     other = SimpleNamespace(name="ForkPoolWorker-1")
     monkeypatch.setattr(collator_module.multiprocessing, "current_process", lambda: other)
-    assert _message(ValueError, MLMCollator(tok, generator=_gen(0)).process_generator) == (
+    assert _message(ValueError, MLMCollator(tok, generator=gen(0)).process_generator) == (
         "generator: this process is neither the main process nor a DataLoader worker, so it "
         "cannot get its own random stream (every copy would draw the same masks); use a "
         "DataLoader with num_workers, or generator=None"
@@ -332,7 +329,7 @@ def test_causal_mask_of_one_token_and_its_message():
 def test_logit_change_passes_the_attention_mask_to_the_model():
     # bidirectional BERT: a replaced token that is masked out reaches no other position
     model = seeded(BertLMHeadModel, bert_config(is_decoder=False), 0)
-    ids = torch.randint(5, VOCAB, (1, 6), generator=_gen(0))  # (1, T)
+    ids = torch.randint(5, VOCAB, (1, 6), generator=gen(0))  # (1, T)
     position = 2
     other = 5 if int(ids[0, position]) != 5 else 6
     mask = torch.ones(6, dtype=torch.long)

@@ -11,11 +11,11 @@ mutants. Tiny tensors, no model, no training.
 from __future__ import annotations
 
 import math
-import re
 from types import SimpleNamespace
 
 import pytest
 import torch
+from _exact import gen, raises_exactly
 
 from lmlessons.grpo import (
     aggregate_loss,
@@ -35,17 +35,6 @@ from lmlessons.preference import (
     sequence_logprobs,
     simpo_loss,
 )
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _raises(error: type[Exception], message: str, call) -> None:
-    """``call()`` raises exactly ``error`` with exactly ``message``."""
-    with pytest.raises(error, match=f"^{re.escape(message)}$") as raised:
-        call()
-    assert type(raised.value) is error
 
 
 def _sigmoid(x: float) -> float:
@@ -74,10 +63,10 @@ def test_the_sample_estimators_take_a_0_dim_log_ratio(estimator, by_hand):
 
 @pytest.mark.parametrize("estimator", [k1, k2, k3], ids=["k1", "k2", "k3"])
 def test_the_sample_estimators_name_log_ratio(estimator):
-    _raises(
+    raises_exactly(
         TypeError, "log_ratio must be a torch.Tensor of floats, got list", lambda: estimator([0.5])
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "log_ratio must be a floating-point tensor, got dtype torch.int64",
         lambda: estimator(torch.tensor([1, 2])),
@@ -86,12 +75,12 @@ def test_the_sample_estimators_name_log_ratio(estimator):
 
 def test_kl_divergence_names_each_argument():
     ok = torch.zeros(2, 3)
-    _raises(
+    raises_exactly(
         TypeError,
         "log_p must be a torch.Tensor of floats, got list",
         lambda: kl_divergence([0.0], ok),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "log_q must be a torch.Tensor of floats, got list",
         lambda: kl_divergence(ok, [0.0]),
@@ -103,14 +92,14 @@ def test_the_distillation_kls_name_the_logits(kl):
     ok = torch.zeros(2, 3)
     ints = torch.zeros(2, 3, dtype=torch.long)
     message = "must be a floating-point tensor, got dtype torch.int64"
-    _raises(TypeError, f"student_logits {message}", lambda: kl(ints, ok))
-    _raises(TypeError, f"teacher_logits {message}", lambda: kl(ok, ints))
+    raises_exactly(TypeError, f"student_logits {message}", lambda: kl(ints, ok))
+    raises_exactly(TypeError, f"teacher_logits {message}", lambda: kl(ok, ints))
 
 
 def test_low_precision_logits_are_log_softmaxed_in_float32():
     """bfloat16 logits are cast to float32 before the log-softmax (``promote_types`` with
     float32): the result is float32 and equals the KL of the same logits given as float32."""
-    g = _gen(0)
+    g = gen(0)
     student = torch.randn(2, 3, 7, generator=g).to(torch.bfloat16)  # (B, T, V)
     teacher = torch.randn(2, 3, 7, generator=g).to(torch.bfloat16)  # (B, T, V)
     for kl in (forward_kl, reverse_kl):
@@ -147,7 +136,7 @@ def test_generalized_jsd_of_one_position_is_the_mixture_jsd_by_hand():
 def test_generalized_jsd_labels_message_names_student_logits_and_labels():
     student, teacher = torch.zeros(2, 3, 5), torch.zeros(2, 3, 5)
     labels = torch.zeros(2, 2, dtype=torch.long)
-    _raises(
+    raises_exactly(
         ValueError,
         "labels must have shape student_logits.shape[:-1] = (2, 3) (one label per position), "
         "got (2, 2)",
@@ -164,33 +153,33 @@ ADV = torch.zeros(4)  # (B,)
 def test_grpo_tensor_checks_print_the_argument_and_the_shapes():
     ints = torch.zeros(4, 3, dtype=torch.long)
     message = "must be a floating-point tensor, got dtype torch.int64"
-    _raises(TypeError, f"old_logps {message}", lambda: token_losses(LP, ints, ADV))
-    _raises(
+    raises_exactly(TypeError, f"old_logps {message}", lambda: token_losses(LP, ints, ADV))
+    raises_exactly(
         TypeError,
         f"ref_logps {message}",
         lambda: token_losses(LP, None, ADV, beta=0.1, ref_logps=ints),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "advantages must be a torch.Tensor of floats, got list",
         lambda: token_losses(LP, None, [0.0]),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "advantages must have shape (B,) = (4,) or (B, C) = (4, 3), got (3,)",
         lambda: token_losses(LP, None, torch.zeros(3)),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "logps must have at least 2 dimensions, got shape (4,)",
         lambda: token_losses(torch.zeros(4), None, ADV),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "logps must have shape (B, C), got (4, 3, 1)",
         lambda: token_losses(torch.zeros(4, 3, 1), None, ADV),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "completion_mask must have the shape of logps (4, 3), got (4, 2)",
         lambda: token_losses(
@@ -201,17 +190,17 @@ def test_grpo_tensor_checks_print_the_argument_and_the_shapes():
 
 def test_grpo_weight_checks_print_the_argument():
     mask = torch.ones(4, 3)
-    _raises(
+    raises_exactly(
         TypeError,
         "completion_mask must be a torch.Tensor of 0 and 1, got list",
         lambda: token_weights(mask.tolist(), loss_type="bnpo"),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "max_completion_length must be an int, got str",
         lambda: token_weights(mask, loss_type="dr_grpo", max_completion_length="6"),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "per_token_loss and completion_mask must have one shape (B, C), got (4, 2) and (4, 3)",
         lambda: aggregate_loss(torch.zeros(4, 2), mask, loss_type="bnpo"),
@@ -219,23 +208,23 @@ def test_grpo_weight_checks_print_the_argument():
 
 
 def test_advantage_checks_print_the_argument_and_the_bound():
-    _raises(
+    raises_exactly(
         ValueError,
         "rewards must be finite (TRL zeroes the advantage of a NaN reward)",
         lambda: group_advantages(torch.tensor([1.0, float("nan")]), num_generations=2),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "rewards must be a torch.Tensor of floats, got list",
         lambda: rloo_advantages([1.0, 2.0], num_generations=2),
     )
     for bad in (1, 0):  # a group of one has no "others": the bound is 2
-        _raises(
+        raises_exactly(
             ValueError,
             f"num_generations must be >= 2, got {bad}",
             lambda bad=bad: rloo_advantages(torch.zeros(4), num_generations=bad),
         )
-    _raises(
+    raises_exactly(
         TypeError,
         "num_generations must be an int, got float",
         lambda: rloo_advantages(torch.zeros(4), num_generations=2.0),
@@ -339,32 +328,32 @@ def test_dpo_loss_default_beta_is_0_1():
 
 def test_per_pair_messages_name_the_argument_and_the_first_one():
     first = "policy_chosen_logps (3,)"
-    _raises(
+    raises_exactly(
         ValueError,
         f"ref_chosen_logps must have the shape of {first}, got (4,)",
         lambda: dpo_loss(X, X, torch.zeros(4), X),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         f"ref_rejected_logps must have the shape of {first}, got (2,)",
         lambda: dpo_loss(X, X, X, torch.zeros(2)),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "chosen_avg_logps must have shape (B,) with B >= 1, got (1, 3)",
         lambda: simpo_loss(X[None], X, beta=2.0, simpo_gamma=0.5),
     )
-    _raises(
+    raises_exactly(
         TypeError,
         "chosen_rewards must be a torch.Tensor of floats, got list",
         lambda: reward_accuracies([0.0], X),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "rejected_rewards must have the shape of chosen_rewards (3,), got (2,)",
         lambda: reward_margins(X, X[:2]),
     )
-    _raises(
+    raises_exactly(
         ValueError,
         "chosen_logps must have shape (B,) with B >= 1, got (1, 3)",
         lambda: preference_metrics(X, X, chosen_logps=X[None]),
@@ -372,7 +361,7 @@ def test_per_pair_messages_name_the_argument_and_the_first_one():
 
 
 def test_length_counts_must_have_one_per_pair():
-    _raises(
+    raises_exactly(
         ValueError,
         "chosen_lengths must have shape (3,), got (2,)",
         lambda: dpo_loss(
@@ -383,7 +372,7 @@ def test_length_counts_must_have_one_per_pair():
 
 @pytest.mark.parametrize("beta", [0.0, -1.0, float("inf")])
 def test_simpo_beta_must_be_positive(beta):
-    _raises(
+    raises_exactly(
         ValueError,
         f"beta must be a finite number > 0, got {beta}",
         lambda: simpo_loss(X, X, beta=beta, simpo_gamma=0.5),
@@ -393,7 +382,7 @@ def test_simpo_beta_must_be_positive(beta):
 def test_simpo_gamma_may_be_zero_but_not_negative():
     losses, _, _ = simpo_loss(X, X, beta=2.0, simpo_gamma=0.0)
     assert losses.tolist() == pytest.approx([math.log(2.0)] * 3)  # -log sigmoid(0)
-    _raises(
+    raises_exactly(
         ValueError,
         "simpo_gamma must be a finite number >= 0, got -1.0",
         lambda: simpo_loss(X, X, beta=2.0, simpo_gamma=-1.0),
@@ -404,7 +393,7 @@ def test_simpo_gamma_may_be_zero_but_not_negative():
     ("examples", "got"), [("the cat", "str"), (b"ids", "bytes"), ({"prompt_ids": [1]}, "dict")]
 )
 def test_preference_batch_wants_a_list_of_examples(examples, got):
-    _raises(
+    raises_exactly(
         TypeError,
         f"examples must be a list of dicts, got {got}",
         lambda: preference_batch(examples, pad_token_id=0),
@@ -417,7 +406,7 @@ class _TableLM(torch.nn.Module):
 
     def __init__(self, vocab_size: int, seed: int) -> None:
         super().__init__()
-        self.table = torch.nn.Parameter(torch.randn(vocab_size, vocab_size, generator=_gen(seed)))
+        self.table = torch.nn.Parameter(torch.randn(vocab_size, vocab_size, generator=gen(seed)))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
         logits = self.table[input_ids] * attention_mask.unsqueeze(-1)  # (B, T, V)

@@ -15,6 +15,7 @@ import re
 
 import pytest
 import torch
+from _exact import gen
 
 from lmlessons.answer_only import completion_only_labels
 from lmlessons.packing import pad
@@ -35,17 +36,13 @@ from lmlessons.preference import (
 V = 11
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _ids(n: int, g: torch.Generator) -> list[int]:
     return torch.randint(1, V, (n,), generator=g).tolist()
 
 
 def _examples(lengths: list[tuple[int, int, int]], seed: int = 0) -> list[dict[str, list[int]]]:
     """One preference pair per ``(prompt, chosen, rejected)`` length triple, random ids."""
-    g = _gen(seed)
+    g = gen(seed)
     return [
         {"prompt_ids": _ids(p, g), "chosen_ids": _ids(c, g), "rejected_ids": _ids(r, g)}
         for p, c, r in lengths
@@ -110,7 +107,7 @@ def test_preference_batch_stacks_chosen_over_rejected():
 def test_sequence_logprobs_is_the_loop_over_positions(seed):
     examples = _examples([(2, 3, 1), (4, 1, 3), (1, 2, 2)], seed=seed)
     labels = preference_batch(examples, pad_token_id=0)["labels"]  # (6, T)
-    logits = torch.randn(*labels.shape, V, generator=_gen(seed + 10))  # (6, T, V)
+    logits = torch.randn(*labels.shape, V, generator=gen(seed + 10))  # (6, T, V)
     ours = sequence_logprobs(logits, labels)
     assert ours.shape == (6,)
     assert ours.tolist() == pytest.approx(_loop_logprobs(logits, labels), abs=1e-5)
@@ -118,7 +115,7 @@ def test_sequence_logprobs_is_the_loop_over_positions(seed):
 
 def test_average_divides_by_the_completion_length():
     batch = preference_batch(_examples([(2, 3, 1), (3, 5, 4)], seed=3), pad_token_id=0)
-    logits = torch.randn(*batch["labels"].shape, V, generator=_gen(4))  # (4, T, V)
+    logits = torch.randn(*batch["labels"].shape, V, generator=gen(4))  # (4, T, V)
     total = sequence_logprobs(logits, batch["labels"])  # (4,)
     mean = sequence_logprobs(logits, batch["labels"], average=True)  # (4,)
     lengths = batch["completion_mask"].sum(dim=1)  # (4,): 3, 5, 1, 4
@@ -130,11 +127,11 @@ def test_positions_without_a_target_contribute_nothing():
     """Changing the logits of the positions whose next label is -100 (the prompt but its last
     token, the padding, the last position) changes neither the sum nor its gradient's support."""
     labels = preference_batch(_examples([(3, 2, 4), (2, 3, 1)], seed=5), pad_token_id=0)["labels"]
-    logits = torch.randn(*labels.shape, V, generator=_gen(6)).requires_grad_()  # (4, T, V)
+    logits = torch.randn(*labels.shape, V, generator=gen(6)).requires_grad_()  # (4, T, V)
     no_target = torch.ones_like(labels, dtype=torch.bool)  # (4, T)
     no_target[:, :-1] = labels[:, 1:] == -100
     noisy = logits.detach() + 50 * no_target[..., None] * torch.randn(
-        logits.shape, generator=_gen(7)
+        logits.shape, generator=gen(7)
     )
     assert torch.allclose(sequence_logprobs(noisy, labels), sequence_logprobs(logits, labels))
     sequence_logprobs(logits, labels).sum().backward()
@@ -157,7 +154,7 @@ def test_padding_side_does_not_change_the_sum_when_the_labels_mask_it():
     """Right and left padding give the same sums when the first token's label is -100 (it is a
     prompt token). If the first token were a target, left padding would score it from the last
     pad position: the shift crosses into the padding."""
-    g = _gen(8)
+    g = gen(8)
     examples = _examples([(2, 3, 1), (4, 2, 5), (1, 2, 2)], seed=9)  # lengths 5, 6 and 3
     rows = [completion_only_labels(e["prompt_ids"], e["chosen_ids"])["labels"] for e in examples]
     row_logits = [torch.randn(len(r), V, generator=g) for r in rows]
@@ -180,7 +177,7 @@ def test_padding_side_does_not_change_the_sum_when_the_labels_mask_it():
 def _pair_logits(batch: dict[str, torch.Tensor], prompt_lengths: list[int], seed: int):
     """Random ``(2B, T, V)`` logits of a causal model: a prompt's positions see only the prompt,
     so they get the same logits in the chosen row and in the rejected row of its pair."""
-    logits = torch.randn(*batch["input_ids"].shape, V, generator=_gen(seed))  # (2B, T, V)
+    logits = torch.randn(*batch["input_ids"].shape, V, generator=gen(seed))  # (2B, T, V)
     half = len(prompt_lengths)
     for i, p in enumerate(prompt_lengths):
         logits[half + i, :p] = logits[i, :p]
@@ -241,7 +238,7 @@ def test_the_prompt_cancels_from_the_length_normalised_losses_only_at_equal_leng
 
 
 def _logps(seed: int, n: int = 5) -> list[torch.Tensor]:
-    g = _gen(seed)
+    g = gen(seed)
     return [(-20 * torch.rand(n, generator=g)).requires_grad_() for _ in range(4)]
 
 
@@ -419,7 +416,7 @@ class _Bigram(torch.nn.Module):
 
     def __init__(self, seed: int) -> None:
         super().__init__()
-        self.table = torch.nn.Parameter(torch.randn(V, V, generator=_gen(seed)))
+        self.table = torch.nn.Parameter(torch.randn(V, V, generator=gen(seed)))
 
     def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
         return type("Out", (), {"logits": self.table[input_ids]})()  # (B, T, V)
