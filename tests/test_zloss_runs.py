@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from lmlessons.course.records import write_record
+from lmlessons.course.training import train_steps
 from lmlessons.course.zloss_runs import (
     ZLOSS_COMMAND,
     ZLOSS_FILE,
@@ -26,7 +27,6 @@ from lmlessons.course.zloss_runs import (
     logit_stats,
     record_zloss_runs,
     recorded_zloss_runs,
-    train_steps,
     zloss_figure,
     zloss_run,
     zloss_summary,

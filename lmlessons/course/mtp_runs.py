@@ -45,12 +45,8 @@ from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
 from lmlessons.course.tokenizer import load_tokenizer
-from lmlessons.course.zloss_runs import (
-    LossFn,
-    heldout_batches,
-    heldout_loss,
-    train_steps,
-)
+from lmlessons.course.training import LossFn, train_steps
+from lmlessons.course.zloss_runs import heldout_batches, heldout_loss
 from lmlessons.mtp import mtp_loss, mtp_losses, mtp_num_items
 
 __all__ = [
@@ -174,7 +170,7 @@ def mtp_run(
     model_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One recorded run: :func:`mtp_model` (``num_depths``, ``seed``) trained with ``mtp_loss``
-    by :func:`lmlessons.course.zloss_runs.train_steps` with ``settings`` (default
+    by :func:`lmlessons.course.training.train_steps` with ``settings`` (default
     :data:`MTP_SETTINGS`), the batches' order from ``seed``. Returns ``{"num_depths", "seed",
     "step", "loss_depth_1", ..., "loss_depth_D": [one per logged step], "heldout_next_token_loss":
     depth 1's held-out loss (evaluate's clm_loss), "heldout_depth_losses": [one per depth]}``."""

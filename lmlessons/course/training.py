@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +58,8 @@ from lmlessons.shifting import num_targets, shift_labels
 __all__ = [
     "History",
     "train",
+    "train_steps",
+    "LossFn",
     "evaluate",
     "infer_objective",
     "OBJECTIVES",
@@ -381,6 +383,45 @@ def _schedule(
         return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
 
     return factor
+
+
+#: A loss for :func:`train_steps`: ``(model, batch) -> (loss, values to log)``.
+LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
+
+
+def train_steps(
+    model: torch.nn.Module,
+    batches: Iterator[dict[str, torch.Tensor]],
+    loss_fn: LossFn,
+    settings: Mapping[str, Any],
+) -> dict[str, list[float]]:
+    """Train ``model`` for ``settings["max_steps"]`` steps, one batch a step: AdamW
+    (``learning_rate``, ``weight_decay``) with ``warmup_steps`` of linear warm-up, then a constant
+    rate, the gradient norm clipped to ``max_grad_norm``. Returns ``{"step": [...], name: [...]}``:
+    what ``loss_fn`` logged at step 1 and every ``log_every`` steps. The model ends in eval mode."""
+    model = check_model(model)
+    max_steps = check_int("max_steps", settings["max_steps"], minimum=1)
+    log_every = check_int("log_every", settings["log_every"], minimum=1)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings["learning_rate"], weight_decay=settings["weight_decay"]
+    )
+    factor = _schedule("constant", settings["warmup_steps"], max_steps, settings["learning_rate"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    logged: dict[str, list[float]] = {"step": []}
+    model.train()
+    for step, batch in zip(range(1, max_steps + 1), batches, strict=False):
+        loss, values = loss_fn(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step == 1 or step % log_every == 0:
+            logged["step"].append(step)
+            for name, value in values.items():
+                logged.setdefault(name, []).append(value)
+    model.eval()
+    return logged
 
 
 @dataclass

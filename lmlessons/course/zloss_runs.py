@@ -8,7 +8,7 @@ models trained at high learning rates drift far from 0 late in training, and a z
 (:func:`lmlessons.course.batches.clm_batches`), at :data:`ZLOSS_SETTINGS`' learning rate, with
 ``z_loss_coefficient`` 0 and 1e-4, over seeds:
 
-* :func:`train_steps`: the loop (AdamW, linear warm-up, gradient clipping) for any loss function,
+* :func:`lmlessons.course.training.train_steps` (the loop for any loss function) runs it,
   which logs what the loss function reports every ``log_every`` steps (the MTP runs use it too);
 * :func:`logit_stats`: the mean ``log Z`` over the counted positions and the largest ``|logit|``;
 * :func:`zloss_run`: one run: per logged step the LM loss, mean ``log Z`` and largest
@@ -28,19 +28,19 @@ per position, is too weak to matter in so short a run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lmlessons._checks import IGNORE_INDEX, check_int, check_logits_labels, check_model
+from lmlessons._checks import IGNORE_INDEX, check_int, check_logits_labels
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
 from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
 from lmlessons.course.tokenizer import load_tokenizer
-from lmlessons.course.training import evaluate
+from lmlessons.course.training import LossFn, evaluate, train_steps
 from lmlessons.losses import clm_loss
 from lmlessons.shifting import shift_labels
 from lmlessons.zloss import z_loss
@@ -48,8 +48,6 @@ from lmlessons.zloss import z_loss
 __all__ = [
     "ZLOSS_SETTINGS",
     "ZLOSS_COEFFICIENTS",
-    "LossFn",
-    "train_steps",
     "heldout_batches",
     "heldout_loss",
     "logit_stats",
@@ -82,50 +80,8 @@ ZLOSS_SETTINGS: dict[str, Any] = {
     "log_every": 10,
 }
 
+
 #: ``loss_fn(model, batch) -> (loss, logged)``: the loss to minimise, and the floats to log.
-LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
-
-
-def _lr_factor(step: int, warmup_steps: int) -> float:
-    """Linear warm-up over ``warmup_steps`` optimizer steps, then 1 (``step`` counts from 0)."""
-    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
-
-
-def train_steps(
-    model: torch.nn.Module,
-    batches: Iterator[dict[str, torch.Tensor]],
-    loss_fn: LossFn,
-    settings: Mapping[str, Any],
-) -> dict[str, list[float]]:
-    """Train ``model`` for ``settings["max_steps"]`` steps, one batch a step: AdamW
-    (``learning_rate``, ``weight_decay``) with ``warmup_steps`` of linear warm-up, then a constant
-    rate, the gradient norm clipped to ``max_grad_norm``. Returns ``{"step": [...], name: [...]}``:
-    what ``loss_fn`` logged at step 1 and every ``log_every`` steps. The model ends in eval mode."""
-    model = check_model(model)
-    max_steps = check_int("max_steps", settings["max_steps"], minimum=1)
-    log_every = check_int("log_every", settings["log_every"], minimum=1)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings["learning_rate"], weight_decay=settings["weight_decay"]
-    )
-    warmup = check_int("warmup_steps", settings["warmup_steps"], minimum=0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup))
-    logged: dict[str, list[float]] = {"step": []}
-    model.train()
-    for step, batch in zip(range(1, max_steps + 1), batches, strict=False):
-        loss, values = loss_fn(model, batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step == 1 or step % log_every == 0:
-            logged["step"].append(step)
-            for name, value in values.items():
-                logged.setdefault(name, []).append(value)
-    model.eval()
-    return logged
-
-
 def heldout_batches(tokenizer: Any, settings: Mapping[str, Any]) -> list[dict[str, torch.Tensor]]:
     """The course corpus's validation documents as causal-LM batches (one pass, a fixed order):
     the same held-out tokens for every run."""
