@@ -92,6 +92,16 @@ NAMED = {
     "nan_on_empty_completion not_a_tensor not_scalar num_items_divides_mean "
     "num_items_outside_dapo padding_in_denominator padding_losses_count requires_num_items "
     "token_mean_for_grpo zero_count_not_clamped",
+    "label_smoothed_loss": "delegates_to_course detached empty_detached "
+    "epsilon_weights_swapped ignores_num_items_in_batch minus100_not_ignored modifies_input "
+    "nan_when_no_targets nll_not_scaled not_a_tensor not_scalar not_shifted "
+    "num_items_divides_mean returns_tuple shifts_labels smoothing_counts_ignored "
+    "smoothing_excludes_true_token smoothing_sums_vocabulary sum_not_mean",
+    "load_balancing_loss_func": "balanced_per_sequence counts_first_choice_only "
+    "delegates_to_course detached "
+    "f_divided_by_top_k layers_summed loss_per_layer mask_misaligned missing_num_experts "
+    "modifies_input not_a_tensor not_scalar probs_renormalised_over_top_k "
+    "router_padding_counted router_padding_in_denominator softmax_twice",
     "make_nsp_pairs": "attention_mask_wrong delegates_to_course empty_segment "
     "hard_coded_special_ids ignores_max_length ignores_nsp_probability missing_cls "
     "modifies_input negative_random_ids negative_same_document padding_wrong "
@@ -107,6 +117,9 @@ NAMED = {
     "empty_detached ignores_num_items_in_batch minus100_not_ignored modifies_input "
     "nan_when_no_targets nll_without_log_softmax not_a_tensor not_scalar num_items_divides_mean "
     "per_row_mean returns_tuple shifts_labels skips_target_zero sum_not_mean",
+    "mtp_labels": "delegates_to_course depth_past_the_end ignores_ignore_index modifies_input "
+    "mtp_crosses_rows mtp_fills_with_zero mtp_shift_too_far mtp_shift_too_short "
+    "mtp_wraps_around wrong_dtype wrong_type",
     "rank_loss": "all_reduce_needs_tensor counts_before_shift counts_padding_positions "
     "delegates_to_course detached divides_by_local_count mismatched_all_reduce "
     "missing_world_size modifies_input nan_when_no_targets not_shifted",

@@ -45,6 +45,8 @@ GRADED = {
     "11_preference_losses": ["sequence_logprobs"],
     "12_rl_losses": ["group_advantages"],
     "13_rl_accumulation_and_kl": ["grpo_loss"],
+    "14_router_losses": ["load_balancing_loss_func"],
+    "15_zloss_and_mtp": ["mtp_labels", "label_smoothed_loss"],
 }
 
 

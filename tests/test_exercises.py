@@ -30,6 +30,8 @@ from battery._messages import VOLATILE
 from battery.flatten_documents import with_transformers
 from transformers import BertConfig, BertForPreTraining, DataCollatorForLanguageModeling
 from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
+from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func as mixtral_loss
+from transformers.trainer_pt_utils import LabelSmoother
 
 import lmlessons
 from lmlessons.bugzoo.records import load_records, summary
@@ -39,6 +41,7 @@ from lmlessons.exercises import (
     EXERCISES,
     _check,
     check,
+    check_label_smoothing,
     check_losses,
     hint,
     quiz,
@@ -46,6 +49,7 @@ from lmlessons.exercises import (
     solutions,
     solutions_part2,
     solutions_part3,
+    solutions_part4,
 )
 from lmlessons.exercises._cases import random_word_rows, word_batch
 from lmlessons.exercises._delegation import Delegation, delegation
@@ -63,13 +67,19 @@ from lmlessons.exercises.check_answer_only import ChatTokenizer
 from lmlessons.exercises.check_group_advantages import cases as group_advantages_cases
 from lmlessons.exercises.check_grpo_loss import cases as grpo_loss_cases
 from lmlessons.exercises.check_grpo_loss import window
+from lmlessons.exercises.check_label_smoothing import cases as label_smoothed_loss_cases
+from lmlessons.exercises.check_load_balancing import cases as load_balancing_cases
+from lmlessons.exercises.check_mtp_labels import cases as mtp_labels_cases
 from lmlessons.exercises.check_sequence_logprobs import cases as sequence_logprobs_cases
 from lmlessons.exercises.check_sequence_logprobs import empty_average_case, half_case
 from lmlessons.exercises.quizzes import QUIZZES, START_QUESTIONS, Question, display_order
 from lmlessons.grpo import aggregate_loss, group_advantages
 from lmlessons.losses import mlm_loss as course_mlm_loss  # bound in globals before any check
 from lmlessons.masking_variants import select_whole_words, word_ids
+from lmlessons.moe import load_balancing_loss_func as core_load_balancing
+from lmlessons.mtp import mtp_labels
 from lmlessons.preference import sequence_logprobs
+from lmlessons.smoothing import label_smoothed_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,6 +221,15 @@ def trl_group_advantages(rewards, *, num_generations, scale_rewards="group"):
     return advantages
 
 
+def hf_label_smoothed_loss(logits, labels, *, epsilon=0.1, shift=True, num_items_in_batch=None):
+    """transformers' ``LabelSmoother`` as the Trainer calls it (0, not NaN, without targets)."""
+    targets = labels[:, 1:] if shift else labels
+    if num_items_in_batch is None and not bool((targets != -100).any()):
+        return _zero(logits)
+    smoother = LabelSmoother(epsilon=epsilon)
+    return smoother({"logits": logits}, labels, shift, num_items_in_batch)
+
+
 # Correct implementations that are not the checkers' references: transformers' own code, and the
 # package's functions where the checker tests properties and has no reference to copy
 # (make_nsp_pairs, select_whole_words, truncate_seq_pair) or bounds the memory
@@ -230,6 +249,9 @@ INDEPENDENT = {
     "sequence_logprobs": core_sequence_logprobs,
     "group_advantages": trl_group_advantages,
     "grpo_loss": core_grpo_loss,
+    "load_balancing_loss_func": mixtral_loss,
+    "mtp_labels": mtp_labels,
+    "label_smoothed_loss": hf_label_smoothed_loss,
 }
 
 
@@ -1041,6 +1063,89 @@ def test_sequence_logprobs_float16_and_an_average_without_targets():
     with pytest.raises(ValueError):
         core_sequence_logprobs(*args, **kwargs)
     assert _check("sequence_logprobs", core_sequence_logprobs, watch=False).passed
+
+
+# --------------------------------------------------------------------------- Part IV references
+
+
+def test_part4_solutions_equal_the_core_and_transformers_on_every_case():
+    """``solutions_part4`` gives, on every case of its checkers, the core's results and
+    transformers' (Mixtral's ``load_balancing_loss_func``, ``LabelSmoother``): values, and the
+    gradients of the losses with respect to their first argument."""
+    rows = [
+        (load_balancing_cases(), solutions_part4.load_balancing_loss_func, core_load_balancing),
+        (load_balancing_cases(), solutions_part4.load_balancing_loss_func, mixtral_loss),
+        (label_smoothed_loss_cases(), solutions_part4.label_smoothed_loss, label_smoothed_loss),
+        (label_smoothed_loss_cases(), solutions_part4.label_smoothed_loss, hf_label_smoothed_loss),
+    ]
+    for cases, solution_fn, other in rows:
+        for case in cases:
+            results = []
+            for fn in (solution_fn, other):
+                args, kwargs = case.arguments()
+                out = fn(*args, **kwargs)
+                leaves = list(args[0]) if isinstance(args[0], tuple) else [args[0]]
+                grads = torch.autograd.grad(out, leaves, allow_unused=True)
+                results.append((out.detach().double(), [g.double() for g in grads]))
+            (mine, my_grads), (theirs, their_grads) = results
+            assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-6), case.label
+            for g, h in zip(my_grads, their_grads):
+                assert torch.allclose(g, h, rtol=1e-4, atol=1e-6), case.label
+    for case in mtp_labels_cases():
+        args, kwargs = case.arguments()
+        assert torch.equal(solutions_part4.mtp_labels(*args, **kwargs), mtp_labels(*args, **kwargs))
+
+
+def test_part4_cases_reach_the_corners():
+    """load_balancing_loss_func: 1 and several layers, top_k 1, 2 and 3, no mask, left and right
+    padding, a row of padding only, float64 and bfloat16 logits, the reference float32;
+    mtp_labels: depth 1, T - 1, T and past T, ``ignore_index=-1``, one token;
+    label_smoothed_loss: epsilon 0 and 1, ``shift=False``, no target, ``num_items_in_batch``."""
+    seen: set[object] = set()
+    for case in load_balancing_cases():
+        gate, _, top_k, mask = case.args
+        seen |= {("layers", min(len(gate), 2)), ("top_k", top_k), ("dtype", gate[0].dtype)}
+        if mask is None:
+            seen.add("no mask")
+        else:
+            seen |= {"left" for row in mask if row[0] == 0 and row.any()}
+            seen |= {"right" for row in mask if row[-1] == 0 and row.any()}
+            seen |= {"padding only" for row in mask if not row.any()}
+        assert solutions_part4.load_balancing_loss_func(*case.args).dtype == torch.float32
+    for want in [("layers", 1), ("layers", 2), ("top_k", 1), ("top_k", 2), ("top_k", 3)]:
+        assert want in seen
+    assert {("dtype", torch.float64), ("dtype", torch.bfloat16)} <= seen
+    assert {"no mask", "left", "right", "padding only"} <= seen
+    for case in mtp_labels_cases():
+        labels, depth = case.args
+        T = labels.shape[1]
+        where = {1: "1", T - 1: "T - 1", T: "T"}.get(depth, "past T" if depth > T else "")
+        seen |= {("depth", where), ("ignore", case.kwargs.get("ignore_index", -100)), ("T", T)}
+    assert {("depth", d) for d in ("1", "T - 1", "T", "past T")} <= seen
+    assert {("ignore", -1), ("ignore", -100), ("T", 1)} <= seen
+    for case in label_smoothed_loss_cases():
+        kw = case.kwargs
+        targets = case.args[1][:, 1:] if kw.get("shift", True) else case.args[1]
+        seen |= {("eps", kw.get("epsilon")), ("shift", kw.get("shift", True))}
+        seen |= {("n", kw.get("num_items_in_batch") is not None)}
+        seen |= {("empty", not bool(targets.ne(-100).any()))}
+    assert {("eps", 0.0), ("eps", 1.0), ("shift", False), ("n", True), ("empty", True)} <= seen
+
+
+def test_label_smoother_spreads_epsilon_like_torch_and_skips_ignored_positions():
+    """On the checker's cases (prompts, padding, rows without targets), ``LabelSmoother`` equals
+    ``F.cross_entropy(..., label_smoothing=epsilon)``: epsilon over all V classes, the true one
+    included; both skip the -100 positions in both terms. Spreading it over the V - 1 others
+    (the catalogue's ``smoothing_excludes_true_token``) gives another loss."""
+    for case in label_smoothed_loss_cases()[:5]:
+        logits, labels = case.args
+        eps, shift = case.kwargs.get("epsilon", 0.1), case.kwargs.get("shift", True)
+        x, y = (logits[:, :-1], labels[:, 1:]) if shift else (logits, labels)
+        torch_loss = F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1), label_smoothing=eps)
+        ours = hf_label_smoothed_loss(logits, labels, epsilon=eps, shift=shift)
+        torch.testing.assert_close(torch_loss, ours, rtol=1e-5, atol=1e-6)
+        others = check_label_smoothing.spreads_over_the_others(logits, labels, **case.kwargs)
+        assert eps == 0.0 or abs(float(others.detach()) - float(ours.detach())) > 1e-4, case.label
 
 
 # --------------------------------------------------------------------------- delegation

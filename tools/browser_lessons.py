@@ -96,5 +96,9 @@ LESSONS: list[Lesson] = [
            "experiment=longer loss_types=grpo,bnpo,dr_grpo,dapo"),
     Lesson("13_rl_accumulation_and_kl.ipynb", Toggle("steps_per_generation", "4"),  # 2 -> 4
            "steps_per_generation=4 gradient_accumulation_steps=2 windows=2"),
+    Lesson("14_router_losses.ipynb",  Toggle("model", "bias_1e-2"),  # none -> bias_1e-2
+           "model=bias_1e-2 tokens=13"),
+    Lesson("15_zloss_and_mtp.ipynb",  Slider("depth", presses=1),  # depth 3 -> 4
+           "depth=4 counts=8,7,6,5"),
 ]
 # fmt: on

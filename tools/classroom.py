@@ -71,6 +71,9 @@ POINTS: dict[str, int] = {
     "sequence_logprobs": 2,
     "group_advantages": 1,
     "grpo_loss": 2,
+    "load_balancing_loss_func": 2,
+    "mtp_labels": 1,
+    "label_smoothed_loss": 2,
 }
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"

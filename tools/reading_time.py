@@ -66,6 +66,9 @@ EXERCISE_MINUTES = {
     "sequence_logprobs": (8, 15),
     "group_advantages": (5, 10),
     "grpo_loss": (10, 20),
+    "load_balancing_loss_func": (10, 20),
+    "mtp_labels": (5, 10),
+    "label_smoothed_loss": (8, 15),
 }
 DEFAULT_EXERCISE_MINUTES = (10, 20)
 

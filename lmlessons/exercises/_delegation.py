@@ -36,6 +36,7 @@ SOLUTION_MODULES = (
     "lmlessons.exercises.solutions",
     "lmlessons.exercises.solutions_part2",
     "lmlessons.exercises.solutions_part3",
+    "lmlessons.exercises.solutions_part4",
 )
 
 

@@ -112,6 +112,13 @@ TABLE: dict[str, list[tuple[Callable[..., Any], str]]] = {
     "sequence_logprobs": [(detached, "detached"), (as_lists, "wrong_type")],
     "group_advantages": [(as_lists, "wrong_type")],
     "grpo_loss": [(detached, "detached"), (as_lists, "not_a_tensor")],
+    "load_balancing_loss_func": [(detached, "detached"), (as_lists, "not_a_tensor")],
+    "mtp_labels": [(as_float, "wrong_dtype"), (as_lists, "wrong_type")],
+    "label_smoothed_loss": [
+        (detached, "detached"),
+        (as_lists, "not_a_tensor"),
+        (with_extra, "returns_tuple"),
+    ],
 }
 
 
