@@ -52,6 +52,14 @@ def test_load_record_names_the_recording_command_and_checks_keys(tmp_path):
     (tmp_path / "r.json").write_text('{"runs": []}', encoding="utf-8")
     with pytest.raises(ValueError, match="settings"):
         load_record("r.json", folder="x", keys=("settings",), command="c", directory=tmp_path)
+    load = dict(folder="x", keys=("runs",), command="c", directory=tmp_path, run_keys=("seed",))
+    with pytest.raises(ValueError, match="non-empty list"):
+        load_record("r.json", **load)
+    (tmp_path / "r.json").write_text('{"runs": [{"seed": 0}, {"loss": 1}]}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"r\.json\['runs'\]\[1\].*seed"):
+        load_record("r.json", **load)
+    (tmp_path / "r.json").write_text('{"runs": [{"seed": 0}]}', encoding="utf-8")
+    assert load_record("r.json", **load) == {"runs": [{"seed": 0}]}
 
 
 def test_seed_spread_is_the_mean_and_bessels_std():
@@ -206,17 +214,41 @@ def test_record_grid_runs_every_setting_and_seed_rounded_and_logged():
 
     assert rounded({"a": [1.23456, 2], "c": "x"}) == {"a": [1.2346, 2], "c": "x"}
     lines: list[str] = []
-    runs, seconds = record_grid(
-        lambda setting, seed: {"setting": setting, "seed": seed, "loss": seed / 3},
-        ["a", "b"],
-        [0, 1],
+    base = {"lr": 0.5, "max_steps": 10}
+    record = record_grid(
+        lambda value, seed, settings: {
+            "setting": value, "seed": seed, "loss": seed / 3, "steps": settings["max_steps"]
+        },
+        base,
+        grid={"letters": ("a", "b")},
+        seeds=(0, 1),
+        max_steps=3,
         describe=lambda run: f"{run['setting']} seed={run['seed']} loss {run['loss']}",
         log=lines.append,
-    )
+    )  # fmt: skip
+    runs = record["runs"]
     assert [(r["setting"], r["seed"]) for r in runs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    assert runs[1]["loss"] == 0.3333 and seconds >= 0
+    assert runs[1]["loss"] == 0.3333 and {r["steps"] for r in runs} == {3}
+    assert record["settings"] == {"lr": 0.5, "max_steps": 3, "seeds": [0, 1], "letters": ["a", "b"]}
+    assert base == {"lr": 0.5, "max_steps": 10} and record["seconds"] >= 0
     assert [line.rsplit(" (", 1)[0] for line in lines] == [
         "a seed=0 loss 0.0", "a seed=1 loss 0.3333", "b seed=0 loss 0.0", "b seed=1 loss 0.3333"
     ]  # fmt: skip
     assert all(line.endswith(" s)") for line in lines)
-    assert record_grid(lambda s, seed: {}, ["a"], [0], describe=str, log=None)[0] == [{}]
+    quiet = record_grid(
+        lambda v, seed, s: {}, {}, grid={"v": ["a"]}, seeds=[0], describe=str, log=None
+    )
+    assert quiet["runs"] == [{}] and quiet["settings"] == {"seeds": [0], "v": ["a"]}
+    with pytest.raises(ValueError, match="one name"):
+        record_grid(lambda v, seed, s: {}, {}, grid={}, seeds=[0], describe=str)
+    with pytest.raises(ValueError, match="max_steps"):
+        record_grid(lambda v, s, x: {}, {}, grid={"v": [1]}, seeds=[0], max_steps=0, describe=str)
+
+
+def test_seed_summary_keeps_the_values_beside_their_spread():
+    from lmlessons.course.records import seed_spread, seed_summary
+
+    values = [1.0, 2.0, 4.0]
+    mean, std = seed_spread(values)
+    assert seed_summary(values) == {"mean": mean, "std": std, "per_seed": values}
+    assert seed_summary([3.0]) == {"mean": 3.0, "std": 0.0, "per_seed": [3.0]}

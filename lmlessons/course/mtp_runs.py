@@ -15,7 +15,7 @@ loss of depth 1, at the same number of steps on the same batches for ``D = 1, 2,
 * :func:`mtp_run`: one run: per logged step each depth's training loss, and the held-out loss of
   each depth at the end (depth 1's is the next-token loss compared);
 * :func:`record_mtp_runs` (``python -m tools.mtp_runs``), :func:`recorded_mtp_runs`,
-  :func:`mtp_summary` (over seeds, :func:`lmlessons.course.records.seed_spread`, and the paired
+  :func:`mtp_summary` (over seeds, :func:`lmlessons.course.records.seed_summary`, and the paired
   per-seed difference from ``D = 1``) and :func:`mtp_figure`.
 
 Two departures from Gloeckle et al., kept so that ``D = 1`` is the course model itself: their
@@ -43,7 +43,7 @@ from lmlessons._checks import check_int
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
-from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
+from lmlessons.course.records import load_record, record_grid, seed_summary
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import LossFn, train_steps
 from lmlessons.course.zloss_runs import heldout_batches, heldout_loss
@@ -207,13 +207,12 @@ def record_mtp_runs(
     ``max_steps``, ``seeds`` and ``depths``), ``seconds`` (the recording's wall time) and
     ``runs``: :func:`mtp_run` for every number of depths and seed, floats to 4 decimals.
     ``log``: called with one line per run as it ends (None: silent)."""
-    settings = dict(MTP_SETTINGS)
-    if max_steps is not None:
-        settings["max_steps"] = check_int("max_steps", max_steps, minimum=1)
-    runs, seconds = record_grid(
-        lambda num_depths, seed: mtp_run(num_depths, seed=seed, settings=settings),
-        depths,
-        seeds,
+    return record_grid(
+        lambda num_depths, seed, settings: mtp_run(num_depths, seed=seed, settings=settings),
+        MTP_SETTINGS,
+        grid={"depths": depths},
+        seeds=seeds,
+        max_steps=max_steps,
         describe=lambda run: (
             f"D={run['num_depths']} seed={run['seed']} depth-1 training loss "
             f"{run['loss_depth_1'][-1]:.3f}, held-out next-token loss "
@@ -221,11 +220,6 @@ def record_mtp_runs(
         ),
         log=log,
     )
-    return {
-        "settings": {**settings, "seeds": list(seeds), "depths": list(depths)},
-        "seconds": seconds,
-        "runs": runs,
-    }
 
 
 MTP_FILE = "runs.json"  # in lmlessons/data/mtp/, made by python -m tools.mtp_runs
@@ -246,18 +240,21 @@ def recorded_mtp_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     """The record of ``python -m tools.mtp_runs`` (``data/mtp/runs.json``, or the same file name
     in ``directory``), its top level and every run checked for their keys (:data:`MTP_KEYS`,
     :data:`MTP_RUN_KEYS`): a :class:`ValueError` names a missing one."""
-    data = load_record(
-        MTP_FILE, folder="mtp", keys=MTP_KEYS, command=MTP_COMMAND, directory=directory
+    return load_record(
+        MTP_FILE,
+        folder="mtp",
+        keys=MTP_KEYS,
+        command=MTP_COMMAND,
+        directory=directory,
+        run_keys=MTP_RUN_KEYS,
     )
-    check_runs(data["runs"], MTP_RUN_KEYS, name=f"{MTP_FILE}['runs']")
-    return data
 
 
 def mtp_summary(data: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     """Per number of depths ``D``, over its seeds: ``heldout_next_token_loss`` and, when the
     record has ``D = 1`` runs of the same seeds, ``minus_d1`` (each seed's held-out next-token
     loss minus that of ``D = 1`` with the same seed: > 0 where MTP hurt), each ``{"mean",
-    "std", "per_seed"}`` (:func:`lmlessons.course.records.seed_spread`), and ``seeds``."""
+    "std", "per_seed"}`` (:func:`lmlessons.course.records.seed_summary`), and ``seeds``."""
     groups: dict[int, dict[int, float]] = {}
     for run in data["runs"]:
         groups.setdefault(int(run["num_depths"]), {})[run["seed"]] = run["heldout_next_token_loss"]
@@ -266,15 +263,10 @@ def mtp_summary(data: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     for depths, by_seed in sorted(groups.items()):
         seeds = sorted(by_seed)
         values = [by_seed[s] for s in seeds]
-        out[depths] = {"seeds": seeds, "heldout_next_token_loss": _spread(values)}
+        out[depths] = {"seeds": seeds, "heldout_next_token_loss": seed_summary(values)}
         if all(s in base for s in seeds):
-            out[depths]["minus_d1"] = _spread([by_seed[s] - base[s] for s in seeds])
+            out[depths]["minus_d1"] = seed_summary([by_seed[s] - base[s] for s in seeds])
     return out
-
-
-def _spread(values: Sequence[float]) -> dict[str, Any]:
-    mean, std = seed_spread(values)
-    return {"mean": mean, "std": std, "per_seed": list(values)}
 
 
 def mtp_figure(data: Mapping[str, Any]) -> Any:

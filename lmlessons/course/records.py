@@ -12,10 +12,11 @@ trains them once and writes a small JSON file that the package ships under
 * :func:`write_record`: write a recording as the tools do (``indent=1``, a final newline;
   optionally sorted keys and lists of numbers on one line).
 * :func:`record_grid`: run one experiment per cell of a grid (a setting and a seed), each
-  rounded (:func:`rounded`) and logged as it ends, timed as a whole: the loop of every recorder.
+  rounded (:func:`rounded`) and logged as it ends, timed as a whole, and return the record
+  (its settings, seconds and runs): the loop of every recorder.
 * :func:`seed_spread`: the mean over seeds and the spread around it, the sample standard deviation
   with Bessel's correction (0 for a single seed): the one definition of "mean ± spread over the
-  seeds" that every summary of recorded runs states.
+  seeds" that every summary of recorded runs states; :func:`seed_summary` keeps the values too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lmlessons._checks import check_int
+
 __all__ = [
     "DATA_DIR",
     "check_record",
@@ -37,6 +40,7 @@ __all__ = [
     "rounded",
     "write_record",
     "seed_spread",
+    "seed_summary",
 ]
 
 #: The package's data folder: each recording lives in a folder of its own under it.
@@ -72,15 +76,20 @@ def load_record(
     keys: Sequence[str],
     command: str,
     directory: str | Path | None = None,
+    run_keys: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The recording ``file`` shipped in ``lmlessons/data/<folder>/`` (or the file of that name in
-    ``directory``), checked by :func:`check_record` against ``keys``. A missing file raises a
-    :class:`FileNotFoundError` that names ``command``, the one that records it."""
+    ``directory``), checked by :func:`check_record` against ``keys`` and, with ``run_keys``, each
+    of its ``runs`` by :func:`check_runs`. A missing file raises a :class:`FileNotFoundError`
+    that names ``command``, the one that records it."""
     base = DATA_DIR / folder if directory is None else Path(directory).expanduser()
     path = base / file
     if not path.is_file():
         raise FileNotFoundError(f"no recorded runs at {str(path)!r}; record them with `{command}`")
-    return check_record(json.loads(path.read_text(encoding="utf-8")), keys, name=str(path))
+    data = check_record(json.loads(path.read_text(encoding="utf-8")), keys, name=str(path))
+    if run_keys is not None:
+        check_runs(data.get("runs"), run_keys, name=f"{file}['runs']")
+    return data
 
 
 def _one_line(match: re.Match[str]) -> str:
@@ -123,6 +132,12 @@ def seed_spread(values: Sequence[float]) -> tuple[float, float]:
     return mean, var**0.5
 
 
+def seed_summary(values: Sequence[float]) -> dict[str, Any]:
+    """:func:`seed_spread` of ``values`` as ``{"mean", "std", "per_seed"}``, the values kept."""
+    mean, std = seed_spread(values)
+    return {"mean": mean, "std": std, "per_seed": list(values)}
+
+
 def rounded(value: Any, digits: int = 4) -> Any:
     """``value`` with every float in it (alone, or in lists and dicts) rounded to ``digits``."""
     if isinstance(value, float):
@@ -135,20 +150,30 @@ def rounded(value: Any, digits: int = 4) -> Any:
 
 
 def record_grid(
-    run: Callable[[Any, int], Mapping[str, Any]],
-    settings: Sequence[Any],
-    seeds: Sequence[int],
+    run: Callable[[Any, int, dict[str, Any]], Mapping[str, Any]],
+    settings: Mapping[str, Any],
     *,
+    grid: Mapping[str, Sequence[Any]],
+    seeds: Sequence[int],
+    max_steps: int | None = None,
     describe: Callable[[Mapping[str, Any]], str],
     log: Callable[[str], None] | None = print,
-) -> tuple[list[dict[str, Any]], int]:
-    """``run(setting, seed)`` for every setting, then every seed, each :func:`rounded`; as
-    each ends, ``log(describe(that run) + " (N s)")`` (None: silent). Returns the runs and the
-    whole grid's wall time in seconds (the ``seconds`` every recording keeps)."""
+) -> dict[str, Any]:
+    """The record of ``run(value, seed, settings)`` for every value of ``grid``'s one entry
+    (``{"coefficients": (0.0, 1e-4)}``), then every seed: ``settings`` (``settings`` with
+    ``max_steps`` when given, the seeds and the grid's values under its name), ``seconds`` (the
+    grid's wall time) and ``runs``, each :func:`rounded`. As each run ends,
+    ``log(describe(that run) + " (N s)")`` (None: silent)."""
+    if len(grid) != 1:
+        raise ValueError(f"grid must hold one name and its values, got {list(grid)}")
+    (name, values), used = next(iter(grid.items())), dict(settings)
+    if max_steps is not None:
+        used["max_steps"] = check_int("max_steps", max_steps, minimum=1)
     start, runs = time.time(), []
-    for setting, seed in itertools.product(settings, seeds):
+    for value, seed in itertools.product(values, seeds):
         began = time.time()
-        runs.append(rounded(dict(run(setting, seed))))
+        runs.append(rounded(dict(run(value, seed, used))))
         if log is not None:
             log(f"{describe(runs[-1])} ({time.time() - began:.0f} s)")
-    return runs, round(time.time() - start)
+    record = {**used, "seeds": list(seeds), name: list(values)}
+    return {"settings": record, "seconds": round(time.time() - start), "runs": runs}

@@ -15,7 +15,7 @@ models trained at high learning rates drift far from 0 late in training, and a z
   ``|logit|``, and the held-out LM loss at the end (:func:`heldout_loss`);
 * :func:`record_zloss_runs`: every coefficient and seed (``python -m tools.zloss_runs``);
   :func:`recorded_zloss_runs` loads the shipped record, :func:`zloss_summary` summarises each
-  coefficient over its seeds (:func:`lmlessons.course.records.seed_spread`) and
+  coefficient over its seeds (:func:`lmlessons.course.records.seed_summary`) and
   :func:`zloss_figure` draws ``log Z`` and the loss step by step.
 
 What the shipped runs show (300 steps, 3 seeds; ``tests/test_zloss_runs.py`` checks it in every
@@ -38,7 +38,7 @@ from lmlessons._checks import IGNORE_INDEX, check_int, check_logits_labels
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
-from lmlessons.course.records import check_runs, load_record, record_grid, seed_spread
+from lmlessons.course.records import load_record, record_grid, seed_summary
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import LossFn, evaluate, train_steps
 from lmlessons.losses import clm_loss
@@ -177,13 +177,12 @@ def record_zloss_runs(
     ``max_steps``, ``seeds`` and ``coefficients``), ``seconds`` (the recording's wall time) and
     ``runs``: :func:`zloss_run` for every coefficient and seed, floats to 4 decimals. ``log``:
     called with one line per run as it ends (None: silent)."""
-    settings = dict(ZLOSS_SETTINGS)
-    if max_steps is not None:
-        settings["max_steps"] = check_int("max_steps", max_steps, minimum=1)
-    runs, seconds = record_grid(
-        lambda coefficient, seed: zloss_run(coefficient, seed=seed, settings=settings),
-        coefficients,
-        seeds,
+    return record_grid(
+        lambda coefficient, seed, settings: zloss_run(coefficient, seed=seed, settings=settings),
+        ZLOSS_SETTINGS,
+        grid={"coefficients": coefficients},
+        seeds=seeds,
+        max_steps=max_steps,
         describe=lambda run: (
             f"z_loss_coefficient={run['z_loss_coefficient']:g} seed={run['seed']} log Z "
             f"{run['log_z'][0]:.2f} -> {run['log_z'][-1]:.2f}, max |logit| "
@@ -191,11 +190,6 @@ def record_zloss_runs(
         ),
         log=log,
     )
-    return {
-        "settings": {**settings, "seeds": list(seeds), "coefficients": list(coefficients)},
-        "seconds": seconds,
-        "runs": runs,
-    }
 
 
 ZLOSS_FILE = "runs.json"  # in lmlessons/data/zloss/, made by python -m tools.zloss_runs
@@ -217,11 +211,14 @@ def recorded_zloss_runs(*, directory: str | Path | None = None) -> dict[str, Any
     """The record of ``python -m tools.zloss_runs`` (``data/zloss/runs.json``, or the same file
     name in ``directory``), its top level and every run checked for their keys
     (:data:`ZLOSS_KEYS`, :data:`ZLOSS_RUN_KEYS`): a :class:`ValueError` names a missing one."""
-    data = load_record(
-        ZLOSS_FILE, folder="zloss", keys=ZLOSS_KEYS, command=ZLOSS_COMMAND, directory=directory
+    return load_record(
+        ZLOSS_FILE,
+        folder="zloss",
+        keys=ZLOSS_KEYS,
+        command=ZLOSS_COMMAND,
+        directory=directory,
+        run_keys=ZLOSS_RUN_KEYS,
     )
-    check_runs(data["runs"], ZLOSS_RUN_KEYS, name=f"{ZLOSS_FILE}['runs']")
-    return data
 
 
 def zloss_summary(data: Mapping[str, Any], *, window: int = 3) -> dict[float, dict[str, Any]]:
@@ -229,7 +226,7 @@ def zloss_summary(data: Mapping[str, Any], *, window: int = 3) -> dict[float, di
     ``log_z_min`` (its lowest), ``log_z_end`` (its mean over the last ``window`` logged steps),
     ``log_z_rise`` (end - start),
     ``max_abs_logit_end``, ``lm_loss_end`` and ``heldout_loss``, each ``{"mean", "std",
-    "per_seed"}`` (:func:`lmlessons.course.records.seed_spread`), and ``seeds``."""
+    "per_seed"}`` (:func:`lmlessons.course.records.seed_summary`), and ``seeds``."""
     window = check_int("window", window, minimum=1)
     groups: dict[float, list[Mapping[str, Any]]] = {}
     for run in data["runs"]:
@@ -247,14 +244,9 @@ def zloss_summary(data: Mapping[str, Any], *, window: int = 3) -> dict[float, di
             "heldout_loss": [r["heldout_loss"] for r in runs],
         }
         values["log_z_rise"] = [e - s for s, e in zip(values["log_z_start"], values["log_z_end"])]
-        out[coefficient] = {name: _spread(v) for name, v in values.items()}
+        out[coefficient] = {name: seed_summary(v) for name, v in values.items()}
         out[coefficient]["seeds"] = [r["seed"] for r in runs]
     return out
-
-
-def _spread(values: Sequence[float]) -> dict[str, Any]:
-    mean, std = seed_spread(values)
-    return {"mean": mean, "std": std, "per_seed": list(values)}
 
 
 def zloss_figure(data: Mapping[str, Any]) -> Any:
