@@ -5,7 +5,7 @@ Cross-entropy only sees differences between logits: adding one number to every l
 position changes no probability and no loss. So nothing stops ``log Z = logsumexp(logits)`` from
 drifting, and large logits lose precision in bfloat16. The z-loss adds
 ``z_loss_coefficient * log(Z)^2`` per position, which pulls ``log Z`` towards 0 (PaLM,
-arXiv:2204.02311, Section 5, coefficient 1e-4; OLMo 2 uses it too).
+arXiv:2204.02311, Section 5, coefficient 1e-4; OLMo 2 trains with a z-loss too).
 
 Two reductions, so that a lesson can compare them:
 
