@@ -11,6 +11,12 @@ average (``Trainer.compute_loss``).
 
 :func:`run_distributed_demo` launches ``world_size`` CPU processes (gloo backend, 127.0.0.1 only)
 that do both, and compares them with one process on the whole batch.
+
+:func:`run_balancing_demo` does the same for a mixture of experts' load-balancing loss
+(lesson 14): balanced per micro-batch, the mean over micro-batches is not the loss of the whole
+batch; with the expert counts all-reduced over the accumulation window and the ranks (Qwen's
+global-batch balancing), it is. Both demos start their processes with one launcher,
+:func:`_launch`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +32,19 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX, check_int
 from lmlessons.linear_ce import linear_cross_entropy
+from lmlessons.moe import expert_counts, load_balancing_loss_func
 from lmlessons.shifting import num_targets, shift_labels
 
-__all__ = ["DistributedDemoResult", "demo_batch", "demo_parameters", "run_distributed_demo"]
+__all__ = [
+    "BalancingDemoResult",
+    "DistributedDemoResult",
+    "balancing_batch",
+    "balancing_router",
+    "demo_batch",
+    "demo_parameters",
+    "run_balancing_demo",
+    "run_distributed_demo",
+]
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,10 @@ def _rank_step(
     return loss, _reported_loss(loss, world_size), grads
 
 
-def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], queue: Any) -> None:
+def _process(
+    rank: int, world_size: int, port: int, body: Callable[..., dict], payload: Any, queue: Any
+) -> None:
+    """One spawned process: join the gloo group on 127.0.0.1, run ``body`` and send its result."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -174,24 +194,42 @@ def _worker(rank: int, world_size: int, port: int, lengths: tuple[int, ...], que
         timeout=datetime.timedelta(seconds=60),
     )
     try:
-        ids, labels = demo_batch(lengths)
-        shard = torch.tensor_split(torch.arange(ids.shape[0]), world_size)[rank]  # this rank's rows
-        ids, labels = ids[shard], labels[shard]
-        rank_mean, naive_loss, naive_grads = _rank_step(ids, labels, world_size, fix=False)
-        _, fixed_loss, fixed_grads = _rank_step(ids, labels, world_size, fix=True)
-        queue.put(
-            {
-                "rank": rank,
-                "tokens": int(num_targets(labels, shift=True).sum()),
-                "rank_mean": rank_mean.item(),
-                "naive_loss": naive_loss,
-                "fixed_loss": fixed_loss,
-                "naive_grads": [g.tolist() for g in naive_grads],
-                "fixed_grads": [g.tolist() for g in fixed_grads],
-            }
-        )
+        queue.put({**body(rank, world_size, payload), "rank": rank})
     finally:
         dist.destroy_process_group()
+
+
+def _launch(body: Callable[..., dict], world_size: int, payload: Any) -> list[dict]:
+    """Run ``body(rank, world_size, payload)`` on ``world_size`` fresh CPU processes joined in
+    one gloo group; their results (dicts of plain Python values), ordered by rank. ``body``
+    must be a module-level function (the processes are spawned, so it is pickled by name)."""
+    import torch.multiprocessing as mp
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(
+        _process,
+        args=(world_size, _free_port(), body, payload, queue),
+        nprocs=world_size,
+        join=True,
+    )
+    return sorted((queue.get() for _ in range(world_size)), key=lambda m: m["rank"])
+
+
+def _token_count_rank(rank: int, world_size: int, lengths: tuple[int, ...]) -> dict:
+    """:func:`run_distributed_demo`'s work on one rank: its rows, both normalisations."""
+    ids, labels = demo_batch(lengths)
+    shard = torch.tensor_split(torch.arange(ids.shape[0]), world_size)[rank]  # this rank's rows
+    ids, labels = ids[shard], labels[shard]
+    rank_mean, naive_loss, naive_grads = _rank_step(ids, labels, world_size, fix=False)
+    _, fixed_loss, fixed_grads = _rank_step(ids, labels, world_size, fix=True)
+    return {
+        "tokens": int(num_targets(labels, shift=True).sum()),
+        "rank_mean": rank_mean.item(),
+        "naive_loss": naive_loss,
+        "fixed_loss": fixed_loss,
+        "naive_grads": [g.tolist() for g in naive_grads],
+        "fixed_grads": [g.tolist() for g in fixed_grads],
+    }
 
 
 def run_distributed_demo(
@@ -204,24 +242,13 @@ def run_distributed_demo(
     full-batch loss and gradients are computed here, in one process, for comparison.
     Takes a few seconds (two fresh Python processes import torch).
     """
-    import torch.multiprocessing as mp
-
     world_size = check_int("world_size", world_size, minimum=1)
     if len(lengths) < world_size:
         raise ValueError(
             f"lengths must give at least one sequence per rank ({world_size}), got {len(lengths)}"
         )
     ids, labels = demo_batch(lengths)  # also validates lengths
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(
-        _worker,
-        args=(world_size, _free_port(), tuple(lengths), queue),
-        nprocs=world_size,
-        join=True,
-    )
-    msgs = sorted((queue.get() for _ in range(world_size)), key=lambda m: m["rank"])
+    msgs = _launch(_token_count_rank, world_size, tuple(lengths))
 
     params = demo_parameters()
     full = _loss(params, ids, labels)
@@ -241,4 +268,216 @@ def run_distributed_demo(
         full_grad_norm=float(torch.stack([(g**2).sum() for g in full_grads]).sum().sqrt()),
         per_rank_grad_max_diff=max_diff(msgs[0]["naive_grads"]),
         global_count_grad_max_diff=max_diff(msgs[0]["fixed_grads"]),
+    )
+
+
+# --- global-batch load balancing (lesson 14) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BalancingDemoResult:
+    """Numbers of one :func:`run_balancing_demo` run. Losses are indexed ``[rank][step]``; the
+    ``*_grad_max_diff`` are max |DDP-averaged router gradient - whole-batch gradient|."""
+
+    world_size: int
+    accumulation_steps: int
+    # (R, E): the top-k assignments of each rank's window to each expert
+    rank_counts: tuple[tuple[int, ...], ...]
+    micro_losses: tuple[tuple[float, ...], ...]  # (R, S): f and P of the micro-batch alone
+    global_losses: tuple[tuple[float, ...], ...]  # (R, S): f all-reduced, P of the micro-batch
+    full_loss: float  # one process, every micro-batch of every rank in one forward pass
+    full_grad_norm: float
+    micro_grad_max_diff: float
+    global_grad_max_diff: float
+
+    @property
+    def micro_loss(self) -> float:
+        """The mean of the micro-batch-balanced losses: what the step optimises."""
+        return sum(map(sum, self.micro_losses)) / (self.world_size * self.accumulation_steps)
+
+    @property
+    def global_loss(self) -> float:
+        """The mean of the global-batch-balanced losses."""
+        return sum(map(sum, self.global_losses)) / (self.world_size * self.accumulation_steps)
+
+    @property
+    def global_agrees(self) -> bool:
+        return abs(self.global_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+
+    @property
+    def micro_agrees(self) -> bool:
+        return abs(self.micro_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+
+
+@dataclass(frozen=True)
+class _BalancingSetup:
+    """:func:`run_balancing_demo`'s arguments, checked; sent to every rank."""
+
+    world_size: int
+    accumulation_steps: int
+    tokens_per_micro_batch: int
+    num_experts: int
+    top_k: int
+    hidden_size: int
+    seed: int
+
+    def hidden(self) -> torch.Tensor:
+        """The hidden states of every micro-batch of every rank, ``(R, S, n, H)``."""
+        return balancing_batch(
+            self.world_size,
+            self.accumulation_steps,
+            self.tokens_per_micro_batch,
+            num_experts=self.num_experts,
+            top_k=self.top_k,
+            hidden_size=self.hidden_size,
+            seed=self.seed,
+        )
+
+
+def _check_router_sizes(
+    num_experts: object, top_k: object, hidden_size: object
+) -> tuple[int, int, int]:
+    """``(num_experts, top_k, hidden_size)`` as ints: ``2 <= E``, ``1 <= K <= E``, ``H >= E``."""
+    experts = check_int("num_experts", num_experts, minimum=2)
+    k = check_int("top_k", top_k, minimum=1)
+    if k > experts:
+        raise ValueError(f"top_k must be at most num_experts={experts}, got {k}")
+    return experts, k, check_int("hidden_size", hidden_size, minimum=experts)
+
+
+def balancing_router(
+    num_experts: int = 4, hidden_size: int = 8, *, seed: int = 0
+) -> torch.nn.Linear:
+    """A router: ``nn.Linear(hidden_size, num_experts, bias=False)`` whose ``num_experts`` weight
+    rows are orthonormal (random directions), so that each expert has a direction of its own."""
+    num_experts = check_int("num_experts", num_experts, minimum=2)
+    hidden_size = check_int("hidden_size", hidden_size, minimum=num_experts)
+    g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    q, _ = torch.linalg.qr(torch.randn(hidden_size, hidden_size, generator=g))  # (H, H) orthogonal
+    router = torch.nn.Linear(hidden_size, num_experts, bias=False)
+    with torch.no_grad():
+        router.weight.copy_(q[:num_experts])  # (E, H)
+    return router
+
+
+def balancing_batch(
+    world_size: int = 2,
+    accumulation_steps: int = 2,
+    tokens_per_micro_batch: int = 16,
+    *,
+    num_experts: int = 4,
+    top_k: int = 2,
+    hidden_size: int = 8,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Hidden states ``(R, S, n, H)``: ``S`` micro-batches of ``n`` tokens for each of ``R`` ranks.
+
+    Rank ``r`` holds one "domain": its tokens point at experts ``r * top_k, ..., r * top_k +
+    top_k - 1`` (mod ``num_experts``) of :func:`balancing_router` with the same ``seed``, plus
+    noise. Each rank alone routes unevenly; with ``world_size * top_k = num_experts`` (the
+    defaults) the domains cover every expert once, so the global batch is close to even.
+    """
+    world_size = check_int("world_size", world_size, minimum=1)
+    steps = check_int("accumulation_steps", accumulation_steps, minimum=1)
+    n = check_int("tokens_per_micro_batch", tokens_per_micro_batch, minimum=1)
+    num_experts, top_k, hidden_size = _check_router_sizes(num_experts, top_k, hidden_size)
+    weight = balancing_router(num_experts, hidden_size, seed=seed).weight.detach()  # (E, H)
+    g = torch.Generator().manual_seed(seed + 1)  # seed checked by balancing_router
+    noise = torch.randn(world_size, steps, n, hidden_size, generator=g)  # (R, S, n, H)
+    experts = (torch.arange(world_size)[:, None] * top_k + torch.arange(top_k)) % num_experts
+    domains = 2.0 * weight[experts].sum(dim=1)  # (R, H): the sum of each domain's expert rows
+    return domains[:, None, None, :] + noise  # (R, S, n, H)
+
+
+def _balancing_losses(
+    logits: list[torch.Tensor], setup: _BalancingSetup, global_batch: bool
+) -> list[torch.Tensor]:
+    """One rank's balancing loss of each micro-batch (``logits``: ``S`` tensors ``(n, E)``).
+    ``global_batch``: ``f`` from the counts of the window summed over all ranks (one all-reduce
+    of ``E`` numbers), ``P`` the micro-batch's own; else ``load_balancing_loss_func`` alone."""
+    import torch.distributed as dist
+
+    num_experts, top_k = setup.num_experts, setup.top_k
+    if not global_batch:
+        return [load_balancing_loss_func((z,), num_experts, top_k) for z in logits]
+    chosen = [z.softmax(dim=-1).topk(top_k, dim=-1).indices for z in logits]  # S x (n, K)
+    counts = sum(expert_counts(c, num_experts) for c in chosen)  # (E,) this rank's window
+    dist.all_reduce(counts, op=dist.ReduceOp.SUM)  # (E,) every micro-batch of every rank
+    f = counts / (
+        setup.world_size * setup.accumulation_steps * setup.tokens_per_micro_batch
+    )  # (E,)
+    return [num_experts * (f * z.softmax(dim=-1).mean(dim=0)).sum() for z in logits]
+
+
+def _balancing_rank(rank: int, world_size: int, setup: _BalancingSetup) -> dict:
+    """:func:`run_balancing_demo`'s work on one rank: both balancings, accumulated over the
+    micro-batches (each loss / S) and averaged over the ranks like DDP."""
+    hidden = setup.hidden()[rank]  # (S, n, H): this rank's micro-batches
+    result: dict[str, Any] = {}
+    for name, global_batch in (("micro", False), ("global", True)):
+        router = balancing_router(setup.num_experts, setup.hidden_size, seed=setup.seed)
+        logits = [router(h) for h in hidden]  # S x (n, E): one forward per micro-batch
+        losses = _balancing_losses(logits, setup, global_batch)
+        for loss in losses:
+            (loss / setup.accumulation_steps).backward()  # gradient accumulation: the mean
+        (grad,) = _ddp_average([router.weight], world_size)  # (E, H)
+        result[f"{name}_losses"] = [loss.item() for loss in losses]
+        result[f"{name}_grad"] = grad.tolist()
+    with torch.no_grad():
+        chosen = router(hidden).softmax(dim=-1).topk(setup.top_k, dim=-1).indices  # (S, n, K)
+    result["counts"] = [int(c) for c in expert_counts(chosen, setup.num_experts)]
+    return result
+
+
+def run_balancing_demo(
+    world_size: int = 2,
+    accumulation_steps: int = 2,
+    tokens_per_micro_batch: int = 16,
+    *,
+    num_experts: int = 4,
+    top_k: int = 2,
+    hidden_size: int = 8,
+    seed: int = 0,
+) -> BalancingDemoResult:
+    """Micro-batch and global-batch load balancing on ``world_size`` processes, each with
+    ``accumulation_steps`` micro-batches of :func:`balancing_batch`, against one process that
+    computes ``load_balancing_loss_func`` on all of them at once.
+
+    Each rank backpropagates every micro-batch's loss divided by the accumulation steps, then
+    averages the router's gradient over the ranks (what DDP does). Global-batch balancing gives
+    the whole-batch loss and gradient because every micro-batch has the same number of tokens:
+    the mean of the micro-batches' ``P`` is then the batch's ``P``. Takes a few seconds.
+    """
+    num_experts, top_k, hidden_size = _check_router_sizes(num_experts, top_k, hidden_size)
+    setup = _BalancingSetup(
+        check_int("world_size", world_size, minimum=1),
+        check_int("accumulation_steps", accumulation_steps, minimum=1),
+        check_int("tokens_per_micro_batch", tokens_per_micro_batch, minimum=1),
+        num_experts,
+        top_k,
+        hidden_size,
+        check_int("seed", seed, minimum=0),
+    )
+    hidden = setup.hidden()  # (R, S, n, H)
+    msgs = _launch(_balancing_rank, setup.world_size, setup)
+
+    router = balancing_router(num_experts, hidden_size, seed=setup.seed)
+    logits = router(hidden.reshape(-1, hidden_size))  # (R * S * n, E): the whole batch at once
+    full = load_balancing_loss_func((logits,), num_experts, top_k)
+    full.backward()
+    full_grad = _grads([router.weight])[0]  # (E, H)
+
+    def max_diff(key: str) -> float:
+        return max(float((torch.tensor(m[key]) - full_grad).abs().max()) for m in msgs)
+
+    return BalancingDemoResult(
+        world_size=setup.world_size,
+        accumulation_steps=setup.accumulation_steps,
+        rank_counts=tuple(tuple(m["counts"]) for m in msgs),
+        micro_losses=tuple(tuple(m["micro_losses"]) for m in msgs),
+        global_losses=tuple(tuple(m["global_losses"]) for m in msgs),
+        full_loss=full.item(),
+        full_grad_norm=float(full_grad.norm()),
+        micro_grad_max_diff=max_diff("micro_grad"),
+        global_grad_max_diff=max_diff("global_grad"),
     )
