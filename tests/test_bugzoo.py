@@ -35,6 +35,7 @@ from lmlessons.bugzoo.runs import MODEL_FAMILIES, RUNS, model_family, run
 from lmlessons.exercises import check
 from lmlessons.exercises.check_bugzoo import feedback
 from lmlessons.packing import pad_documents
+from lmlessons.shifting import num_targets
 from lmlessons.widgets.bugzoo import (
     all_examples_html,
     all_symptoms_html,
@@ -450,6 +451,93 @@ def test_a_reference_that_is_the_policy_moves_with_it(chat_tok):
     assert torch.allclose(moved, sequence_logprobs(logits, batch["labels"]))  # log-ratios all 0
 
 
+def _moe_and_batch(tok):
+    from lmlessons.bugzoo.data import MOE_LENGTH, padded_to_length
+    from lmlessons.bugzoo.runs import RUNS, run_model
+
+    model = run_model(RUNS["healthy_moe"], tok)  # router_aux_loss_coef = MOE_AUX_COEF
+    cls, sep = tok.cls_token_id, tok.sep_token_id
+    rows = [[cls, *range(10, 30), sep], [cls, 40, 41, sep], [cls, 50, 51, 52, sep]]
+    batch = padded_to_length(bugs.clm_batch_fixed(rows, tok), MOE_LENGTH, tok.pad_token_id)
+    return model, batch
+
+
+def test_the_fixed_moe_loss_is_mixtrals_own_and_the_padding_bug_balances_the_padding(tok):
+    from lmlessons.bugzoo.runs import MOE_AUX_COEF
+
+    model, batch = _moe_and_batch(tok)
+    n = int(num_targets(batch["labels"], shift=True).sum())
+    lm, aux = bugs.moe_loss_fixed(model, batch, n)
+    own = model(**batch, output_router_logits=True)  # transformers adds coef * its aux loss
+    assert model.config.router_aux_loss_coef == MOE_AUX_COEF
+    assert torch.allclose(lm + MOE_AUX_COEF * aux, own.loss, atol=1e-5)
+    assert torch.allclose(aux, own.aux_loss)
+    lm_bug, aux_bug = bugs.moe_loss_aux_over_padding(model, batch, n)
+    assert torch.equal(lm_bug, lm) and not torch.allclose(aux_bug, aux, atol=1e-4)
+    # without padding the two agree: the bug is the padding only
+    whole = {k: v[:1, :22] for k, v in batch.items()}  # the first row, no padding
+    n1 = int(num_targets(whole["labels"], shift=True).sum())
+    assert torch.allclose(
+        bugs.moe_loss_fixed(model, whole, n1)[1],
+        bugs.moe_loss_aux_over_padding(model, whole, n1)[1],
+    )
+
+
+def test_without_output_router_logits_the_aux_loss_is_silently_zero(tok):
+    model, batch = _moe_and_batch(tok)
+    n = int(num_targets(batch["labels"], shift=True).sum())
+    assert model(**bugs._moe_inputs(batch)).router_logits is None  # the config's default: False
+    lm, aux = bugs.moe_loss_router_logits_off(model, batch, n)
+    assert aux == 0 and not isinstance(aux, torch.Tensor)  # transformers returns a plain 0
+    assert torch.equal(lm, bugs.moe_loss_fixed(model, batch, n)[0])
+
+
+def test_the_accumulation_bug_adds_k_aux_losses_where_the_fix_averages_them(tok):
+    model, batch = _moe_and_batch(tok)
+    micro = [{k: v[i : i + 1] for k, v in batch.items()} for i in range(3)]
+    loss, aux = bugs.moe_accumulate_fixed(model, micro, bugs.moe_loss_fixed)
+    model.zero_grad(set_to_none=True)
+    loss_bug, aux_bug = bugs.moe_accumulate_aux_not_divided(model, micro, bugs.moe_loss_fixed)
+    assert aux_bug == pytest.approx(3 * aux, rel=1e-5)
+    coef = model.config.router_aux_loss_coef
+    assert loss_bug - loss == pytest.approx(2 * coef * aux, rel=1e-4)  # 3 aux terms, not 1
+    model.zero_grad(set_to_none=True)
+    one = [batch]  # one micro-batch: the two agree
+    assert bugs.moe_accumulate_fixed(model, one, bugs.moe_loss_fixed) == pytest.approx(
+        bugs.moe_accumulate_aux_not_divided(model, one, bugs.moe_loss_fixed)
+    )
+
+
+def test_mtp_bugs_score_depth_2_one_token_ahead_or_not_at_all(tok):
+    from lmlessons.bugzoo.runs import RUNS, run_model
+    from lmlessons.mtp import mtp_losses
+
+    model = run_model(RUNS["healthy_mtp"], tok)
+    batch = bugs.clm_batch_fixed([[tok.cls_token_id, *range(10, 30), tok.sep_token_id]] * 2, tok)
+    logits = model(batch["input_ids"], batch["attention_mask"])  # 2 x (B, T, V)
+    _, losses = bugs.mtp_loss_fixed(logits, batch["labels"])
+    assert torch.equal(losses, mtp_losses(logits, batch["labels"]))
+    _, short = bugs.mtp_loss_shifted_one_short(logits, batch["labels"])
+    assert torch.allclose(short[0], losses[0]) and not torch.allclose(short[1], losses[1])
+    assert torch.allclose(short[1], mtp_losses(logits[1:], batch["labels"])[0])  # 1 ahead
+    only, logged = bugs.mtp_loss_extra_depth_not_added(logits, batch["labels"])
+    assert torch.equal(logged, losses) and torch.equal(only, losses[0])
+    only.backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.blocks.parameters())
+    assert model.lm.lm_head.weight.grad.any()
+
+
+def test_the_padding_check_is_zero_for_the_fixed_loss_only(tok):
+    from lmlessons.bugzoo.symptoms import padding_sensitivity
+
+    model, batch = _moe_and_batch(tok)
+    for moe_loss, moves in ((bugs.moe_loss_fixed, False), (bugs.moe_loss_aux_over_padding, True)):
+        step = lambda m, micro, f=moe_loss: bugs.moe_accumulate_fixed(m, micro, f)[0]  # noqa: E731
+        check = padding_sensitivity(model, [batch], step, tok.unk_token_id)
+        assert (check["gradient_padding_change"] > 1e-3) == moves, moe_loss.__name__
+        assert (check["loss_padding_change"] > 1e-5) == moves, moe_loss.__name__
+
+
 # --------------------------------------------------------------------------------------------
 # The checker
 # --------------------------------------------------------------------------------------------
@@ -495,14 +583,15 @@ def test_each_group_passes_on_its_own_once_started():
 
 
 def test_groups_follow_the_lessons_that_teach_their_bugs():
-    assert list(GROUPS) == ["part1", "part2", "part3"]
+    assert list(GROUPS) == ["part1", "part2", "part3", "part4"]
     assert all(c.group in GROUPS for c in CASES)
     lessons = {g: {c.lesson for c in group_cases(g)} for g in GROUPS}
     assert lessons["part1"] <= {"", "01", "02", "03", "04", "05", "06", "07"}
     assert lessons["part2"] <= {"09", "10"} and lessons["part3"] <= {"11", "12"}
-    assert len(group_cases("part3")) >= 3
+    assert lessons["part4"] == {"14", "15"}
+    assert len(group_cases("part3")) >= 3 and len(group_cases("part4")) >= 3
     with pytest.raises(ValueError, match="part1"):
-        group_cases("part4")
+        group_cases("part5")
 
 
 def test_a_group_offers_the_diagnoses_of_its_cases_and_of_the_groups_before():
@@ -511,7 +600,9 @@ def test_a_group_offers_the_diagnoses_of_its_cases_and_of_the_groups_before():
     first = {d.id for d in offered_diagnoses("part1")}
     assert first == {c.diagnosis for c in group_cases("part1")}
     assert "reference_is_policy" not in first and "prompt_not_masked" not in first
-    assert {d.id for d in offered_diagnoses("part3")} == set(DIAGNOSES)
+    third = {d.id for d in offered_diagnoses("part3")}
+    assert third < set(DIAGNOSES) and "router_logits_off" not in third
+    assert {d.id for d in offered_diagnoses("part4")} == set(DIAGNOSES)
     assert offered_diagnoses() == tuple(DIAGNOSES.values())
 
 

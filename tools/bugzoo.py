@@ -3,8 +3,9 @@
 Trains every run of :data:`lmlessons.bugzoo.runs.RUNS` (or the ``RUN``s named), healthy
 references included, with one thread, and writes their histories and symptoms to
 ``DIR/runs.json`` (rounded; see :mod:`lmlessons.bugzoo.records`), and nothing else:
-``--out`` is required. Naming runs replaces only those in an existing file (the seconds of the
-others are kept). About 7 minutes on one core. The shipped file was made with::
+``--out`` is required. Naming runs replaces only those in an existing file and adds new ones
+(every other run, and its seconds, kept as stored). About 14 minutes on one core for every run
+(the recorded seconds of each are in the file's ``about``). The shipped file was made with::
 
     python -m tools.bugzoo --out lmlessons/data/bugzoo
 

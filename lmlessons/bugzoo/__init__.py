@@ -4,7 +4,8 @@ a too-high learning rate, one with no bug at all). Its own layer, on top of the 
 * :mod:`~lmlessons.bugzoo.bugs`: each bug beside its fix, as small functions of one job
   each (mask a batch, the MLM loss, a causal-LM batch, the decoder, the NSP negatives, gradient
   accumulation, the ``Trainer``, the labels and the batches of chat fine-tuning, the preference
-  batch and the reference log-probs of DPO);
+  batch and the reference log-probs of DPO, the losses of a mixture of experts and their
+  accumulation, the loss of a multi-token model);
 * :mod:`~lmlessons.bugzoo.data`: the sentence batches, conversations and preference pairs the
   runs read, and the bug zoo's prose and tables (``lmlessons/data/content/bugzoo.toml``);
 * :mod:`~lmlessons.bugzoo.loops`: the training loops, the course's and the ``Trainer``;

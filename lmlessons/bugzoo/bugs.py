@@ -26,7 +26,16 @@ The roles (what each function is for, and the lesson that teaches it):
   :func:`lmlessons.course.preferences.encode_pair`) as the chosen rows over the rejected rows,
   labelled on the completions (lesson 11);
 * reference log-probs ``(reference, policy, batch) -> logps``: the reference model's summed
-  log-probabilities of each row's targets, which DPO's rewards are measured against (lesson 11).
+  log-probabilities of each row's targets, which DPO's rewards are measured against (lesson 11);
+* MoE loss ``(model, batch, num_items_in_batch) -> (lm_loss, aux_loss)``: a Mixtral model's
+  next-token loss on one padded batch (summed over ``num_items_in_batch``) and its
+  load-balancing aux loss (transformers' ``load_balancing_loss_func``; lesson 14);
+* MoE accumulate ``(model, micro_batches, moe_loss) -> (loss, aux_loss)``: one optimizer step's
+  backward passes over K micro-batches with the aux term weighted by ``router_aux_loss_coef``,
+  returning the loss and the aux loss it reports (lessons 07 and 14);
+* MTP loss ``(logits_per_depth, labels) -> (loss, losses)``: the training loss of a
+  multi-token model from each depth's logits and the unshifted labels, and each depth's loss
+  ``(D,)`` (lesson 15).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from lmlessons.course.models import seeded_model, tiny_bert_config
 from lmlessons.course.trainer_ga import course_compute_loss_func
 from lmlessons.losses import clm_loss
 from lmlessons.masking import mask_tokens
+from lmlessons.mtp import mtp_losses
 from lmlessons.packing import flatten_documents, pad, pad_documents
 from lmlessons.preference import preference_batch, sequence_logprobs
 from lmlessons.shifting import shift_labels
@@ -83,6 +93,14 @@ __all__ = [
     "preference_inputs",
     "reference_logps_fixed",
     "reference_logps_policy",
+    "moe_loss_fixed",
+    "moe_loss_aux_over_padding",
+    "moe_loss_router_logits_off",
+    "moe_accumulate_fixed",
+    "moe_accumulate_aux_not_divided",
+    "mtp_loss_fixed",
+    "mtp_loss_shifted_one_short",
+    "mtp_loss_extra_depth_not_added",
 ]
 
 Batch = dict[str, torch.Tensor]
@@ -353,3 +371,101 @@ def reference_logps_policy(
             policy, preference_inputs(batch)
         )  # (2B, T, V); BUG: the policy, not frozen
         return sequence_logprobs(logits, batch["labels"])  # (2B,)
+
+
+# --- MoE loss ------------------------------------------------------------------------------
+
+
+def _moe_inputs(batch: Batch) -> Batch:
+    """What the model takes of a causal batch: ``input_ids`` and ``attention_mask``."""
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def _routing(model: Any) -> tuple[int, int]:
+    """The model's number of experts and of experts per token."""
+    return model.config.num_local_experts, model.config.num_experts_per_tok
+
+
+def moe_loss_fixed(model: Any, batch: Batch, num_items_in_batch: int) -> tuple[Tensor, Any]:
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    out = model(**_moe_inputs(batch), output_router_logits=True)  # one (B*T, E) per layer
+    lm = clm_loss(out.logits, batch["labels"], num_items_in_batch=num_items_in_batch)  # ()
+    mask = batch["attention_mask"]  # (B, T) FIX: the real tokens only
+    return lm, load_balancing_loss_func(out.router_logits, *_routing(model), mask)  # FIX
+
+
+def moe_loss_aux_over_padding(
+    model: Any, batch: Batch, num_items_in_batch: int
+) -> tuple[Tensor, Any]:
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    out = model(**_moe_inputs(batch), output_router_logits=True)  # one (B*T, E) per layer
+    lm = clm_loss(out.logits, batch["labels"], num_items_in_batch=num_items_in_batch)  # ()
+    return lm, load_balancing_loss_func(out.router_logits, *_routing(model))  # BUG: no mask
+
+
+def moe_loss_router_logits_off(
+    model: Any, batch: Batch, num_items_in_batch: int
+) -> tuple[Tensor, Any]:
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    out = model(**_moe_inputs(batch))  # BUG: output_router_logits defaults to False: None
+    lm = clm_loss(out.logits, batch["labels"], num_items_in_batch=num_items_in_batch)  # ()
+    mask = batch["attention_mask"]  # (B, T)
+    return lm, load_balancing_loss_func(out.router_logits, *_routing(model), mask)  # BUG: 0
+
+
+# --- MoE accumulate ------------------------------------------------------------------------
+
+
+def moe_accumulate_fixed(
+    model: Any, micro_batches: list[Batch], moe_loss: Callable[..., Any]
+) -> tuple[float, float]:
+    n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro_batches)
+    k, coef = len(micro_batches), model.config.router_aux_loss_coef
+    reported, reported_aux = 0.0, 0.0
+    for b in micro_batches:
+        lm, aux = moe_loss(model, b, n)  # lm: its sum / the step's count; aux: its own mean
+        loss = lm + coef * aux / k  # FIX: the step's aux loss is the mean of the K micro-batches'
+        loss.backward()
+        reported += loss.item()
+        reported_aux += torch.as_tensor(aux).item() / k  # a plain 0 without router logits
+    return reported, reported_aux
+
+
+def moe_accumulate_aux_not_divided(
+    model: Any, micro_batches: list[Batch], moe_loss: Callable[..., Any]
+) -> tuple[float, float]:
+    n = sum(int((shift_labels(b["labels"]) != IGNORE_INDEX).sum()) for b in micro_batches)
+    coef = model.config.router_aux_loss_coef
+    reported, reported_aux = 0.0, 0.0
+    for b in micro_batches:
+        lm, aux = moe_loss(model, b, n)  # lm: its sum / the step's count; aux: its own mean
+        loss = lm + coef * aux  # BUG: K micro-batches' aux losses added up, never divided by K
+        loss.backward()
+        reported += loss.item()
+        reported_aux += torch.as_tensor(aux).item()  # a plain 0 without router logits
+    return reported, reported_aux
+
+
+# --- MTP loss ------------------------------------------------------------------------------
+
+
+def mtp_loss_fixed(logits_per_depth: list[Tensor], labels: Tensor) -> tuple[Tensor, Tensor]:
+    losses = mtp_losses(logits_per_depth, labels)  # (D,) FIX: depth d scored d tokens ahead
+    return losses.mean(), losses
+
+
+def mtp_loss_shifted_one_short(
+    logits_per_depth: list[Tensor], labels: Tensor
+) -> tuple[Tensor, Tensor]:
+    losses = torch.stack([clm_loss(logits, labels) for logits in logits_per_depth])  # (D,)
+    return losses.mean(), losses  # BUG: clm_loss shifts by 1: every depth scored 1 token ahead
+
+
+def mtp_loss_extra_depth_not_added(
+    logits_per_depth: list[Tensor], labels: Tensor
+) -> tuple[Tensor, Tensor]:
+    losses = mtp_losses(logits_per_depth, labels)  # (D,): depth d scored d tokens ahead
+    return losses[0], losses  # BUG: the next-token loss only: the extra depths logged, not trained

@@ -11,7 +11,8 @@ tests check every one), so no feedback states something the runs did not show.
 
 Each case belongs to a *group* (:data:`GROUPS`), by the lesson that teaches its bug: the cases
 of Part I (lessons 01 to 07, or no lesson), then those after lessons 09 and 10, then those after
-lessons 11 and 12, so that a learner meets each case once the lessons it needs are done.
+lessons 11 and 12, then those after lessons 14 and 15 (Part IV), so that a learner meets each
+case once the lessons it needs are done.
 
 The prose (settings, groups, diagnoses, cases: titles, evidence, claims, why) is data, in
 ``lmlessons/data/content/bugzoo.toml``. Case letters do not follow the
@@ -58,8 +59,9 @@ GROUPS: dict[str, str] = {
     "part1": "Part I (lessons 01 to 07)",
     "part2": "after lessons 09 and 10",
     "part3": "after lessons 11 and 12",
+    "part4": "after lessons 14 and 15",
 }
-_GROUP_LESSONS = {"part2": ("09", "10"), "part3": ("11", "12")}
+_GROUP_LESSONS = {"part2": ("09", "10"), "part3": ("11", "12"), "part4": ("14", "15")}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import functools
 import math
 from typing import Any, NamedTuple
 
+from lmlessons._checks import IGNORE_INDEX
 from lmlessons.course.batches import tokenize_documents
 from lmlessons.course.chat import (
     chat_tokenizer,
@@ -44,12 +45,15 @@ __all__ = [
     "preference_data",
     "sentence_rows",
     "split_by_length",
+    "MOE_LENGTH",
+    "padded_to_length",
 ]
 
 SEED = 0  # model initialisation and the training batches of every run
 EVAL_SEED = 1234  # held-out masking and NSP pairs
 EVAL_BATCH_SIZE = 64
 BETA = 0.1  # DPO's beta in every DPO run and measurement (DPOConfig's default)
+MOE_LENGTH = 64  # the MoE runs pad every row to this length (padding="max_length")
 
 
 class Rendered(NamedTuple):
@@ -130,3 +134,16 @@ def split_by_length(rows: list[list[int]], k: int) -> list[list[list[int]]]:
     rows = sorted(rows, key=len)
     size = math.ceil(len(rows) / k)
     return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def padded_to_length(batch: dict[str, Any], length: int, pad_token_id: int) -> dict[str, Any]:
+    """A padded causal batch (``input_ids``, ``attention_mask``, ``labels``, ``(B, T)`` each)
+    padded on the right to ``length`` columns, as ``tokenizer(texts, padding="max_length")``
+    pads: ``pad_token_id``, attention 0 and label -100 on the new columns."""
+    import torch.nn.functional as F
+
+    extra = length - batch["input_ids"].shape[-1]
+    if extra < 0:
+        raise ValueError(f"length must be at least the batch's {batch['input_ids'].shape[-1]}")
+    values = {"input_ids": pad_token_id, "attention_mask": 0, "labels": IGNORE_INDEX}
+    return {k: F.pad(v, (0, extra), value=values[k]) for k, v in batch.items()}  # (B, length)

@@ -84,6 +84,16 @@ def _tail_mean(values: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+#: The per-step values beyond the loss, averaged as ``train_<name>``: pretraining's NSP accuracy,
+#: DPO's reward accuracy, MoE's aux loss, MTP's depth-2 loss and the depth-2 block's gradient norm.
+_TRAIN_SERIES = (
+    "nsp_accuracy",
+    "reward_accuracy",
+    "aux_loss",
+    "loss_depth_2",
+    "extra_depth_grad_norm",
+)
+
 #: The one-step check's values (``one_step_check`` of a record) by their summary names.
 _CHECKS = {
     "this_run": "gradient_error",
@@ -91,6 +101,8 @@ _CHECKS = {
     "loss_this_run": "loss_error",
     "norm_this_run": "gradient_norm_ratio",
     "norm_with_the_fix": "gradient_norm_ratio_fixed",
+    "loss_padding_change": "padding_loss_change",
+    "gradient_padding_change": "padding_gradient_change",
 }
 
 
@@ -98,6 +110,7 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
     """The numbers to compare between runs: ``final_train_loss``, ``grad_norm`` (means of the
     last 20 steps; NaN if one is NaN), ``targets_per_step``, ``first_nan_step`` (0: never) and
     ``nan_step_targets``, ``train_nsp_accuracy`` (pretraining), ``train_reward_accuracy`` (DPO),
+    ``train_aux_loss`` (MoE), ``train_loss_depth_2`` and ``train_extra_depth_grad_norm`` (MTP),
     every held-out metric as ``heldout_<name>``, and the one-step check (``loss_error``,
     ``gradient_error``,
     ``gradient_error_fixed``; for a ``Trainer`` run ``gradient_norm_ratio`` and
@@ -111,7 +124,7 @@ def summary(record: dict[str, Any]) -> dict[str, float]:
         "first_nan_step": float(nan_steps[0] + 1 if nan_steps else 0),
         "nan_step_targets": float(h["num_items"][nan_steps[0]] if nan_steps else math.nan),
     }
-    for key in ("nsp_accuracy", "reward_accuracy"):  # pretraining's, DPO's
+    for key in _TRAIN_SERIES:
         if key in h:
             out[f"train_{key}"] = _tail_mean(h[key])
     out.update({f"heldout_{k}": float(v) for k, v in record.get("heldout", {}).items()})

@@ -22,7 +22,15 @@ difference between two curves comes from that one change.
   further with DPO's sigmoid loss (:func:`lmlessons.preference.dpo_loss`, ``beta``
   :data:`~lmlessons.bugzoo.data.BETA`) on the pairs of
   :func:`lmlessons.course.preferences.preference_set`, 16 per step, against a frozen copy of the
-  fine-tuned model as its reference model (SFT, then DPO from it).
+  fine-tuned model as its reference model (SFT, then DPO from it);
+* ``"moe"``: a tiny ``MixtralForCausalLM`` (:func:`lmlessons.course.models.tiny_mixtral`, the
+  size of lesson 14's runs: 4 experts, 2 per token) from random weights, on the same padded
+  single sentences as ``"clm"``, trained with Mixtral's load-balancing aux loss at
+  ``router_aux_loss_coef`` :data:`MOE_AUX_COEF` added by the run's own loop, every row padded
+  to :data:`~lmlessons.bugzoo.data.MOE_LENGTH` tokens;
+* ``"mtp"``: lesson 15's :class:`~lmlessons.course.mtp_runs.MTPModel` with 2 output depths (the
+  tiny GPT-2 of ``"clm"``, from random weights, and one GPT-2 block for the token 2 ahead) on
+  the same padded single sentences as ``"clm"``, trained on the mean of the depths' losses.
 
 The loops are :mod:`lmlessons.bugzoo.loops`: :func:`lmlessons.train`'s (AdamW, linear
 warm-up, gradient clipping at 1.0) written out, so that it can record the gradient norm before
@@ -47,18 +55,22 @@ from lmlessons._checks import check_int
 from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
     BETA,
+    MOE_LENGTH,
     SEED,
     chat_data,
     course_data,
+    padded_to_length,
     preference_data,
     sentence_rows,
     split_by_length,
 )
 from lmlessons.bugzoo.loops import StepFn, train_loop, train_with_trainer, trainer_one_step_check
-from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure
+from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure, padding_sensitivity
 from lmlessons.course.batches import nsp_batches, row_batches
 from lmlessons.course.checkpoints import load_checkpoint
-from lmlessons.course.models import tiny_gpt2
+from lmlessons.course.models import tiny_gpt2, tiny_mixtral
+from lmlessons.course.moe_runs import MOE_SETTINGS
+from lmlessons.course.mtp_runs import MTPModel
 from lmlessons.course.trainer_ga import TrainerFactory
 from lmlessons.losses import nsp_loss
 from lmlessons.preference import completion_logps, dpo_loss, reward_accuracies
@@ -74,24 +86,37 @@ __all__ = [
     "RUNS",
     "MODEL_FAMILIES",
     "CHECK_MICRO_BATCHES",
+    "MOE_AUX_COEF",
+    "MTP_DEPTHS",
     "run",
     "record_runs",
     "model_family",
 ]
 
 CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this many pieces
+MTP_DEPTHS = 2  # the "mtp" runs' output depths: the next token and the one after it
+MOE_AUX_COEF = 1.0  # the "moe" runs' router_aux_loss_coef: large, so that it acts in 200 steps
+_MOE_SIZE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "num_local_experts",
+    "num_experts_per_tok",
+)
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """One training run: its family, budget, and the function of each role it uses."""
 
-    family: str  # "mlm", "clm", "pretraining", "chat" or "dpo"
+    family: str  # "mlm", "clm", "pretraining", "chat", "dpo", "moe" or "mtp"
     steps: int
     lr: float
     init_seed: int = SEED  # "clm": the random initial weights (the batches always use SEED)
     batch_size: int = 16
-    micro_batches: int = 1  # "clm": the step's rows, sorted by length, in this many pieces
+    micro_batches: int = 1  # "clm", "moe": the step's rows, sorted by length, in this many pieces
     # (with a trainer: the Trainer's gradient_accumulation_steps)
     mask: Callable[..., Any] = bugs.mask_fixed
     mlm_loss: Callable[..., Any] = bugs.mlm_loss_fixed
@@ -104,6 +129,9 @@ class RunSpec:
     chat_batch: Callable[..., Any] = bugs.chat_batch_fixed
     preference_rows: Callable[..., Any] = bugs.preference_rows_fixed
     reference_logps: Callable[..., Any] = bugs.reference_logps_fixed
+    moe_loss: Callable[..., Any] = bugs.moe_loss_fixed
+    moe_accumulate: Callable[..., Any] = bugs.moe_accumulate_fixed
+    mtp_loss: Callable[..., Any] = bugs.mtp_loss_fixed
 
 
 # Runs that continue from the bert checkpoint use a small learning rate, 1e-4. At 1e-3 (the
@@ -122,6 +150,10 @@ _MLM_TRAINER = replace(_MLM, micro_batches=4, trainer=bugs.trainer_fixed)
 _CHAT = RunSpec("chat", steps=150, lr=5e-4)
 _CHAT_PACKED = replace(_CHAT, chat_batch=bugs.chat_packs_fixed)
 _DPO = RunSpec("dpo", steps=100, lr=1e-4)
+# The tiny Mixtral from random weights at lesson 14's learning rate.
+_MOE = RunSpec("moe", steps=200, lr=3e-3)
+# The course GPT-2 with one extra depth, as the causal runs (lesson 15's learning rate too).
+_MTP = RunSpec("mtp", steps=250, lr=2e-3)
 
 RUNS: dict[str, RunSpec] = {
     "healthy_mlm": _MLM,
@@ -152,6 +184,15 @@ RUNS: dict[str, RunSpec] = {
     "dpo_reference_is_policy": replace(_DPO, reference_logps=bugs.reference_logps_policy),
     "dpo_swapped": replace(_DPO, preference_rows=bugs.preference_rows_swapped),
     "dpo_prompt_in_chosen": replace(_DPO, preference_rows=bugs.preference_rows_prompt_in_chosen),
+    "healthy_moe": _MOE,
+    "moe_aux_over_padding": replace(_MOE, moe_loss=bugs.moe_loss_aux_over_padding),
+    "moe_router_logits_off": replace(_MOE, moe_loss=bugs.moe_loss_router_logits_off),
+    "moe_aux_not_divided": replace(
+        _MOE, micro_batches=4, moe_accumulate=bugs.moe_accumulate_aux_not_divided
+    ),
+    "healthy_mtp": _MTP,
+    "mtp_shifted_one_short": replace(_MTP, mtp_loss=bugs.mtp_loss_shifted_one_short),
+    "mtp_extra_depth_not_added": replace(_MTP, mtp_loss=bugs.mtp_loss_extra_depth_not_added),
 }
 
 #: The model family of a run, as a case describes it (the same words for every case of it).
@@ -162,8 +203,12 @@ MODEL_FAMILIES = (
     "BERT pretraining",
     "GPT-2 chat fine-tuning",
     "GPT-2 DPO",
+    "Mixtral MoE",
+    "GPT-2 multi-token",
 )
 _FAMILY_NAMES = {
+    "mtp": "GPT-2 multi-token",
+    "moe": "Mixtral MoE",
     "mlm": "BERT MLM",
     "pretraining": "BERT pretraining",
     "chat": "GPT-2 chat fine-tuning",
@@ -196,6 +241,13 @@ def run_model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
         model = _without_dropout(load_checkpoint("gpt2"))
         model.load_state_dict(sft_weights())
         return model
+    if spec.family == "mtp":
+        return MTPModel(tiny_gpt2(tokenizer, seed=spec.init_seed), MTP_DEPTHS, seed=spec.init_seed)
+    if spec.family == "moe":
+        sizes = {key: MOE_SETTINGS[key] for key in _MOE_SIZE_KEYS}
+        return tiny_mixtral(
+            tokenizer, seed=spec.init_seed, router_aux_loss_coef=MOE_AUX_COEF, **sizes
+        )
     pretrained = load_checkpoint("bert")
     if spec.family == "pretraining":
         return pretrained
@@ -326,19 +378,61 @@ def _dpo_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Ge
     return step
 
 
+def _moe_step(model: torch.nn.Module, spec: RunSpec, tokenizer: Any, g: torch.Generator) -> StepFn:
+    rows = sentence_rows(course_data()[0].train, tokenizer)
+    stream = row_batches(rows, spec.batch_size, g)
+
+    def step() -> dict[str, float]:
+        micro = [
+            padded_to_length(bugs.clm_batch_fixed(r, tokenizer), MOE_LENGTH, tokenizer.pad_token_id)
+            for r in split_by_length(next(stream), spec.micro_batches)
+        ]  # (b, MOE_LENGTH) each
+        loss, aux = spec.moe_accumulate(model, micro, spec.moe_loss)
+        n = sum(int(num_targets(b["labels"], shift=True).sum()) for b in micro)
+        return {"loss": loss, "aux_loss": aux, "num_items": n}
+
+    return step
+
+
+def _grad_norm(parameters: list[torch.nn.Parameter]) -> float:
+    """The norm of the gradients of ``parameters`` (0 for none: no gradient reached them)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
+
+
+def _mtp_step(model: Any, spec: RunSpec, tokenizer: Any, g: torch.Generator) -> StepFn:
+    rows = sentence_rows(course_data()[0].train, tokenizer)
+    stream = row_batches(rows, spec.batch_size, g)
+
+    def step() -> dict[str, float]:
+        batch = bugs.clm_batch_fixed(next(stream), tokenizer)  # (B, T) each
+        logits = model(batch["input_ids"], batch["attention_mask"])  # D x (B, T, V)
+        loss, losses = spec.mtp_loss(logits, batch["labels"])  # (), (D,)
+        loss.backward()
+        depths = {f"loss_depth_{d}": float(v) for d, v in enumerate(losses.tolist(), start=1)}
+        n = int(num_targets(batch["labels"], shift=True).sum())
+        extra = _grad_norm([*model.blocks.parameters(), *model.norms.parameters()])
+        return {"loss": loss.item(), **depths, "extra_depth_grad_norm": extra, "num_items": n}
+
+    return step
+
+
 _STEPS = {
     "mlm": _mlm_step,
     "clm": _clm_step,
     "pretraining": _pretraining_step,
     "chat": _chat_step,
     "dpo": _dpo_step,
+    "moe": _moe_step,
+    "mtp": _mtp_step,
 }
 
 
 def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict[str, Any]:
     """Train run ``run_id`` (one of :data:`RUNS`) and return its record: ``history`` (per step:
     ``loss`` as the run's own code reports it, ``grad_norm``, ``num_items``; for pretraining
-    also ``mlm_loss``, ``nsp_loss``, ``nsp_accuracy``; for DPO ``reward_accuracy``) and, with
+    also ``mlm_loss``, ``nsp_loss``, ``nsp_accuracy``; for DPO ``reward_accuracy``; for MoE
+    ``aux_loss``, as the run's code reports it; for MTP each depth's ``loss_depth_<d>``) and, with
     ``symptoms``, what the trained model shows (:func:`lmlessons.bugzoo.symptoms.measure`).
     ``steps`` cuts the run short (a prefix of the full run: the same first steps)."""
     if run_id not in RUNS:
@@ -363,6 +457,8 @@ def run(run_id: str, *, steps: int | None = None, symptoms: bool = True) -> dict
             record["one_step_check"] = trainer_one_step_check(model, spec, corpus.train, tokenizer)
         elif spec.family == "clm":
             record["one_step_check"] = _one_step_check(model, spec, corpus, tokenizer)
+        elif spec.family == "moe":
+            record["one_step_check"] = _moe_padding_check(model, spec, corpus, tokenizer)
     return record
 
 
@@ -377,6 +473,27 @@ def _one_step_check(
     first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
     micro_rows = split_by_length(first, CHECK_MICRO_BATCHES)
     return first_step_gradient_errors(model, tokenizer, micro_rows, spec.clm_batch, spec.accumulate)
+
+
+def _moe_padding_check(
+    model: torch.nn.Module, spec: RunSpec, corpus: Any, tokenizer: Any
+) -> dict[str, float]:
+    """A MoE run's step code on the first step's rows (in its micro-batches), and on the same
+    rows with every padding id replaced by ``[UNK]``
+    (:func:`~lmlessons.bugzoo.symptoms.padding_sensitivity`)."""
+    rows = sentence_rows(corpus.train, tokenizer)
+    first = next(row_batches(rows, spec.batch_size, torch.Generator().manual_seed(SEED)))
+    micro = [
+        padded_to_length(bugs.clm_batch_fixed(r, tokenizer), MOE_LENGTH, tokenizer.pad_token_id)
+        for r in split_by_length(first, spec.micro_batches)
+    ]  # (b, MOE_LENGTH) each
+    step = functools.partial(_moe_logged_loss, spec)
+    return padding_sensitivity(model, micro, step, tokenizer.unk_token_id)
+
+
+def _moe_logged_loss(spec: RunSpec, model: torch.nn.Module, micro: list[Any]) -> float:
+    """The loss a MoE run's step logs (its backward passes done)."""
+    return spec.moe_accumulate(model, micro, spec.moe_loss)[0]
 
 
 def record_runs(

@@ -21,7 +21,16 @@ code reported.
   the checkpoint as reference): how often the model itself gives the chosen answer the higher
   log-probability (``policy_prefers_chosen``), how often its chosen reward beats the rejected one
   (``reward_accuracy``, TRL's ``rewards/accuracies``), and the mean log-probability of the
-  chosen answers (``chosen_logps``, TRL's ``logps/chosen``).
+  chosen answers (``chosen_logps``, TRL's ``logps/chosen``);
+* MoE: on the held-out sentences, padded to the longest in batches as in training, the
+  next-token loss and accuracy, and each layer's expert load
+  (:func:`lmlessons.moe.expert_counts`, :func:`lmlessons.moe.load_spread`): its coefficient of
+  variation over the real tokens (``load_cv``, the mean over layers) and the busiest expert's
+  share over the mean (``overload``, the worst layer), and the same CV with the padding
+  counted as tokens (``load_cv_with_padding``);
+* MTP: on the held-out sentences, each depth's loss against its own targets (depth 1's is the
+  next-token loss, ``depth_1_loss``; ``depth_2_loss``: the token 2 ahead), and the depth-2
+  head's loss against the *next* token (``depth_2_next_token_loss``): which token it learned.
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ from lmlessons.bugzoo import bugs
 from lmlessons.bugzoo.data import (
     EVAL_BATCH_SIZE,
     EVAL_SEED,
+    MOE_LENGTH,
     Rendered,
     chat_rows,
+    padded_to_length,
     preference_rows,
     sentence_rows,
 )
@@ -46,6 +57,8 @@ from lmlessons.course.batches import nsp_batches
 from lmlessons.course.chat import greedy_answers
 from lmlessons.course.training import evaluate
 from lmlessons.losses import token_nll
+from lmlessons.moe import expert_counts, load_spread
+from lmlessons.mtp import mtp_labels
 from lmlessons.packing import pad, pad_documents
 from lmlessons.preference import preference_probe
 
@@ -56,6 +69,7 @@ __all__ = [
     "MAX_ANSWER_TOKENS",
     "measure",
     "first_step_gradient_errors",
+    "padding_sensitivity",
 ]
 
 FILL_MASK_PROBES = (
@@ -88,6 +102,10 @@ def measure(
             return _clm_symptoms(model, corpus, tokenizer)
         if family == "chat":
             return _chat_symptoms(model, chat_rows("validation"), tokenizer)
+        if family == "moe":
+            return _moe_symptoms(model, corpus, tokenizer)
+        if family == "mtp":
+            return _mtp_symptoms(model, corpus, tokenizer)
         if family == "dpo":
             if reference is None:
                 raise ValueError("reference must be the reference model of the DPO run")
@@ -234,6 +252,60 @@ def _dpo_symptoms(
     return record
 
 
+def _moe_symptoms(model: Any, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    from lmlessons.course.moe_runs import record_routing
+
+    rows = sentence_rows(corpus.validation, tokenizer)
+    pad_id = tokenizer.pad_token_id
+    batches = [
+        padded_to_length(
+            bugs.clm_batch_fixed(rows[i : i + EVAL_BATCH_SIZE], tokenizer), MOE_LENGTH, pad_id
+        )
+        for i in range(0, len(rows), EVAL_BATCH_SIZE)
+    ]  # (b, MOE_LENGTH) each
+    metrics = evaluate(model, batches, objective="clm")
+    num_experts = int(model.config.num_local_experts)
+    real: list[torch.Tensor] = []  # per layer (E,): the real tokens' counts
+    every: list[torch.Tensor] = []  # per layer (E,): every token's, padding included
+    for batch in batches:
+        with record_routing(model) as chosen:
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        mask = batch["attention_mask"]  # (B, T)
+        counts = [expert_counts(c, num_experts, mask) for c in chosen]  # L x (E,)
+        padded = [expert_counts(c, num_experts) for c in chosen]  # L x (E,)
+        real = counts if not real else [a + b for a, b in zip(real, counts, strict=True)]
+        every = padded if not every else [a + b for a, b in zip(every, padded, strict=True)]
+    spreads, with_padding = [load_spread(c) for c in real], [load_spread(c) for c in every]
+    heldout = {
+        "clm_loss": metrics["clm_loss"],
+        "next_token_accuracy": metrics["next_token_accuracy"],
+        "num_targets": metrics["num_targets"],
+        "load_cv": sum(s.cv for s in spreads) / len(spreads),
+        "overload": max(s.max_over_mean for s in spreads),
+        "load_cv_with_padding": sum(s.cv for s in with_padding) / len(with_padding),
+    }
+    return {"heldout": heldout, "expert_counts": [[float(v) for v in c] for c in real]}
+
+
+def _mtp_symptoms(model: Any, corpus: Any, tokenizer: Any) -> dict[str, Any]:
+    rows = sentence_rows(corpus.validation, tokenizer)
+    totals = torch.zeros(3)  # summed losses: depth 1, depth 2, depth 2 on the next token
+    counts = torch.zeros(3)
+    model.eval()
+    for i in range(0, len(rows), EVAL_BATCH_SIZE):
+        batch = bugs.clm_batch_fixed(rows[i : i + EVAL_BATCH_SIZE], tokenizer)  # (B, T) each
+        first, second = model(batch["input_ids"], batch["attention_mask"])  # (B, T, V) each
+        labels = batch["labels"]  # (B, T)
+        pairs = [(first, 1), (second, 2), (second, 1)]  # (logits, how many tokens ahead)
+        for j, (logits, ahead) in enumerate(pairs):
+            nll, keep = token_nll(logits, mtp_labels(labels, ahead), shift=False)  # (B, T) each
+            totals[j] += nll.sum()
+            counts[j] += keep.sum()
+    means = (totals / counts).tolist()
+    keys = ("depth_1_loss", "depth_2_loss", "depth_2_next_token_loss")
+    return {"heldout": {**dict(zip(keys, means, strict=True)), "num_targets": float(counts[0])}}
+
+
 def _nsp_heldout(
     model: torch.nn.Module, corpus: Any, tokenizer: Any, negatives: Any
 ) -> dict[str, float]:
@@ -300,4 +372,24 @@ def first_step_gradient_errors(
         "with_the_fix": _relative_error(fixed, reference),
         "loss_this_run": abs(ours_loss - loss) / abs(loss),
         "loss_with_the_fix": abs(fixed_loss - loss) / abs(loss),
+    }
+
+
+def padding_sensitivity(
+    model: torch.nn.Module, micro: list[Any], step: Any, other_id: int
+) -> dict[str, float]:
+    """One step of ``step`` (``(model, micro_batches) -> logged loss``, its backward passes
+    done) on ``micro``, and on the same batches with every padding id (attention 0) replaced by
+    ``other_id``: ``loss_padding_change`` is the logged losses' ``|a - b| / |a|``,
+    ``gradient_padding_change`` the gradients' ``||a - b|| / ||a||``. The padding must change
+    neither: 0, up to float rounding."""
+    swapped = [
+        {**b, "input_ids": b["input_ids"].masked_fill(b["attention_mask"] == 0, other_id)}
+        for b in micro
+    ]  # (b, T) each
+    loss, grads = _step(model, step, micro)
+    other_loss, other = _step(model, step, swapped)
+    return {
+        "loss_padding_change": abs(other_loss - loss) / abs(loss),
+        "gradient_padding_change": _relative_error(other, grads),
     }

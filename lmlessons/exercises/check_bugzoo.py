@@ -1,18 +1,19 @@
-"""Checker for lesson 08's bug zoo: ``check("bug_zoo", {"A": "pad_is_eos", ...})``, in the
-runner's pattern (:mod:`._framework`).
+"""Checker for lesson 08's bug zoo: ``check("bug_zoo", {"A": "pad_is_eos", ...})``, in the runner's
+pattern (:mod:`._framework`).
 
-The answer is a dict from case letters (:data:`lmlessons.bugzoo.cases.CASES`) to diagnosis
-ids (:data:`~lmlessons.bugzoo.cases.DIAGNOSES`), or a function without arguments that
-returns one (the lesson's exercise, called through the runner: a stub is "not attempted"); None
-leaves a case unanswered, unknown letters or ids raise. A wrong diagnosis gets what that bug would
-look like beside what the case really shows (its evidence, with the numbers of the recorded
-runs); a partial answer says which cases are right so far. The cases come in groups
-(:data:`~lmlessons.bugzoo.cases.GROUPS`: Part I, then after lessons 09 and 10, then after
-lessons 11 and 12): a group is judged once one of its cases is answered, so a learner who has
-done Part I passes with its cases and comes back for the others. The widget of lesson 08 gives
-the same feedback (:func:`feedback`). The exercise is registered with ``answers=True`` (the
-learner passes answers, not a function to test), its own result class (no hints: the evidence is
-the hint) and its own verdict when every case of the groups started is right.
+The answer is a dict from case letters (:data:`lmlessons.bugzoo.cases.CASES`) to diagnosis ids
+(:data:`~lmlessons.bugzoo.cases.DIAGNOSES`), or a function without arguments that returns one
+(the lesson's exercise, called through the runner: a stub is "not attempted"); None leaves a
+case unanswered, unknown letters or ids raise. A wrong diagnosis gets what that bug would look
+like beside what the case really shows (its evidence, with the numbers of the recorded runs); a
+partial answer says which cases are right so far. The cases come in groups
+(:data:`~lmlessons.bugzoo.cases.GROUPS`: Part I, then after lessons 09 and 10, after lessons 11
+and 12, and after lessons 14 and 15): a group is judged once one of its cases is answered, so a
+learner who has done Part I passes with its cases and comes back for the others. The widget of
+lesson 08 gives the same feedback (:func:`feedback`). The exercise is registered with
+``answers=True`` (the learner passes answers, not a function to test), its own result class (no
+hints: the evidence is the hint) and its own verdict when every case of the groups started is
+right.
 """
 
 from __future__ import annotations

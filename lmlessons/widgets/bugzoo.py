@@ -1,7 +1,7 @@
 """Lesson 08 (bug zoo): the diagnosis widget, the case plots, and the reveal of each bug.
 
 :func:`bug_zoo_widget` shows one case of one group (:data:`~lmlessons.bugzoo.cases.GROUPS`:
-the cases of Part I, those after lessons 09 and 10, those after lessons 11 and 12) at a time
+the cases of Part I, those after lessons 09 and 10, 11 and 12, 14 and 15) at a time
 (the ``case`` dropdown): its setting, its loss
 curve beside the healthy run's, a table of symptoms (this run against the healthy run) and its
 samples or fill-in guesses, all from the recorded runs. The ``diagnosis`` dropdown takes the
@@ -91,7 +91,7 @@ def _format(metric: str, value: float | None) -> str:
         return "—"
     if math.isnan(value):
         return "NaN"
-    if metric.endswith("_error"):
+    if metric.endswith(("_error", "_change")):
         return f"{value:.2%}"
     if any(word in metric for word in _RATES):
         return f"{value:.1%}"
@@ -131,7 +131,12 @@ def plot_case(
     return ax
 
 
-_SECOND_KEYS = {"pretraining": "nsp_accuracy", "dpo": "reward_accuracy"}
+_SECOND_KEYS = {
+    "pretraining": "nsp_accuracy",
+    "dpo": "reward_accuracy",
+    "moe": "aux_loss",
+    "mtp": "loss_depth_2",
+}
 
 
 def _second_key(case: Case, records: Records) -> str:
@@ -143,6 +148,8 @@ _YLABELS = {
     "grad_norm": "gradient norm",
     "nsp_accuracy": "train NSP accuracy",
     "reward_accuracy": "train reward accuracy",
+    "aux_loss": "train aux loss",
+    "loss_depth_2": "train loss of depth 2",
 }
 
 
@@ -387,9 +394,9 @@ class BugZooWidget(LessonWidget):
         return {c: DIAGNOSES[d].id == get_case(c).diagnosis for c, d in self.answers.items()}
 
 
-#: Each group's labels on its controls: one lesson shows the three widgets, and a label names
+#: Each group's labels on its controls: one lesson shows the four widgets, and a label names
 #: one control on the page (for a screen reader and for the browser test).
-_LABEL_SUFFIX = {"part1": "", "part2": " (09-10)", "part3": " (11-12)"}
+_LABEL_SUFFIX = {"part1": "", "part2": " (09-10)", "part3": " (11-12)", "part4": " (14-15)"}
 
 
 def _controls(case: str, group: str) -> dict[str, widgets.ValueWidget]:
