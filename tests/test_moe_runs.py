@@ -3,7 +3,9 @@
 - ``tiny_mixtral`` builds transformers' real ``MixtralForCausalLM`` sized to the course tokenizer;
 - the biased router chooses ``select_experts(scores, k, bias)`` and weights by the unbiased
   scores; a training step moves the bias by ``update_expert_bias`` of that step's counts;
-- ``route_sentence`` reports the experts the model really used;
+- ``route_sentence`` reports the experts the model really used; ``routing_margins`` measures
+  how far each of its choices (and the gate-weight order) is from flipping;
+- ``train_moe`` returns the model whose run ``moe_run`` records;
 - the loader rejects malformed records, naming the key; the summary and the figures on records
   made here; a short real run has the shipped record's schema;
 - the shipped record (``data/moe/runs.json``, made by ``python -m tools.moe_runs``): consistent
@@ -32,6 +34,7 @@ from lmlessons.course.moe_runs import (
     expert_load_figure,
     heldout_batch,
     load_figure,
+    measure_routing,
     method_summary,
     moe_run,
     record_moe_runs,
@@ -39,7 +42,9 @@ from lmlessons.course.moe_runs import (
     recorded_moe_runs,
     route_sentence,
     routers,
+    routing_margins,
     run_final,
+    train_moe,
     use_biased_routers,
 )
 from lmlessons.course.records import seed_spread, write_record
@@ -183,6 +188,43 @@ def test_route_sentence_follows_the_bias(tok) -> None:
     for layer in routed["layers"]:
         assert layer["load"][2] == len(routed["tokens"])
         assert all(2 in experts for experts in layer["experts"])
+
+
+def test_routing_margins_measure_the_choice_and_the_order(tok) -> None:
+    text = "the farmer feeds the hens"
+    model = tiny_mixtral(tok, seed=2, **SMALL)
+    ids = tok(text, return_tensors="pt")["input_ids"]  # (1, T)
+    logits: list[torch.Tensor] = []
+    handles = [r.register_forward_hook(lambda m, a, o: logits.append(o[0])) for r in routers(model)]
+    with torch.no_grad():
+        model(input_ids=ids)
+    for h in handles:
+        h.remove()
+    top3 = [lg.softmax(-1).topk(3).values for lg in logits]  # (T, 3) per layer
+    choice = min(float((t[:, 1] - t[:, 2]).min()) for t in top3)
+    order = min(float(((t[:, 0] - t[:, 1]) / t[:, :2].sum(-1)).min()) for t in top3)
+    margins = routing_margins(model, tok, text)
+    assert margins["choice"] == pytest.approx(choice, abs=1e-6)
+    assert margins["order"] == pytest.approx(order, abs=1e-6)
+    routed = route_sentence(model, tok, text)
+    gaps = [abs(w[0] - w[1]) for layer in routed["layers"] for w in layer["weights"]]
+    assert margins["order"] == pytest.approx(min(gaps), abs=2e-4)  # route_sentence rounds
+    for router in use_biased_routers(model):
+        router.expert_bias = torch.tensor([0.0, 0.0, 5.0, 5.0])  # experts 2 and 3, by far
+    biased = routing_margins(model, tok, text)
+    assert 4.0 < biased["choice"] < 5.0  # the bias counts in the choice's gap
+    with pytest.raises(ValueError, match="text"):
+        routing_margins(model, tok, " ")
+
+
+def test_train_moe_returns_the_model_of_its_run() -> None:
+    model, run = train_moe("bias_1e-2", seed=4, max_steps=2, log_every=1)
+    assert not model.training and run["steps"] == [0, 1, 2]
+    assert run == moe_run("bias_1e-2", seed=4, max_steps=2, log_every=1)  # same seeds, same run
+    biases = [[round(float(b), 4) for b in r.expert_bias] for r in routers(model)]
+    assert biases == run["expert_bias"] and any(b != 0 for layer in biases for b in layer)
+    measured = measure_routing(model, heldout_batch())
+    assert measured["counts"] == run["final_counts"]
 
 
 # --- the record: loader, summary, figures -------------------------------------------------------

@@ -1,14 +1,20 @@
 """Train the course checkpoints: ``python -m tools.pretrain NAME [--out DIR]``.
 
 ``NAME`` is ``bert`` (``BertForPreTraining``, MLM + NSP), ``bert-causal``
-(``BertLMHeadModel(is_decoder=True)``), ``gpt2`` (``GPT2LMHeadModel``), ``all`` (the three), or
-``tokenizer`` (train the WordPiece tokenizer on the course corpus and write ``tokenizer.json``).
+(``BertLMHeadModel(is_decoder=True)``), ``gpt2`` (``GPT2LMHeadModel``), ``moe`` or ``moe-bias``
+(lesson 14's tiny ``MixtralForCausalLM`` without balancing or with DeepSeek-V3's bias at 1e-2,
+trained by :func:`lmlessons.course.moe_runs.train_moe`, stored in float16), ``all`` (the five),
+or ``tokenizer`` (train the WordPiece tokenizer on the course corpus and write ``tokenizer.json``).
 Each run is seeded and uses a fixed step budget, so it is deterministic on a given machine and
 thread count. Without ``--out`` the files go to the user cache folder, never into the
 repository. The shipped files were made with::
 
     python -m tools.pretrain tokenizer --out lmlessons/data
     python -m tools.pretrain all --threads 1 --out lmlessons/data/checkpoints
+
+(``all`` runs ``bert``, ``bert-causal``, ``gpt2``, ``moe`` and ``moe-bias`` in turn; the two MoE
+checkpoints were added later with ``python -m tools.pretrain moe --threads 1 --out
+lmlessons/data/checkpoints`` and the same for ``moe-bias``.)
 """
 
 from __future__ import annotations
@@ -37,6 +43,16 @@ from lmlessons.course.models import (
     tiny_bert_lm_head,
     tiny_bert_pretraining,
     tiny_gpt2,
+)
+from lmlessons.course.moe_runs import (
+    METHODS,
+    MOE_CHECKPOINTS,
+    MOE_SETTINGS,
+    heldout_batch,
+    measure_routing,
+    route_sentence,
+    routing_margins,
+    train_moe,
 )
 from lmlessons.course.tokenizer import (
     COURSE_WHOLE_WORDS,
@@ -181,6 +197,8 @@ def pretrain(
     live: bool = True,
 ) -> dict[str, Any]:
     """Train checkpoint ``name`` and save it to ``out``; returns the metrics that were saved."""
+    if name in MOE_CHECKPOINTS:
+        return pretrain_moe(name, out=out, seed=seed, max_steps=max_steps)
     if name not in RECIPES:
         raise ValueError(f"unknown checkpoint {name!r}; choose one of {CHECKPOINT_NAMES}")
     recipe = RECIPES[name]
@@ -220,6 +238,63 @@ def pretrain(
     }
     save_checkpoint(reloaded, name, out, metrics=metrics)
     return metrics
+
+
+#: The sentence whose routing the MoE checkpoints record (lesson 14's widget shows it).
+MOE_SENTENCE = "the farmer feeds the hens before the rain"
+MOE_DTYPE = torch.float16  # the stored weights (loaded back into float32)
+
+
+def pretrain_moe(
+    name: str, *, out: str | Path | None = None, seed: int = 0, max_steps: int | None = None
+) -> dict[str, Any]:
+    """Train MoE checkpoint ``name`` (:data:`lmlessons.course.moe_runs.MOE_CHECKPOINTS`: the
+    method of :func:`~lmlessons.course.moe_runs.train_moe`) and save it to ``out`` in float16;
+    returns the metrics that were saved, measured on the reloaded model: the held-out metrics,
+    the held-out batch's routing and where :data:`MOE_SENTENCE` goes, with its margins."""
+    method = MOE_CHECKPOINTS[name]
+    out = default_out_dir() if out is None else Path(out)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    model, run = train_moe(method, seed=seed, max_steps=max_steps)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    save_checkpoint(model, name, out, dtype=MOE_DTYPE)
+    reloaded = load_checkpoint(name, directory=out)  # measure exactly what users will load
+    routing = measure_routing(reloaded, heldout_batch())
+    sentence = {"text": MOE_SENTENCE, **route_sentence(reloaded, load_tokenizer(), MOE_SENTENCE)}
+    margins = routing_margins(reloaded, load_tokenizer(), MOE_SENTENCE)
+    metrics = {
+        "name": name,
+        "architecture": type(model).__name__,
+        "parameters": count_parameters(model),
+        "command": _command(name, seed, max_steps),
+        "seed": seed,
+        "steps": run["steps"][-1],
+        "method": method,
+        **METHODS[method],
+        "settings": {**MOE_SETTINGS, "max_steps": run["steps"][-1]},
+        "dtype": str(MOE_DTYPE).removeprefix("torch."),
+        "train_seconds": round(seconds, 1),
+        "train_cpu_seconds": round(cpu_seconds, 1),
+        "run": run,
+        "heldout": heldout_metrics(reloaded, name=name),
+        "heldout_routing": {k: _rounded(v) for k, v in routing.items()},
+        "sentence": sentence,
+        "sentence_margins": {k: round(v, 6) for k, v in margins.items()},
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
+    save_checkpoint(reloaded, name, out, metrics=metrics, dtype=MOE_DTYPE)
+    return metrics
+
+
+def _rounded(value: Any) -> Any:
+    """Floats (alone or in lists) to 4 decimals; the rest as it is."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def _recipe_metrics(recipe: Recipe, warmup_steps: int) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """The course's small pretrained models: saved as safetensors + config JSON + metrics JSON.
 
-Three checkpoints ship in ``lmlessons/data/checkpoints/`` (built by ``python -m tools.pretrain``):
+Five checkpoints ship in ``lmlessons/data/checkpoints/`` (built by ``python -m tools.pretrain``):
 
 * ``"bert"``: ``BertForPreTraining`` trained with MLM + NSP on the course corpus,
 * ``"bert-causal"``: ``BertLMHeadModel(is_decoder=True)`` trained on next-token prediction,
-* ``"gpt2"``: a tiny ``GPT2LMHeadModel`` trained on next-token prediction.
+* ``"gpt2"``: a tiny ``GPT2LMHeadModel`` trained on next-token prediction,
+* ``"moe"`` and ``"moe-bias"``: the tiny ``MixtralForCausalLM`` of lesson 14 trained without
+  balancing and with DeepSeek-V3's bias (:data:`lmlessons.course.moe_runs.MOE_CHECKPOINTS`);
+  ``"moe-bias"`` loads with :class:`~lmlessons.course.moe_runs.BiasedRouter` routers whose
+  ``expert_bias`` buffers hold the trained bias. Their weights are stored in float16
+  (``save_checkpoint(..., dtype=torch.float16)``) and loaded back into float32.
 
 Loading never unpickles anything: the config is JSON, the model class comes from a fixed table
 (not from the file), and the weights are read with ``safetensors`` (plain tensors, no code).
@@ -17,6 +22,7 @@ and without it.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -46,7 +52,13 @@ _ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "bert": ("BertForPreTraining", "BertConfig", "pretraining"),
     "bert-causal": ("BertLMHeadModel", "BertConfig", "clm"),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", "clm"),
+    "moe": ("MixtralForCausalLM", "MixtralConfig", "clm"),
+    "moe-bias": ("MixtralForCausalLM", "MixtralConfig", "clm"),
 }
+# The checkpoints whose routers are DeepSeek-V3's biased ones (an ``expert_bias`` buffer each).
+_BIASED_ROUTERS = frozenset({"moe-bias"})
+_MOE = frozenset({"moe", "moe-bias"})
+_STORED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _check_name(name: object) -> str:
@@ -66,7 +78,7 @@ def _classes(name: str) -> tuple[Any, Any]:
 CHECKPOINT_NAMES = tuple(_ARCHITECTURES)
 EVAL_SEED = 1234  # the generator seed of the held-out metrics (masking and NSP pairs)
 # Held-out sequences are as long as the training ones (see tools.pretrain.RECIPES).
-EVAL_MAX_LENGTH = {"bert": 64, "bert-causal": 128, "gpt2": 128}
+EVAL_MAX_LENGTH = {"bert": 64, "bert-causal": 128, "gpt2": 128, "moe": 64, "moe-bias": 64}
 WARM_START_CURVES_FILE = "bert.warm_start_curves.json"  # made by python -m tools.warm_start
 EVAL_EPOCHS = 4  # passes over the validation documents (each with new masks / pairs)
 
@@ -83,17 +95,25 @@ def save_checkpoint(
     directory: str | Path,
     *,
     metrics: dict[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> list[Path]:
     """Write ``<name>.safetensors``, ``<name>.config.json`` and (if given) ``<name>.metrics.json``
-    into ``directory``; returns the paths. Tied weights are stored once (``save_model``)."""
+    into ``directory``; returns the paths. Tied weights are stored once (``save_model``).
+    ``dtype``: store the floating-point tensors in it (``torch.float16`` or ``torch.bfloat16``
+    halve the file; :func:`load_checkpoint` reads them back into float32); default: as they are.
+    """
     model_class, _ = _classes(name)
     if type(model) is not model_class:
         raise TypeError(
             f"checkpoint {name!r} holds a {model_class.__name__}, got a {type(model).__name__}"
         )
+    if dtype is not None and dtype not in _STORED_DTYPES:
+        raise ValueError(f"dtype must be one of {_STORED_DTYPES}, got {dtype!r}")
+    _check_routers(name, model)
     weights, config, metrics_path = _paths(name, directory)
     weights.parent.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(weights), metadata={"format": "pt", "lmlessons_checkpoint": name})
+    stored = model if dtype is None else copy.deepcopy(model).to(dtype)
+    save_model(stored, str(weights), metadata={"format": "pt", "lmlessons_checkpoint": name})
     config.write_text(model.config.to_json_string(use_diff=False), encoding="utf-8")
     written = [weights, config]
     if metrics is not None:
@@ -104,11 +124,25 @@ def save_checkpoint(
     return written
 
 
+def _check_routers(name: str, model: Any) -> None:
+    """An MoE checkpoint's routers: biased in ``"moe-bias"``, Mixtral's own in ``"moe"``."""
+    if name not in _MOE:
+        return
+    from lmlessons.course.moe_runs import BiasedRouter, routers
+
+    biased = [isinstance(r, BiasedRouter) for r in routers(model)]
+    wanted = name in _BIASED_ROUTERS
+    if any(b != wanted for b in biased):
+        kind = "BiasedRouter" if wanted else "MixtralTopKRouter"
+        raise TypeError(f"checkpoint {name!r} holds a model whose every router is a {kind}")
+
+
 def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTrainedModel:
     """Load a course checkpoint in eval mode: ``model = lmlessons.load_checkpoint("bert")``.
 
-    ``name``: ``"bert"``, ``"bert-causal"`` or ``"gpt2"``. ``directory``: where to read from
-    (default: the checkpoints shipped in the package).
+    ``name``: ``"bert"``, ``"bert-causal"``, ``"gpt2"``, ``"moe"`` or ``"moe-bias"`` (its routers
+    :class:`~lmlessons.course.moe_runs.BiasedRouter`, with their trained ``expert_bias``).
+    ``directory``: where to read from (default: the checkpoints shipped in the package).
     """
     weights, config_path, _ = _paths(name, directory)
     model_class, config_class = _classes(name)
@@ -122,6 +156,10 @@ def load_checkpoint(name: str, *, directory: str | Path | None = None) -> PreTra
     config = config_class.from_dict(config_dict)
     config._attn_implementation = "eager"
     model = model_class(config)
+    if name in _BIASED_ROUTERS:  # the buffers the file's expert_bias tensors are loaded into
+        from lmlessons.course.moe_runs import use_biased_routers
+
+        use_biased_routers(model)
     try:
         missing, unexpected = load_model(model, str(weights), strict=True)
     except SafetensorError as err:

@@ -29,6 +29,7 @@ one sentence's tokens go.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,6 +58,8 @@ __all__ = [
     "heldout_batch",
     "measure_routing",
     "moe_run",
+    "train_moe",
+    "MOE_CHECKPOINTS",
     "record_moe_runs",
     "MOE_FILE",
     "MOE_KEYS",
@@ -69,6 +72,7 @@ __all__ = [
     "load_figure",
     "expert_load_figure",
     "route_sentence",
+    "routing_margins",
 ]
 
 #: The settings of the recorded runs: the model's size (``tiny_mixtral_config``'s names), AdamW's
@@ -104,6 +108,12 @@ METHODS: dict[str, dict[str, float]] = {
     "bias_1e-3": {"router_aux_loss_coef": 0.0, "bias_update_speed": DEEPSEEK_BIAS_UPDATE_SPEED},
     "bias_1e-2": {"router_aux_loss_coef": 0.0, "bias_update_speed": 1e-2},
 }
+
+#: The shipped MoE checkpoints (``lmlessons.load_checkpoint(name)``, made by ``python -m
+#: tools.pretrain moe`` and ``moe-bias``): the model of :func:`train_moe` with this method,
+#: seed 0 and :data:`MOE_SETTINGS` (200 steps), the training of the record's run of seed 0 (made
+#: on another CPU: float sums in another order can send a token elsewhere and the runs drift).
+MOE_CHECKPOINTS: dict[str, str] = {"moe": "none", "moe-bias": "bias_1e-2"}
 
 _SIZE_KEYS = (
     "hidden_size",
@@ -292,14 +302,24 @@ def moe_run(
     method: str, *, seed: int, max_steps: int | None = None, **settings: Any
 ) -> dict[str, Any]:
     """One recorded run of ``method`` (:data:`METHODS`) with :data:`MOE_SETTINGS` (``settings``
-    override them; ``max_steps`` too). The training batches come from ``clm_batches`` over the
-    training documents, seeded with ``seed``, as are the initial weights.
+    override them; ``max_steps`` too): the run of :func:`train_moe`, without its model.
 
     Returns ``{"seed", "steps", "cv", "overload", "heldout_loss", "aux_loss", "final_counts",
     "expert_bias"}``: at step 0 and every ``log_every`` steps (and the last), each layer's
     ``cv`` and ``overload`` on the held-out batch (:func:`measure_routing`), the held-out LM
     loss, and the training step's aux loss (None at step 0); ``final_counts`` the held-out
     counts per layer at the end, ``expert_bias`` each layer's final bias (zeros without)."""
+    return train_moe(method, seed=seed, max_steps=max_steps, **settings)[1]
+
+
+def train_moe(
+    method: str, *, seed: int, max_steps: int | None = None, **settings: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Train the tiny Mixtral of ``method`` (:data:`METHODS`) with :data:`MOE_SETTINGS`
+    (``settings`` override them; ``max_steps`` too) and return ``(model, run)``: the trained
+    model in eval mode (its routers :class:`BiasedRouter` with their trained bias when the
+    method has one) and the run :func:`moe_run` records. The training batches come from
+    ``clm_batches`` over the course corpus, seeded with ``seed``, as are the initial weights."""
     from lmlessons.course.batches import clm_batches
 
     if method not in METHODS:
@@ -333,7 +353,7 @@ def moe_run(
     run["expert_bias"] = [[round(float(b), 4) for b in r.expert_bias] for r in biased] or [
         zeros for _ in range(s["num_hidden_layers"])
     ]
-    return run
+    return model.eval(), run
 
 
 _SERIES = ("steps", "cv", "overload", "heldout_loss", "aux_loss")
@@ -519,31 +539,40 @@ def expert_load_figure(data: Mapping[str, Any], *, seed: int | None = None) -> A
 
 
 @torch.no_grad()
+def _router_outputs(
+    model: torch.nn.Module, tokenizer: Any, text: str
+) -> tuple[list[str], list[torch.nn.Module], list[tuple[torch.Tensor, ...]]]:
+    """``text`` with its special tokens through ``model`` (eval mode): its tokens, the routers
+    in layer order and each router's output ``(logits (T, E), weights (T, K), experts (T, K))``."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text must be a non-empty string")
+    model = check_model(model)
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]  # (1, T)
+    found = routers(model)
+    outputs: list[tuple[torch.Tensor, ...]] = []
+
+    def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
+        outputs.append(tuple(o.detach() for o in output))  # (T, E), (T, K), (T, K)
+
+    handles = [r.register_forward_hook(keep) for r in found]
+    was_training = model.training
+    model.eval()
+    try:
+        model(input_ids=ids)
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return tokenizer.convert_ids_to_tokens(ids[0].tolist()), found, outputs
+
+
 def route_sentence(model: torch.nn.Module, tokenizer: Any, text: str) -> dict[str, Any]:
     """Where the tokens of ``text`` go: ``{"tokens": [str, ...], "layers": [{"experts": [[e,
     ...] per token], "weights": [[w, ...] per token], "load": [tokens per expert]}, ...]}``,
     one entry per layer. ``text`` is tokenized with the special tokens ([CLS] ... [SEP]); each
     token's ``top_k`` experts are the ones its router chose (the bias included), ``weights``
     their gate weights, so each layer's loads sum to ``top_k`` times the number of tokens."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text must be a non-empty string")
-    model = check_model(model)
-    ids = tokenizer(text, return_tensors="pt")["input_ids"]  # (1, T)
-    weights: list[torch.Tensor] = []
-
-    def keep_weights(module: torch.nn.Module, args: Any, output: Any) -> None:
-        weights.append(output[1].detach())  # (T, K)
-
-    handles = [r.register_forward_hook(keep_weights) for r in routers(model)]
-    was_training = model.training
-    model.eval()
-    try:
-        with record_routing(model) as chosen:
-            model(input_ids=ids)
-    finally:
-        model.train(was_training)
-        for h in handles:
-            h.remove()
+    tokens, _, outputs = _router_outputs(model, tokenizer, text)
     num_experts = _num_experts(model)
     layers = [
         {
@@ -551,6 +580,28 @@ def route_sentence(model: torch.nn.Module, tokenizer: Any, text: str) -> dict[st
             "weights": [[round(float(v), 4) for v in row] for row in w],
             "load": [int(v) for v in expert_counts(c, num_experts).tolist()],
         }
-        for c, w in zip(chosen, weights)
+        for _, w, c in outputs
     ]
-    return {"tokens": tokenizer.convert_ids_to_tokens(ids[0].tolist()), "layers": layers}
+    return {"tokens": tokens, "layers": layers}
+
+
+def routing_margins(model: torch.nn.Module, tokenizer: Any, text: str) -> dict[str, float]:
+    """How close :func:`route_sentence`'s routing of ``text`` is to changing, over every token
+    and layer: ``"choice"``, the smallest gap between a token's k-th and (k+1)-th selection
+    score (the softmax scores, plus ``expert_bias`` for a :class:`BiasedRouter`), and
+    ``"order"``, the smallest gap between two of its chosen experts' gate weights (the order
+    :func:`lmlessons.widgets.moe.routing_table` shows). A gap far above float noise means any
+    CPU routes the sentence the same way."""
+    _, found, outputs = _router_outputs(model, tokenizer, text)
+    choice, order = [], []
+    for router, (logits, weights, _) in zip(found, outputs):
+        scores = logits.float().softmax(dim=-1)  # (T, E)
+        if isinstance(router, BiasedRouter):
+            scores = scores + router.expert_bias  # (T, E): what the choice ranks
+        k = weights.shape[-1]
+        ranked = scores.sort(dim=-1, descending=True).values  # (T, E)
+        if k < ranked.shape[-1]:  # with every expert chosen there is no choice to flip
+            choice.append((ranked[:, k - 1] - ranked[:, k]).min())
+        chosen = weights.sort(dim=-1, descending=True).values  # (T, K)
+        order.append((chosen[:, :-1] - chosen[:, 1:]).min())
+    return {"choice": float(min(choice, default=math.inf)), "order": float(min(order))}
