@@ -5,6 +5,8 @@ them."""
 from __future__ import annotations
 
 import json
+import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,13 +24,17 @@ def test_check_record_names_what_is_wrong():
     assert check_record(record, ("runs",)) is record
     with pytest.raises(ValueError, match=r"\['settings'\]"):
         check_record(record, ("runs", "settings"), name="x.json")
-    with pytest.raises(TypeError, match=r"x\.json"):
+    with pytest.raises(TypeError, match=r"^x\.json must be a JSON object \(dict\), got list$"):
         check_record([1, 2], ("runs",), name="x.json")
+    with pytest.raises(ValueError, match=r"^record lacks the keys \['settings'\]"):
+        check_record(record, ("settings",))  # the default name
 
 
 def test_write_then_load_round_trips(tmp_path):
     data = {"b": [1.5, 2.0], "a": {"c": [1, [2, 3]]}}
-    path = write_record(data, tmp_path / "new", "r.json", sort_keys=True, one_line_lists=True)
+    path = write_record(
+        data, tmp_path / "new" / "deeper", "r.json", sort_keys=True, one_line_lists=True
+    )
     text = path.read_text(encoding="utf-8")
     assert text.endswith("}\n") and text.index('"a"') < text.index('"b"')
     assert '"b": [1.5, 2.0]' in text and '"c": [\n' in text  # a list of lists stays open
@@ -36,12 +42,15 @@ def test_write_then_load_round_trips(tmp_path):
     assert back == data
     plain = write_record(data, tmp_path, "p.json").read_text(encoding="utf-8")
     assert plain == json.dumps(data, indent=1) + "\n"
-    with pytest.raises(TypeError, match="record"):
+    with pytest.raises(TypeError, match=r"^record must be a mapping, got list$"):
         write_record([1], tmp_path, "q.json")  # type: ignore[arg-type]
 
 
 def test_load_record_names_the_recording_command_and_checks_keys(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"python -m tools\.thing"):
+    missing = str(tmp_path / "r.json")
+    with pytest.raises(
+        FileNotFoundError, match=f"at '{re.escape(missing)}'.*python -m tools\\.thing"
+    ):
         load_record(
             "r.json",
             folder="x",
@@ -50,7 +59,7 @@ def test_load_record_names_the_recording_command_and_checks_keys(tmp_path):
             directory=tmp_path,
         )
     (tmp_path / "r.json").write_text('{"runs": []}', encoding="utf-8")
-    with pytest.raises(ValueError, match="settings"):
+    with pytest.raises(ValueError, match=f"^{re.escape(missing)} lacks the keys \\['settings'\\]"):
         load_record("r.json", folder="x", keys=("settings",), command="c", directory=tmp_path)
     load = dict(folder="x", keys=("runs",), command="c", directory=tmp_path, run_keys=("seed",))
     with pytest.raises(ValueError, match="non-empty list"):
@@ -65,9 +74,9 @@ def test_load_record_names_the_recording_command_and_checks_keys(tmp_path):
 def test_seed_spread_is_the_mean_and_bessels_std():
     assert seed_spread([1.0, 2.0, 6.0]) == (3.0, pytest.approx(7**0.5))  # half-range: 2.5
     assert seed_spread([4.0]) == (4.0, 0.0)
-    with pytest.raises(ValueError, match="values"):
+    with pytest.raises(ValueError, match=r"^values must hold at least one value"):
         seed_spread([])
-    with pytest.raises(TypeError, match="values"):
+    with pytest.raises(TypeError, match=r"^values must be a sequence"):
         seed_spread("12")  # type: ignore[arg-type]
 
 
@@ -98,8 +107,8 @@ def test_check_runs_names_the_run_and_its_missing_key():
     assert check_runs(runs[:1], ("seed", "loss")) == runs[:1]
     with pytest.raises(ValueError, match=r"runs\[1\] lacks the keys \['loss'\]"):
         check_runs(runs, ("seed", "loss"))
-    for empty in ([], {"seed": 0}, None):
-        with pytest.raises(ValueError, match="record_runs must be a non-empty list"):
+    for empty, kind in (([], "list"), ({"seed": 0}, "dict"), (None, "NoneType")):
+        with pytest.raises(ValueError, match=f"record_runs must be a non-empty list.*got {kind}$"):
             check_runs(empty, ("seed",), name="record_runs")
 
 
@@ -213,6 +222,7 @@ def test_record_grid_runs_every_setting_and_seed_rounded_and_logged():
     from lmlessons.course.records import record_grid, rounded
 
     assert rounded({"a": [1.23456, 2], "c": "x"}) == {"a": [1.2346, 2], "c": "x"}
+    assert rounded({"a": [1.23456, {"b": 2.71828}]}, 2) == {"a": [1.23, {"b": 2.72}]}
     lines: list[str] = []
     base = {"lr": 0.5, "max_steps": 10}
     record = record_grid(
@@ -241,8 +251,24 @@ def test_record_grid_runs_every_setting_and_seed_rounded_and_logged():
     assert quiet["runs"] == [{}] and quiet["settings"] == {"seeds": [0], "v": ["a"]}
     with pytest.raises(ValueError, match="one name"):
         record_grid(lambda v, seed, s: {}, {}, grid={}, seeds=[0], describe=str)
-    with pytest.raises(ValueError, match="max_steps"):
+    with pytest.raises(ValueError, match=r"^max_steps"):
         record_grid(lambda v, s, x: {}, {}, grid={"v": [1]}, seeds=[0], max_steps=0, describe=str)
+    one = record_grid(lambda v, s, x: {}, {}, grid={"v": [1]}, seeds=[0], max_steps=1, describe=str)
+    assert one["settings"]["max_steps"] == 1
+
+
+def test_record_grid_times_each_run_and_the_whole_grid(monkeypatch):
+    """A fake clock: the grid starts at 1000 s, each run takes 2 s and 1 s passes between runs."""
+    from lmlessons.course import records
+
+    ticks = iter([1000.0, 1001.0, 1003.0, 1004.0, 1006.0, 1010.0])  # start, (began, ended) x 2, end
+    monkeypatch.setattr(records, "time", SimpleNamespace(time=lambda: next(ticks)))
+    lines: list[str] = []
+    record = records.record_grid(
+        lambda v, seed, s: {"v": v}, {}, grid={"v": ["a", "b"]}, seeds=[0],
+        describe=lambda run: run["v"], log=lines.append,
+    )  # fmt: skip
+    assert lines == ["a (2 s)", "b (2 s)"] and record["seconds"] == 10
 
 
 def test_seed_summary_keeps_the_values_beside_their_spread():
