@@ -129,3 +129,16 @@ def test_bad_arguments(tok) -> None:
         tiny_bert_lm_head(tok, is_decoder=1)
     with pytest.raises(ValueError, match="pad_token_id"):
         tiny_bert_mlm(object())
+
+
+def test_captured_outputs_keeps_what_each_module_returns_and_removes_its_hooks():
+    from lmlessons.course.models import captured_outputs
+
+    first, second = torch.nn.Linear(2, 3), torch.nn.Linear(3, 1)
+    model = torch.nn.Sequential(first, second)
+    x = torch.ones(4, 2)
+    with captured_outputs([second, first], lambda out: tuple(out.shape)) as shapes:
+        model(x)
+    assert shapes == [(4, 3), (4, 1)]  # the order the model calls them, not the list's
+    model(x)
+    assert len(shapes) == 2 and not first._forward_hooks and not second._forward_hooks

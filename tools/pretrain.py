@@ -54,6 +54,7 @@ from lmlessons.course.moe_runs import (
     routing_margins,
     train_moe,
 )
+from lmlessons.course.records import rounded
 from lmlessons.course.tokenizer import (
     COURSE_WHOLE_WORDS,
     DEFAULT_VOCAB_SIZE,
@@ -218,11 +219,7 @@ def pretrain(
     save_checkpoint(model, name, out)
     reloaded = load_checkpoint(name, directory=out)  # measure exactly what users will load
     metrics = {
-        "name": name,
-        "architecture": type(model).__name__,
-        "parameters": count_parameters(model),
-        "command": _command(name, seed, max_steps),
-        "seed": seed,
+        **_identity(name, model, seed, max_steps),
         "steps": history.num_steps,
         **_recipe_metrics(recipe, min(recipe.warmup_steps, steps // 10)),
         "causal_warm_start": warm_start,
@@ -260,14 +257,11 @@ def pretrain_moe(
     save_checkpoint(model, name, out, dtype=MOE_DTYPE)
     reloaded = load_checkpoint(name, directory=out)  # measure exactly what users will load
     routing = measure_routing(reloaded, heldout_batch())
-    sentence = {"text": MOE_SENTENCE, **route_sentence(reloaded, load_tokenizer(), MOE_SENTENCE)}
-    margins = routing_margins(reloaded, load_tokenizer(), MOE_SENTENCE)
+    tokenizer = load_tokenizer()
+    sentence = {"text": MOE_SENTENCE, **route_sentence(reloaded, tokenizer, MOE_SENTENCE)}
+    margins = routing_margins(reloaded, tokenizer, MOE_SENTENCE)
     metrics = {
-        "name": name,
-        "architecture": type(model).__name__,
-        "parameters": count_parameters(model),
-        "command": _command(name, seed, max_steps),
-        "seed": seed,
+        **_identity(name, model, seed, max_steps),
         "steps": run["steps"][-1],
         "method": method,
         **METHODS[method],
@@ -277,7 +271,7 @@ def pretrain_moe(
         "train_cpu_seconds": round(cpu_seconds, 1),
         "run": run,
         "heldout": heldout_metrics(reloaded, name=name),
-        "heldout_routing": {k: _rounded(v) for k, v in routing.items()},
+        "heldout_routing": rounded(routing),
         "sentence": sentence,
         "sentence_margins": {k: round(v, 6) for k, v in margins.items()},
         "torch_version": torch.__version__,
@@ -288,13 +282,16 @@ def pretrain_moe(
     return metrics
 
 
-def _rounded(value: Any) -> Any:
-    """Floats (alone or in lists) to 4 decimals; the rest as it is."""
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
+def _identity(name: str, model: Any, seed: int, max_steps: int | None) -> dict[str, Any]:
+    """What every checkpoint's metrics start with: its name, class, size and the command that
+    made it."""
+    return {
+        "name": name,
+        "architecture": type(model).__name__,
+        "parameters": count_parameters(model),
+        "command": _command(name, seed, max_steps),
+        "seed": seed,
+    }
 
 
 def _recipe_metrics(recipe: Recipe, warmup_steps: int) -> dict[str, Any]:

@@ -69,7 +69,7 @@ from lmlessons.bugzoo.symptoms import first_step_gradient_errors, measure, paddi
 from lmlessons.course.batches import nsp_batches, row_batches
 from lmlessons.course.checkpoints import load_checkpoint
 from lmlessons.course.models import tiny_gpt2, tiny_mixtral
-from lmlessons.course.moe_runs import MOE_SETTINGS
+from lmlessons.course.moe_runs import moe_sizes
 from lmlessons.course.mtp_runs import MTPModel
 from lmlessons.course.trainer_ga import TrainerFactory
 from lmlessons.losses import nsp_loss
@@ -96,15 +96,6 @@ __all__ = [
 CHECK_MICRO_BATCHES = 4  # the one-step check splits one step's rows into this many pieces
 MTP_DEPTHS = 2  # the "mtp" runs' output depths: the next token and the one after it
 MOE_AUX_COEF = 1.0  # the "moe" runs' router_aux_loss_coef: large, so that it acts in 200 steps
-_MOE_SIZE_KEYS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "num_local_experts",
-    "num_experts_per_tok",
-)
 
 
 @dataclass(frozen=True)
@@ -244,9 +235,8 @@ def run_model(spec: RunSpec, tokenizer: Any) -> PreTrainedModel:
     if spec.family == "mtp":
         return MTPModel(tiny_gpt2(tokenizer, seed=spec.init_seed), MTP_DEPTHS, seed=spec.init_seed)
     if spec.family == "moe":
-        sizes = {key: MOE_SETTINGS[key] for key in _MOE_SIZE_KEYS}
         return tiny_mixtral(
-            tokenizer, seed=spec.init_seed, router_aux_loss_coef=MOE_AUX_COEF, **sizes
+            tokenizer, seed=spec.init_seed, router_aux_loss_coef=MOE_AUX_COEF, **moe_sizes()
         )
     pretrained = load_checkpoint("bert")
     if spec.family == "pretraining":

@@ -13,6 +13,9 @@ its label conventions holds for the full-size model too:
 * :func:`tiny_mixtral` -> ``MixtralForCausalLM``: a mixture of experts (a router sends each
   token to ``num_experts_per_tok`` of ``num_local_experts`` feed-forward experts).
 
+:func:`captured_outputs` collects what some of a model's modules (its routers, its attention
+projections) output during a forward pass, the one home of the course's forward hooks.
+
 Vocabulary size and special-token ids come from the tokenizer, never from constants. Dropout is
 0 by default: tiny models trained for seconds underfit, they do not overfit, and a model without
 dropout gives the same loss in ``train()`` and ``eval()`` mode.
@@ -20,6 +23,8 @@ dropout gives the same loss in ``train()`` and ``eval()`` mode.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,6 +55,7 @@ __all__ = [
     "tiny_mixtral",
     "seeded_model",
     "count_parameters",
+    "captured_outputs",
 ]
 
 HIDDEN_SIZE = 128
@@ -255,3 +261,23 @@ def tiny_mixtral(
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied input/output embeddings counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+@contextmanager
+def captured_outputs(
+    modules: Sequence[torch.nn.Module], pick: Callable[[Any], Any]
+) -> Iterator[list[Any]]:
+    """Within the ``with`` block, every call of one of ``modules`` appends ``pick(its output)``
+    to the yielded list: after one forward pass, one entry per module in the order the model
+    calls them (its layer order). The hooks are removed on leaving the block."""
+    captured: list[Any] = []
+
+    def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+        captured.append(pick(output))
+
+    handles = [module.register_forward_hook(hook) for module in modules]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lmlessons._checks import check_int, check_model
+from lmlessons.course.models import captured_outputs
 from lmlessons.course.records import check_record, check_runs, load_record, seed_spread
 from lmlessons.moe import (
     DEEPSEEK_BIAS_UPDATE_SPEED,
@@ -50,6 +51,7 @@ from lmlessons.moe import (
 
 __all__ = [
     "MOE_SETTINGS",
+    "moe_sizes",
     "METHODS",
     "BiasedRouter",
     "routers",
@@ -126,6 +128,13 @@ _SIZE_KEYS = (
 )
 
 
+def moe_sizes(settings: Mapping[str, Any] = MOE_SETTINGS) -> dict[str, int]:
+    """The model sizes of ``settings`` (:data:`MOE_SETTINGS`), as
+    :func:`lmlessons.course.models.tiny_mixtral` takes them: hidden size, layers, heads, experts
+    and experts per token."""
+    return {key: settings[key] for key in _SIZE_KEYS}
+
+
 # --- the biased router and where the tokens go ------------------------------------------------
 
 
@@ -183,22 +192,11 @@ def use_biased_routers(model: torch.nn.Module) -> list[BiasedRouter]:
     return out
 
 
-@contextmanager
-def record_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+def record_routing(model: torch.nn.Module) -> AbstractContextManager[list[torch.Tensor]]:
     """Within the ``with`` block, every router call of ``model`` appends its chosen experts
     ``(N, K)`` (N = B * T tokens) to the yielded list: after one forward pass, one entry per
     layer in layer order. The experts actually used, the bias included."""
-    chosen: list[torch.Tensor] = []
-
-    def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
-        chosen.append(output[2].detach())  # (N, K)
-
-    handles = [r.register_forward_hook(hook) for r in routers(model)]
-    try:
-        yield chosen
-    finally:
-        for h in handles:
-            h.remove()
+    return captured_outputs(routers(model), lambda output: output[2].detach())  # (N, K)
 
 
 def _num_experts(model: torch.nn.Module) -> int:
@@ -272,7 +270,7 @@ def _build(method: str, seed: int, settings: Mapping[str, Any]) -> tuple[Any, An
         seed=seed,
         output_router_logits=True,  # every method returns the router logits (for aux_loss)
         router_aux_loss_coef=METHODS[method]["router_aux_loss_coef"],
-        **{k: settings[k] for k in _SIZE_KEYS},
+        **moe_sizes(settings),
     )
     biased = use_biased_routers(model) if METHODS[method]["bias_update_speed"] > 0 else []
     optimizer = torch.optim.AdamW(
@@ -549,20 +547,13 @@ def _router_outputs(
     model = check_model(model)
     ids = tokenizer(text, return_tensors="pt")["input_ids"]  # (1, T)
     found = routers(model)
-    outputs: list[tuple[torch.Tensor, ...]] = []
-
-    def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
-        outputs.append(tuple(o.detach() for o in output))  # (T, E), (T, K), (T, K)
-
-    handles = [r.register_forward_hook(keep) for r in found]
     was_training = model.training
     model.eval()
-    try:
-        model(input_ids=ids)
+    try:  # each router's (T, E), (T, K), (T, K)
+        with captured_outputs(found, lambda out: tuple(o.detach() for o in out)) as outputs:
+            model(input_ids=ids)
     finally:
         model.train(was_training)
-        for h in handles:
-            h.remove()
     return tokenizer.convert_ids_to_tokens(ids[0].tolist()), found, outputs
 
 

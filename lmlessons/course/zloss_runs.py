@@ -43,17 +43,23 @@ drifting very negative late in long runs) is out of reach of 300 steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lmlessons._checks import IGNORE_INDEX, check_int, check_logits_labels, check_model
+from lmlessons._checks import (
+    IGNORE_INDEX,
+    check_int,
+    check_logits_labels,
+    check_model,
+    check_real,
+)
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
-from lmlessons.course.models import tiny_gpt2
+from lmlessons.course.models import captured_outputs, tiny_gpt2
 from lmlessons.course.records import check_record, load_record, record_grid, seed_summary
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import LossFn, evaluate, train_steps
@@ -113,16 +119,6 @@ ZLOSS_SETTINGS: dict[str, Any] = {
 }
 
 
-def _check_number(name: str, value: object, *, positive: bool = False) -> float:
-    """``value`` as a float: a :class:`TypeError` naming ``name`` for a non-number (bool
-    included), a :class:`ValueError` when negative (or 0 with ``positive``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if value < 0 or (positive and value == 0) or math.isnan(value):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
-    return float(value)
-
-
 def check_arm(arm: object) -> dict[str, float]:
     """``arm`` as ``{"learning_rate": > 0, "z_loss_coefficient": >= 0}`` (floats): a
     :class:`TypeError` when it is no mapping, a :class:`ValueError` naming a missing or extra key
@@ -134,8 +130,8 @@ def check_arm(arm: object) -> dict[str, float]:
             f"arm must hold exactly learning_rate and z_loss_coefficient, got {sorted(arm)}"
         )
     return {
-        "learning_rate": _check_number("learning_rate", arm["learning_rate"], positive=True),
-        "z_loss_coefficient": _check_number("z_loss_coefficient", arm["z_loss_coefficient"]),
+        "learning_rate": check_real("learning_rate", arm["learning_rate"], positive=True),
+        "z_loss_coefficient": check_real("z_loss_coefficient", arm["z_loss_coefficient"]),
     }
 
 
@@ -176,27 +172,16 @@ def logit_stats(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     }
 
 
-@contextmanager
-def captured_qkv(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+def captured_qkv(model: torch.nn.Module) -> AbstractContextManager[list[torch.Tensor]]:
     """Within the ``with`` block, every call of a GPT-2 block's ``attn.c_attn`` in ``model``
     appends its output, the queries, keys and values side by side ``(B, T, 3 * n_embd)``
     (detached), to the yielded list: after one forward pass, one entry per layer in layer
-    order. The hooks are removed on leaving the block."""
+    order (:func:`lmlessons.course.models.captured_outputs`)."""
     model = check_model(model)
     blocks = getattr(getattr(model, "transformer", None), "h", None)
     if blocks is None:
         raise TypeError(f"model must be a GPT-2 model (.transformer.h), got {type(model).__name__}")
-    outputs: list[torch.Tensor] = []
-
-    def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
-        outputs.append(output.detach())  # (B, T, 3C)
-
-    handles = [block.attn.c_attn.register_forward_hook(hook) for block in blocks]
-    try:
-        yield outputs
-    finally:
-        for handle in handles:
-            handle.remove()
+    return captured_outputs([block.attn.c_attn for block in blocks], torch.Tensor.detach)
 
 
 @torch.no_grad()
