@@ -2,7 +2,7 @@
 catalogue of known mistakes in the package, and the battery (``tests/battery/``).
 
 Each checker's module catalogues its known mistakes as small wrong implementations, each with its
-mistake code (``known = known_mistakes(exercise)``, ``@known("code")``): submitted as a learner's
+mistake code (``known = Catalogue(exercise)``, ``@known("code")``): submitted as a learner's
 answer, every entry must be named by its own code. Every module ``tests/battery/<exercise>.py``
 holds the other attempts, marked ``@wrong(code)``, ``@wrong(says=...)`` or ``@correct``
 (``battery/_attempt.py``): realistic attempts that are not a catalogue entry (other ways to make

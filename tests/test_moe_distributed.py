@@ -10,13 +10,13 @@ from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_fun
 
 from lmlessons.course.distributed import (
     BalancingDemoResult,
-    balancing_batch,
-    balancing_router,
+    BalancingSetup,
     run_balancing_demo,
 )
 from lmlessons.moe import load_spread
 
 E, K = 4, 2
+SETUP = BalancingSetup(2, 2, 16, num_experts=E, top_k=K, hidden_size=8)  # the lesson's demo
 
 # Starting real processes takes seconds: these tests are slow (make test runs them).
 slow = pytest.mark.slow
@@ -24,19 +24,19 @@ slow = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def result() -> BalancingDemoResult:
-    return run_balancing_demo(world_size=2, accumulation_steps=2)
+    return run_balancing_demo(BalancingSetup(world_size=2, accumulation_steps=2))
 
 
 def _logits() -> torch.Tensor:
     """The router logits of the demo's micro-batches, here in one process: (R, S, n, E)."""
     with torch.no_grad():
-        return balancing_router(E, 8)(balancing_batch(2, 2, 16, num_experts=E, top_k=K))
+        return SETUP.router()(SETUP.hidden())
 
 
 def _whole_batch_loss_and_grad() -> tuple[float, torch.Tensor]:
     """transformers' Mixtral loss on every token at once, and its router gradient (E, H)."""
-    router = balancing_router(E, 8)
-    hidden = balancing_batch(2, 2, 16, num_experts=E, top_k=K)  # (R, S, n, H)
+    router = SETUP.router()
+    hidden = SETUP.hidden()  # (R, S, n, H)
     loss = mixtral_loss((router(hidden.reshape(-1, 8)),), E, K)
     loss.backward()
     return loss.item(), router.weight.grad
@@ -88,18 +88,19 @@ def test_micro_batch_balancing_is_not(result):
 
 @slow
 def test_three_ranks_without_accumulation():
-    three = run_balancing_demo(world_size=3, accumulation_steps=1, tokens_per_micro_batch=8)
+    three = run_balancing_demo(BalancingSetup(3, accumulation_steps=1, tokens_per_micro_batch=8))
     assert len(three.global_losses) == 3 and all(len(r) == 1 for r in three.global_losses)
     assert three.global_agrees and not three.micro_agrees
     assert three.global_grad_max_diff < 1e-5 * three.full_grad_norm < three.micro_grad_max_diff
 
 
 def test_batch_shape_and_domains():
-    hidden = balancing_batch(3, 2, 5, num_experts=E, top_k=K, hidden_size=8)
+    setup = BalancingSetup(3, 2, 5, num_experts=E, top_k=K, hidden_size=8)
+    hidden = setup.hidden()  # (R, S, n, H)
     assert hidden.shape == (3, 2, 5, 8)
-    assert torch.equal(hidden, balancing_batch(3, 2, 5, num_experts=E, top_k=K, hidden_size=8))
+    assert torch.equal(hidden, BalancingSetup(3, 2, 5, num_experts=E, top_k=K).hidden())
     with torch.no_grad():
-        means = balancing_router(E, 8)(hidden).mean(dim=(1, 2))  # (3, E)
+        means = setup.router()(hidden).mean(dim=(1, 2))  # (3, E)
     assert means.topk(K).indices.sort().values.tolist() == [[0, 1], [2, 3], [0, 1]]
 
 
@@ -118,4 +119,9 @@ def test_batch_shape_and_domains():
 )
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
-        run_balancing_demo(**kwargs)
+        BalancingSetup(**kwargs)
+
+
+def test_run_balancing_demo_takes_a_setup():
+    with pytest.raises(TypeError, match="setup must be a BalancingSetup, got dict"):
+        run_balancing_demo({"world_size": 2})

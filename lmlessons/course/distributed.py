@@ -37,14 +37,19 @@ from lmlessons.shifting import num_targets, shift_labels
 
 __all__ = [
     "BalancingDemoResult",
+    "BalancingSetup",
     "DistributedDemoResult",
-    "balancing_batch",
-    "balancing_router",
     "demo_batch",
     "demo_parameters",
     "run_balancing_demo",
     "run_distributed_demo",
 ]
+
+
+def _agrees(loss: float, full_loss: float) -> bool:
+    """Whether ``loss`` equals the one-process ``full_loss`` up to float32 rounding (1e-5,
+    relative above 1)."""
+    return abs(loss - full_loss) <= 1e-5 * max(1.0, abs(full_loss))
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,11 @@ class DistributedDemoResult:
 
     @property
     def per_rank_agrees(self) -> bool:
-        return abs(self.per_rank_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+        return _agrees(self.per_rank_loss, self.full_loss)
 
     @property
     def global_count_agrees(self) -> bool:
-        return abs(self.global_count_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+        return _agrees(self.global_count_loss, self.full_loss)
 
 
 def demo_batch(
@@ -302,95 +307,67 @@ class BalancingDemoResult:
 
     @property
     def global_agrees(self) -> bool:
-        return abs(self.global_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+        return _agrees(self.global_loss, self.full_loss)
 
     @property
     def micro_agrees(self) -> bool:
-        return abs(self.micro_loss - self.full_loss) <= 1e-5 * max(1.0, abs(self.full_loss))
+        return _agrees(self.micro_loss, self.full_loss)
 
 
 @dataclass(frozen=True)
-class _BalancingSetup:
-    """:func:`run_balancing_demo`'s arguments, checked; sent to every rank."""
+class BalancingSetup:
+    """The balancing demo's sizes, checked when made: ``world_size`` ranks (R), each with
+    ``accumulation_steps`` micro-batches (S) of ``tokens_per_micro_batch`` tokens (n), routed by
+    :meth:`router` to ``num_experts`` experts (E >= 2), ``top_k`` each (K <= E), from
+    ``hidden_size`` features (H >= E). :func:`run_balancing_demo` sends it to every rank."""
 
-    world_size: int
-    accumulation_steps: int
-    tokens_per_micro_batch: int
-    num_experts: int
-    top_k: int
-    hidden_size: int
-    seed: int
+    world_size: int = 2
+    accumulation_steps: int = 2
+    tokens_per_micro_batch: int = 16
+    num_experts: int = 4
+    top_k: int = 2
+    hidden_size: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("world_size", "accumulation_steps", "tokens_per_micro_batch"):
+            check_int(name, getattr(self, name), minimum=1)
+        experts = check_int("num_experts", self.num_experts, minimum=2)
+        if check_int("top_k", self.top_k, minimum=1) > experts:
+            raise ValueError(f"top_k must be at most num_experts={experts}, got {self.top_k}")
+        check_int("hidden_size", self.hidden_size, minimum=experts)
+        check_int("seed", self.seed, minimum=0)
+
+    def router(self) -> torch.nn.Linear:
+        """A fresh router, ``nn.Linear(H, E, bias=False)``, whose ``E`` weight rows are
+        orthonormal (random directions from ``seed``): each expert has a direction of its own."""
+        H, g = self.hidden_size, torch.Generator().manual_seed(self.seed)
+        q, _ = torch.linalg.qr(torch.randn(H, H, generator=g))  # (H, H) orthogonal
+        router = torch.nn.Linear(H, self.num_experts, bias=False)
+        with torch.no_grad():
+            router.weight.copy_(q[: self.num_experts])  # (E, H)
+        return router
 
     def hidden(self) -> torch.Tensor:
-        """The hidden states of every micro-batch of every rank, ``(R, S, n, H)``."""
-        return balancing_batch(
-            self.world_size,
-            self.accumulation_steps,
-            self.tokens_per_micro_batch,
-            num_experts=self.num_experts,
-            top_k=self.top_k,
-            hidden_size=self.hidden_size,
-            seed=self.seed,
-        )
+        """Hidden states ``(R, S, n, H)``: ``S`` micro-batches of ``n`` tokens for each rank.
 
-
-def _check_router_sizes(
-    num_experts: object, top_k: object, hidden_size: object
-) -> tuple[int, int, int]:
-    """``(num_experts, top_k, hidden_size)`` as ints: ``2 <= E``, ``1 <= K <= E``, ``H >= E``."""
-    experts = check_int("num_experts", num_experts, minimum=2)
-    k = check_int("top_k", top_k, minimum=1)
-    if k > experts:
-        raise ValueError(f"top_k must be at most num_experts={experts}, got {k}")
-    return experts, k, check_int("hidden_size", hidden_size, minimum=experts)
-
-
-def balancing_router(
-    num_experts: int = 4, hidden_size: int = 8, *, seed: int = 0
-) -> torch.nn.Linear:
-    """A router: ``nn.Linear(hidden_size, num_experts, bias=False)`` whose ``num_experts`` weight
-    rows are orthonormal (random directions), so that each expert has a direction of its own."""
-    num_experts = check_int("num_experts", num_experts, minimum=2)
-    hidden_size = check_int("hidden_size", hidden_size, minimum=num_experts)
-    g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
-    q, _ = torch.linalg.qr(torch.randn(hidden_size, hidden_size, generator=g))  # (H, H) orthogonal
-    router = torch.nn.Linear(hidden_size, num_experts, bias=False)
-    with torch.no_grad():
-        router.weight.copy_(q[:num_experts])  # (E, H)
-    return router
-
-
-def balancing_batch(
-    world_size: int = 2,
-    accumulation_steps: int = 2,
-    tokens_per_micro_batch: int = 16,
-    *,
-    num_experts: int = 4,
-    top_k: int = 2,
-    hidden_size: int = 8,
-    seed: int = 0,
-) -> torch.Tensor:
-    """Hidden states ``(R, S, n, H)``: ``S`` micro-batches of ``n`` tokens for each of ``R`` ranks.
-
-    Rank ``r`` holds one "domain": its tokens point at experts ``r * top_k, ..., r * top_k +
-    top_k - 1`` (mod ``num_experts``) of :func:`balancing_router` with the same ``seed``, plus
-    noise. Each rank alone routes unevenly; with ``world_size * top_k = num_experts`` (the
-    defaults) the domains cover every expert once, so the global batch is close to even.
-    """
-    world_size = check_int("world_size", world_size, minimum=1)
-    steps = check_int("accumulation_steps", accumulation_steps, minimum=1)
-    n = check_int("tokens_per_micro_batch", tokens_per_micro_batch, minimum=1)
-    num_experts, top_k, hidden_size = _check_router_sizes(num_experts, top_k, hidden_size)
-    weight = balancing_router(num_experts, hidden_size, seed=seed).weight.detach()  # (E, H)
-    g = torch.Generator().manual_seed(seed + 1)  # seed checked by balancing_router
-    noise = torch.randn(world_size, steps, n, hidden_size, generator=g)  # (R, S, n, H)
-    experts = (torch.arange(world_size)[:, None] * top_k + torch.arange(top_k)) % num_experts
-    domains = 2.0 * weight[experts].sum(dim=1)  # (R, H): the sum of each domain's expert rows
-    return domains[:, None, None, :] + noise  # (R, S, n, H)
+        Rank ``r`` holds one "domain": its tokens point at experts ``r * K, ..., r * K + K - 1``
+        (mod ``E``) of :meth:`router`, plus noise. Each rank alone routes unevenly; with
+        ``R * K = E`` (the defaults) the domains cover every expert once, so the global batch is
+        close to even.
+        """
+        R, S, K = self.world_size, self.accumulation_steps, self.top_k
+        n = self.tokens_per_micro_batch
+        weight = self.router().weight.detach()  # (E, H)
+        g = torch.Generator().manual_seed(self.seed + 1)
+        noise = torch.randn(R, S, n, self.hidden_size, generator=g)  # (R, S, n, H)
+        experts = (torch.arange(R)[:, None] * K + torch.arange(K)) % self.num_experts  # (R, K)
+        domains = 2.0 * weight[experts].sum(dim=1)  # (R, H): the sum of each domain's expert rows
+        return domains[:, None, None, :] + noise  # (R, S, n, H)
 
 
 def _balancing_losses(
-    logits: list[torch.Tensor], setup: _BalancingSetup, global_batch: bool
+    logits: list[torch.Tensor], setup: BalancingSetup, global_batch: bool
 ) -> list[torch.Tensor]:
     """One rank's balancing loss of each micro-batch (``logits``: ``S`` tensors ``(n, E)``).
     ``global_batch``: ``f`` from the counts of the window summed over all ranks (one all-reduce
@@ -409,13 +386,13 @@ def _balancing_losses(
     return [num_experts * (f * z.softmax(dim=-1).mean(dim=0)).sum() for z in logits]
 
 
-def _balancing_rank(rank: int, world_size: int, setup: _BalancingSetup) -> dict:
+def _balancing_rank(rank: int, world_size: int, setup: BalancingSetup) -> dict:
     """:func:`run_balancing_demo`'s work on one rank: both balancings, accumulated over the
     micro-batches (each loss / S) and averaged over the ranks like DDP."""
     hidden = setup.hidden()[rank]  # (S, n, H): this rank's micro-batches
     result: dict[str, Any] = {}
     for name, global_batch in (("micro", False), ("global", True)):
-        router = balancing_router(setup.num_experts, setup.hidden_size, seed=setup.seed)
+        router = setup.router()
         logits = [router(h) for h in hidden]  # S x (n, E): one forward per micro-batch
         losses = _balancing_losses(logits, setup, global_batch)
         for loss in losses:
@@ -429,41 +406,24 @@ def _balancing_rank(rank: int, world_size: int, setup: _BalancingSetup) -> dict:
     return result
 
 
-def run_balancing_demo(
-    world_size: int = 2,
-    accumulation_steps: int = 2,
-    tokens_per_micro_batch: int = 16,
-    *,
-    num_experts: int = 4,
-    top_k: int = 2,
-    hidden_size: int = 8,
-    seed: int = 0,
-) -> BalancingDemoResult:
-    """Micro-batch and global-batch load balancing on ``world_size`` processes, each with
-    ``accumulation_steps`` micro-batches of :func:`balancing_batch`, against one process that
-    computes ``load_balancing_loss_func`` on all of them at once.
+def run_balancing_demo(setup: BalancingSetup = BalancingSetup()) -> BalancingDemoResult:
+    """Micro-batch and global-batch load balancing on ``setup.world_size`` processes, each with
+    ``setup.accumulation_steps`` micro-batches of :meth:`BalancingSetup.hidden`, against one
+    process that computes ``load_balancing_loss_func`` on all of them at once.
 
     Each rank backpropagates every micro-batch's loss divided by the accumulation steps, then
     averages the router's gradient over the ranks (what DDP does). Global-batch balancing gives
     the whole-batch loss and gradient because every micro-batch has the same number of tokens:
     the mean of the micro-batches' ``P`` is then the batch's ``P``. Takes a few seconds.
     """
-    num_experts, top_k, hidden_size = _check_router_sizes(num_experts, top_k, hidden_size)
-    setup = _BalancingSetup(
-        check_int("world_size", world_size, minimum=1),
-        check_int("accumulation_steps", accumulation_steps, minimum=1),
-        check_int("tokens_per_micro_batch", tokens_per_micro_batch, minimum=1),
-        num_experts,
-        top_k,
-        hidden_size,
-        check_int("seed", seed, minimum=0),
-    )
+    if not isinstance(setup, BalancingSetup):
+        raise TypeError(f"setup must be a BalancingSetup, got {type(setup).__name__}")
     hidden = setup.hidden()  # (R, S, n, H)
     msgs = _launch(_balancing_rank, setup.world_size, setup)
 
-    router = balancing_router(num_experts, hidden_size, seed=setup.seed)
-    logits = router(hidden.reshape(-1, hidden_size))  # (R * S * n, E): the whole batch at once
-    full = load_balancing_loss_func((logits,), num_experts, top_k)
+    router = setup.router()
+    logits = router(hidden.reshape(-1, setup.hidden_size))  # (R * S * n, E): the whole batch
+    full = load_balancing_loss_func((logits,), setup.num_experts, setup.top_k)
     full.backward()
     full_grad = _grads([router.weight])[0]  # (E, H)
 

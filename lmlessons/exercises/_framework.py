@@ -28,8 +28,8 @@ case observed and name the mistake). Everything else is here:
   last call, :attr:`Runner.last`, against the reference's on the same case);
 - ``run.call(case, via=...)`` calls the learner through a wrapper (threads for simulated ranks,
   a dispatch mode that watches memory), inside the same plumbing;
-- the catalogue of known mistakes (:class:`Known`, :func:`known_mistakes`): small wrong
-  implementations, each with its code; :func:`known_outputs` runs them on a failing case and
+- the catalogue of known mistakes (:class:`Catalogue` of :class:`Known` entries): small wrong
+  implementations, each with its code; :meth:`Catalogue.outputs` runs them on a failing case and
   :func:`which_known` names the one whose result the learner's equals.
 
 Every mistake's title and explanation come from one catalogue, ``data/content/mistakes.toml``;
@@ -142,47 +142,60 @@ class Known:
 
 
 #: Each exercise's catalogue of known mistakes, in the order they are written (the checkers'
-#: modules fill it with :func:`known_mistakes`; ``tests/test_battery.py`` submits every entry).
+#: modules fill it through a :class:`Catalogue`; ``tests/test_battery.py`` submits every entry).
 KNOWN: dict[str, list[Known]] = {}
 
 
-def known_mistakes(exercise: str) -> Callable[[str], Callable[[Any], Any]]:
-    """The decorator ``known(code)`` that catalogues a function as ``exercise``'s mistake
-    ``code`` (and returns it unchanged): ``known = known_mistakes("mlm_loss")``."""
+class Catalogue:
+    """One exercise's catalogue of known mistakes, written in its checker's module as
+    ``known = Catalogue("mlm_loss")``: ``@known("code")`` above a small wrong implementation adds
+    it (:class:`Known`; the function is returned unchanged). Each entry makes one mistake and is
+    right elsewhere; on a failing case the checker names the entry whose result the learner's
+    equals (:meth:`which`). ``tests/test_battery.py`` submits every
+    entry as a learner's attempt and expects its code. Made again with the same name, it reads
+    the same entries (they live in :data:`KNOWN`)."""
 
-    def known(code: str) -> Callable[[Any], Any]:
+    def __init__(self, exercise: str) -> None:
+        self.exercise = exercise
+        self.entries = KNOWN.setdefault(exercise, [])
+
+    def __call__(self, code: str) -> Callable[[Any], Any]:
         def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-            KNOWN.setdefault(exercise, []).append(Known(exercise, code, fn))
+            self.entries.append(Known(self.exercise, code, fn))
             return fn
 
         return mark
 
-    return known
+    def outputs(
+        self,
+        case: Case,
+        convert: Callable[[Any], Any] = lambda out: out,
+        via: Callable[..., Any] | None = None,
+        **fields: object,
+    ) -> list[tuple[str, str, Any]]:
+        """``(code, what, convert(output))`` of every entry on copies of ``case``'s arguments
+        (called through ``via``, as :meth:`Runner.call` calls the learner's), ``what`` with the
+        case's ``fields`` filled in (a docstring's ``{count}``); an entry that raises, or gives
+        nothing ``convert`` takes, is left out."""
+        out = []
+        for entry in self.entries:
+            args, kwargs = case.arguments()
+            fn = entry.fn if via is None else functools.partial(via, entry.fn)
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result = convert(fn(*args, **kwargs))
+            except Exception:  # a mistake that fails on this case is not the one it shows
+                continue
+            out.append((entry.code, entry.what.format(**fields) if fields else entry.what, result))
+        return out
 
-
-def known_outputs(
-    exercise: str,
-    case: Case,
-    convert: Callable[[Any], Any] = lambda out: out,
-    via: Callable[..., Any] | None = None,
-    **fields: object,
-) -> list[tuple[str, str, Any]]:
-    """``(code, what, convert(output))`` of every catalogued mistake of ``exercise`` on copies of
-    ``case``'s arguments (called through ``via``, as :meth:`Runner.call` calls the learner's),
-    ``what`` with the case's ``fields`` filled in (a docstring's ``{count}``); an entry that
-    raises, or gives nothing ``convert`` takes, is left out."""
-    out = []
-    for entry in KNOWN.get(exercise, []):
-        args, kwargs = case.arguments()
-        fn = entry.fn if via is None else functools.partial(via, entry.fn)
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result = convert(fn(*args, **kwargs))
-        except Exception:  # a mistake that fails on this case is not the one it shows
-            continue
-        out.append((entry.code, entry.what.format(**fields) if fields else entry.what, result))
-    return out
+    def which(
+        self, case: Case, got: Any, expected: Any, same: Callable[[Any, Any], bool], **outputs: Any
+    ) -> tuple[str, str] | None:
+        """The ``(code, what)`` of the entry whose output on ``case`` is ``same`` as ``got``
+        (:func:`which_known` over :meth:`outputs`, which takes ``outputs``' keywords)."""
+        return which_known(self.outputs(case, **outputs), got, expected, same)
 
 
 def which_known(
@@ -192,7 +205,7 @@ def which_known(
     same: Callable[[Any, Any], bool],
 ) -> tuple[str, str] | None:
     """The ``(code, what)`` of the candidate (``(code, what, output)``, e.g. from
-    :func:`known_outputs`) whose output is ``same`` as ``got`` and not as ``expected``; None if
+    :meth:`Catalogue.outputs`) whose output is ``same`` as ``got`` and not as ``expected``; None if
     none is, or candidates of two codes are (the case cannot tell them apart)."""
     found = [(c, w) for c, w, out in candidates if same(got, out) and not same(out, expected)]
     return found[0] if len({code for code, _ in found}) == 1 else None

@@ -27,11 +27,10 @@ from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN, gen
 from lmlessons.exercises._framework import (
     Case,
+    Catalogue,
     Mistake,
     Runner,
     close,
-    known_mistakes,
-    known_outputs,
     which_known,
 )
 
@@ -97,7 +96,7 @@ def as_loss(case: Case, out: object) -> torch.Tensor:
 def named(
     case: Case, got: float, expected: float, candidates: list[Candidate], subject: str = "the loss"
 ) -> Mistake | None:
-    """The candidate (e.g. a catalogued mistake's value, :func:`known_outputs`) whose value
+    """The candidate (e.g. a catalogued mistake's value, :meth:`Catalogue.outputs`) whose value
     ``got`` (``subject``) equals, and the right value not; None if none does, or if candidates
     of different codes do (the case cannot tell them apart)."""
     found = which_known(candidates, got, expected, close)
@@ -242,7 +241,7 @@ def token_diagnose(run: Runner, shifted: int) -> Diagnose:
         logits, labels = case.args[0].detach(), case.args[1]
         n = case.kwargs.get("num_items_in_batch")
         fields = token_fields(logits, labels, shifted, None if n is None else int(n))
-        found = named(case, got, expected, known_outputs(run.exercise, case, float, **fields))
+        found = named(case, got, expected, Catalogue(run.exercise).outputs(case, float, **fields))
         if found is not None or n is not None:
             return found
         last = torch.ones(labels.shape, dtype=torch.bool)
@@ -274,7 +273,7 @@ def _scored(logits: torch.Tensor, labels: torch.Tensor, k: int) -> tuple[torch.T
 def token_loss_mistakes(exercise: str, k: int) -> None:
     """Catalogue the mistakes of every token loss as ``exercise``'s (targets: labels shifted by
     ``k``); the averaging mistakes are right with ``num_items_in_batch``."""
-    known = known_mistakes(exercise)
+    known = Catalogue(exercise)
 
     @known("per_row_mean")
     def mean_per_sequence(logits, labels, *, num_items_in_batch=None):
@@ -335,7 +334,7 @@ def mlm_outputs(
     ``(logits, labels)``, with ``num_items_in_batch=n``: what the MLM part of another exercise's
     loss is when it makes them."""
     probe = Case("", (logits, labels), {} if n is None else {"num_items_in_batch": n})
-    found = known_outputs("mlm_loss", probe, float, **token_fields(logits, labels, 0, n))
+    found = Catalogue("mlm_loss").outputs(probe, float, **token_fields(logits, labels, 0, n))
     return [c for c in found if codes is None or c[0] in codes]
 
 

@@ -18,14 +18,7 @@ from transformers.utils import logging as hf_logging
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.answer_only import assistant_only_labels
 from lmlessons.course.chat import CHAT_TEMPLATE, chat_tokenizer, instruction_set
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    known_mistakes,
-    known_outputs,
-    which_known,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner
 
 SIGNATURE = (
     "assistant_labels(tokenizer, messages) -> labels   # (T,): a list of ids or a 1-D "
@@ -171,10 +164,8 @@ def _targets(labels: list[int]) -> list[int]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; a wrong answer is named by the entry whose labels
-# it equals on the case (:func:`_diagnose`), quoting its docstring.
 
-known = known_mistakes("assistant_labels")
+known = Catalogue("assistant_labels")
 
 
 def _ids(tokenizer: Any, messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
@@ -262,8 +253,7 @@ def _diagnose(case: Case, ids: list[int], got: list[int], want: list[int]) -> Mi
         return Mistake(
             case.args[0].relies, f"{on}; right on the course tokenizer, not on this one."
         )
-    known = known_outputs("assistant_labels", case, list, n=len(ids))
-    found = which_known(known, got, want, operator.eq)
+    found = known.which(case, got, want, operator.eq, convert=list, n=len(ids))
     if found is not None:
         return Mistake(found[0], f"{on}: {found[1]}.")
     kept = IGNORE_INDEX not in got and all(got[i] == want[i] for i in answer)

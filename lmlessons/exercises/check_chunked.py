@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.course.memory import tensor_peak_bytes
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner
 from lmlessons.exercises._loss_checks import (
     LOSS_BATCHES,
     NUM_ITEMS_OK,
@@ -128,11 +128,10 @@ def _generated() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake, chunk by chunk under plain autograd, and is right elsewhere; a wrong
-# loss is named by the entry whose loss it equals on the case (:func:`_diagnose`), quoting its
-# docstring with the case's numbers (:func:`._loss_checks.token_fields`) filled in.
+# Each works chunk by chunk under plain autograd; a docstring's numbers are the case's
+# (:func:`._loss_checks.token_fields`).
 
-known = known_mistakes("chunked_cross_entropy")
+known = Catalogue("chunked_cross_entropy")
 
 
 def _loss(hidden: Any, weight: Any, labels: Any, chunk_size: int, n: Any, count: Any = None) -> Any:
@@ -200,7 +199,7 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
     n = None if n is None else int(n)
     logits = (hidden @ weight.T).unsqueeze(0)  # (1, N, V)
     fields = token_fields(logits, labels[None], 0, n)
-    candidates = known_outputs("chunked_cross_entropy", case, float, **fields)
+    candidates = known.outputs(case, float, **fields)
     return named(case, got, expected, candidates + mlm_outputs(logits, labels[None], AVERAGING, n))
 
 

@@ -21,14 +21,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    known_mistakes,
-    known_outputs,
-    same,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, same
 
 SIGNATURE = (
     "flatten_documents(docs, *, separator_id=-100) -> "
@@ -106,7 +99,7 @@ def _generated() -> list[Case]:
 
 # --------------------------------------------------------------------------- known mistakes
 
-known = known_mistakes("flatten_documents")
+known = Catalogue("flatten_documents")
 Docs = list[list[int]]
 
 
@@ -210,7 +203,7 @@ def _named(case: Case, field: str, d: int, part: list[int], want: list[int]) -> 
     for first in (0, max(d - 1, 0)):
         start = sum(len(doc) for doc in docs[first:d])
         sub = Case(case.label, (docs[first:],), case.kwargs)
-        runs.append(known_outputs("flatten_documents", sub, _segment(field, start, len(part))))
+        runs.append(known.outputs(sub, _segment(field, start, len(part))))
     outputs = [out for pair in zip(*runs, strict=True) for out in pair]  # catalogue order
     # a document shifted by hand whatever fills its last label (0, a pad id, ...): no entry
     # can write every filler, so the shape of the labels names it

@@ -27,15 +27,7 @@ from typing import Any
 import torch
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    first_difference,
-    known_mistakes,
-    known_outputs,
-    which_known,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, first_difference
 
 SIGNATURE = (
     'group_advantages(rewards, *, num_generations, scale_rewards="group") -> advantages   '
@@ -179,12 +171,10 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere: most are the right formula (:func:`_right`) with
-# one part replaced. A wrong result is named by the entry whose result it equals on the case
-# (:func:`_named`), quoting its docstring with ``{where}`` ("group's" or "batch's") and ``{P}``
-# (the number of prompts) filled in. ``tests/test_battery.py`` submits every entry.
+# Most are the right formula (:func:`_right`) with one part replaced; a docstring's ``{where}``
+# is "group's" or "batch's", ``{P}`` the number of prompts (:func:`_named`).
 
-known = known_mistakes("group_advantages")
+known = Catalogue("group_advantages")
 
 
 def _std(x: torch.Tensor, dim: int = -1, keepdim: bool = True, correction: int = 1) -> Any:
@@ -370,8 +360,7 @@ def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | N
     """The known mistake whose result ``got`` equals (None if none does, or two codes do)."""
     B, G = case.args[0].numel(), int(case.kwargs["num_generations"])
     where = "batch's" if case.kwargs.get("scale_rewards") == "batch" else "group's"
-    outputs = known_outputs("group_advantages", case, where=where, P=B // G)
-    found = which_known(outputs, got, expected, _close)
+    found = known.which(case, got, expected, _close, where=where, P=B // G)
     if found is None:
         return None
     mine, theirs = _both(got, expected)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner
 from lmlessons.exercises._loss_checks import check_loss, explain_ce, named
 
 SIGNATURE = (
@@ -238,12 +238,10 @@ def _generated(n: int = 16) -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere (``**kw``: the arguments it passes on unread); a
-# wrong loss is named by the entry whose loss it equals on the case (:func:`_diagnose`), quoting
-# its docstring with the case's numbers filled in (:func:`_fields`). ``tests/test_battery.py``
-# submits every entry.
+# ``**kw``: the arguments an entry passes on unread; a docstring's numbers are the case's
+# (:func:`_fields`).
 
-known = known_mistakes("grpo_loss")
+known = Catalogue("grpo_loss")
 
 
 def _right(masked, mask, loss_type, max_completion_length=None, num_items_in_batch=None):
@@ -401,7 +399,7 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
             "nan_on_empty_completion",
             f"On {case.label}, the loss is {got}; expected {expected:.4f}.",
         )
-    return named(case, got, expected, known_outputs("grpo_loss", case, float, **_fields(case)))
+    return named(case, got, expected, known.outputs(case, float, **_fields(case)))
 
 
 def _explain(exc: BaseException) -> str | None:

@@ -23,7 +23,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Mistake, Runner, known_mistakes, known_outputs
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner
 from lmlessons.exercises._loss_checks import (
     LOSS_BATCHES,
     batches,
@@ -118,11 +118,9 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; ``_smoothed``'s keywords make it. A wrong loss is
-# named by the entry whose loss it equals on the case. ``tests/test_battery.py`` submits every
-# entry.
+# ``_smoothed``'s keywords make each entry's mistake.
 
-known = known_mistakes("label_smoothed_loss")
+known = Catalogue("label_smoothed_loss")
 
 
 def _smoothed(
@@ -235,7 +233,7 @@ def _diagnose(run: Runner) -> Any:
     def diagnose(case: Case, got: float, expected: float) -> Mistake | None:
         targets = shift(case.args[1], 1 if case.kwargs.get("shift", True) else 0)
         count = int((targets != IGNORE_INDEX).sum())
-        outputs = known_outputs("label_smoothed_loss", case, float, count=count)
+        outputs = known.outputs(case, float, count=count)
         found = named(case, got, expected, outputs)
         if found is not None or case.kwargs.get("num_items_in_batch") is not None:
             return found

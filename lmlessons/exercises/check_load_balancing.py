@@ -21,15 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    close,
-    first_difference,
-    known_mistakes,
-    known_outputs,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, close, first_difference
 from lmlessons.exercises._loss_checks import as_loss, named
 
 SIGNATURE = (
@@ -163,11 +155,9 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere (``_parts``' keywords make it); a wrong loss is
-# named by the entry whose loss it equals on the case. ``tests/test_battery.py`` submits every
-# entry.
+# ``_parts``' keywords make each entry's mistake.
 
-known = known_mistakes("load_balancing_loss_func")
+known = Catalogue("load_balancing_loss_func")
 
 
 def _parts(
@@ -286,7 +276,7 @@ def mask_interleaved(gate_logits, num_experts, top_k=2, attention_mask=None):
 
 def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
     fields = {"L": len(case.args[0]), "E": case.args[1]}
-    outputs = known_outputs("load_balancing_loss_func", case, float, **fields)
+    outputs = known.outputs(case, float, **fields)
     return named(case, got, expected, outputs)
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import clm_labels, mlm_labels, random_logits
-from lmlessons.exercises._framework import Case, Runner, known_mistakes
+from lmlessons.exercises._framework import Case, Catalogue, Runner
 from lmlessons.exercises._loss_checks import (
     ce_over,
     check_token_loss,
@@ -38,8 +38,8 @@ CLM_SIGNATURE = "clm_loss(logits, labels, *, num_items_in_batch=None) -> loss   
 
 token_loss_mistakes("mlm_loss", 0)
 token_loss_mistakes("clm_loss", 1)
-known_mlm = known_mistakes("mlm_loss")
-known_clm = known_mistakes("clm_loss")
+known_mlm = Catalogue("mlm_loss")
+known_clm = Catalogue("clm_loss")
 
 
 @known_mlm("counts_unmasked_positions")

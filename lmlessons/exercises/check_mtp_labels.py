@@ -18,16 +18,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    first_difference,
-    known_mistakes,
-    known_outputs,
-    same,
-    which_known,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, first_difference, same
 
 SIGNATURE = (
     "mtp_labels(labels, depth, ignore_index=-100) -> labels   # (B, T): out[:, t] = "
@@ -112,10 +103,8 @@ def cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; a wrong result is named by the entry whose result
-# it equals on the case. ``tests/test_battery.py`` submits every entry.
 
-known = known_mistakes("mtp_labels")
+known = Catalogue("mtp_labels")
 
 
 def _shifted(labels, k, fill):
@@ -187,7 +176,7 @@ def _check_case(run: Runner, case: Case) -> None:
     run.compare(case, got, expected, "the labels")
     if same(got, expected):
         return
-    found = which_known(known_outputs("mtp_labels", case), got, expected, same)
+    found = known.which(case, got, expected, same)
     if found is not None:
         detail = f"your labels are {got.tolist()}, {found[1]}; expected {expected.tolist()}"
         raise Mistake(found[0], f"On {case.label}, {detail}.")

@@ -19,14 +19,7 @@ import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import gen, mlm_labels, random_logits
-from lmlessons.exercises._framework import (
-    KNOWN,
-    Case,
-    Mistake,
-    Runner,
-    known_mistakes,
-    known_outputs,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner
 from lmlessons.exercises._loss_checks import (
     Candidate,
     Diagnose,
@@ -58,7 +51,7 @@ _WEIGHT_PAIRS = ((1.0, 1.0), (0.5, 2.0), (0.0, 1.0), (1.0, 0.0), (3.0, 0.1))
 # other mistakes of ``mlm_loss``'s catalogue are evaluated on the MLM part too
 # (:func:`._loss_checks.mlm_outputs`, in :func:`_mistakes`).
 
-known = known_mistakes("bert_pretraining_loss")
+known = Catalogue("bert_pretraining_loss")
 _Part = Callable[[Any, Any], Any]
 
 
@@ -138,7 +131,7 @@ _entry(
 
 #: The codes of ``mlm_loss``'s entries catalogued as the MLM part of this loss.
 _MLM_PART = ("counts_unmasked_positions", "per_row_mean", "skips_target_zero")
-for _mlm in KNOWN["mlm_loss"]:  # check_losses, imported first, catalogued them
+for _mlm in Catalogue("mlm_loss").entries:  # check_losses, imported first, catalogued them
     if _mlm.code in _MLM_PART:
         _does = f"{(_mlm.fn.__doc__ or '').strip().rstrip('.')} as the MLM part."
         _entry(f"{_mlm.fn.__name__}_as_mlm_part", _mlm.code, _does, mlm=_mlm.fn)
@@ -152,7 +145,7 @@ def _mistakes(case: Case) -> list[Candidate]:
     fields = token_fields(mlm_logits, labels, 0, None)
     nsp = float(F.cross_entropy(nsp_logits.double(), nsp_labels))
     parts = f"(MLM part {fields['mean']:.4f}, NSP part {nsp:.4f})"
-    found = known_outputs("bert_pretraining_loss", case, float, parts=parts, **fields)
+    found = known.outputs(case, float, parts=parts, **fields)
     if a + b == 2:  # the average: diagnose asks again with other weights
         found = [c for c in found if c[1] != "the weighted sum / (sum of weights)"]
     mlm_part = mlm_outputs(mlm_logits, labels)  # the mistakes of mlm_loss's catalogue

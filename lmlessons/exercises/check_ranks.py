@@ -19,15 +19,7 @@ import torch
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import clm_labels, gen, random_logits
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    close,
-    first_difference,
-    known_mistakes,
-    known_outputs,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, close, first_difference
 from lmlessons.exercises._loss_checks import as_loss, ce_over, explain_ce, named, shift
 from lmlessons.exercises._threads import MismatchedAllReduce, ranks
 from lmlessons.losses import clm_loss
@@ -93,7 +85,7 @@ def _generated() -> list[Case]:
 # docstring's ``{W}``, ``{before}``, ``{shifted}``, ``{positions}``: the case's, over all ranks).
 # Each is the cross-entropy of the shifted labels over some count (:func:`._loss_checks.ce_over`).
 
-known = known_mistakes("rank_loss")
+known = Catalogue("rank_loss")
 
 
 def _count(targets: torch.Tensor) -> torch.Tensor:
@@ -165,7 +157,7 @@ def _diagnose(case: Case, got: float, full: float) -> Mistake | None:
         "shifted": sum(lab.shape[0] * (lab.shape[1] - 1) for lab in labels),
         "positions": sum(lab.numel() for lab in labels),
     }
-    found = known_outputs("rank_loss", case, _mean, ranks, **fields)
+    found = known.outputs(case, _mean, ranks, **fields)
     return named(case, got, full, found, "the mean of the ranks' losses")
 
 

@@ -31,15 +31,7 @@ import torch.nn.functional as F
 
 from lmlessons._checks import IGNORE_INDEX
 from lmlessons.exercises._cases import DRAWN, gen
-from lmlessons.exercises._framework import (
-    Case,
-    Mistake,
-    Runner,
-    first_difference,
-    known_mistakes,
-    known_outputs,
-    which_known,
-)
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, first_difference
 from lmlessons.exercises._loss_checks import explain_ce, shift
 from lmlessons.preference import preference_batch
 
@@ -293,11 +285,9 @@ def _show(values: torch.Tensor) -> str:
 
 
 # --------------------------------------------------------------------------- known mistakes
-# Each makes one mistake and is right elsewhere; a wrong result is named by the entry whose
-# result it equals on the case (:func:`_named`), quoting its docstring (``{T}``: the case's T).
-# ``tests/test_battery.py`` submits every entry.
+# A docstring's ``{T}`` and ``{T1}`` are the case's T and T - 1 (:func:`_named`).
 
-known = known_mistakes("sequence_logprobs")
+known = Catalogue("sequence_logprobs")
 
 
 def _shifted(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -479,8 +469,7 @@ def counts_the_unshifted_labels(logits, labels, average=False):
 def _named(case: Case, got: torch.Tensor, expected: torch.Tensor) -> Mistake | None:
     """The known mistake whose result ``got`` equals (None if none does, or two codes do)."""
     T = case.args[1].shape[1]
-    outputs = known_outputs("sequence_logprobs", case, T=T, T1=T - 1)
-    found = which_known(outputs, got, expected, _close)
+    found = known.which(case, got, expected, _close, T=T, T1=T - 1)
     if found is None:
         return None
     return Mistake(
