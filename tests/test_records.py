@@ -278,3 +278,53 @@ def test_seed_summary_keeps_the_values_beside_their_spread():
     mean, std = seed_spread(values)
     assert seed_summary(values) == {"mean": mean, "std": std, "per_seed": values}
     assert seed_summary([3.0]) == {"mean": 3.0, "std": 0.0, "per_seed": [3.0]}
+
+
+def test_record_preference_runs_holds_one_run_per_loss_type_beta_and_seed(monkeypatch, tmp_path):
+    from lmlessons.course import preferences as prefs
+
+    def fake_run(loss_type, beta, seed, *, steps=None):
+        return {"loss_type": loss_type, "beta": beta, "seed": seed, "steps": steps, "probes": [{}]}
+
+    monkeypatch.setattr(prefs, "preference_run", fake_run)
+    lines: list[str] = []
+    data = prefs.record_preference_runs(steps=3, log=lines.append)
+    settings = prefs.RUN_SETTINGS
+    expected = [
+        (t, b, s)
+        for t in prefs.RUN_LOSS_TYPES
+        for b in settings["betas"]
+        for s in settings["seeds"]
+    ]
+    assert [(r["loss_type"], r["beta"], r["seed"]) for r in data["runs"]] == expected
+    assert {r["steps"] for r in data["runs"]} == {3} and len(lines) == len(expected)
+    assert lines[0].startswith(f"{expected[0][0]:12s} beta={expected[0][1]} seed=")
+    assert data["num_pairs"] == settings["num_pairs"] and data["every"] == settings["every"]
+    write_record(data, tmp_path, prefs.PREFERENCE_RUNS_FILE)
+    assert prefs.preference_runs(directory=tmp_path) == data
+    assert prefs.record_preference_runs(steps=1, log=None)["runs"]  # silent
+
+
+def test_every_recording_tool_writes_to_out_or_else_the_user_cache(monkeypatch, tmp_path, capsys):
+    """``tools._recording``: the record gets a log that prints, is written where ``--out`` says or
+    in the user cache's folder (never the repository), and the last line names the file."""
+    import tools._recording as recording
+
+    monkeypatch.setattr(recording, "user_cache_dir", lambda: tmp_path / "cache")
+
+    def record(*, log):
+        log("one run")
+        return {"runs": [1]}
+
+    here = recording.record_and_write(record, tmp_path / "out", "kind", "r.json")
+    cached = recording.record_and_write(record, None, "kind", "r.json", sort_keys=True)
+    assert here == tmp_path / "out" / "r.json" and cached == tmp_path / "cache" / "kind" / "r.json"
+    assert json.loads(cached.read_text(encoding="utf-8")) == {"runs": [1]}
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "one run" and re.fullmatch(
+        rf"wrote {re.escape(str(cached))} \(\d+ s\)", printed[-1]
+    )
+    parser = recording.recording_parser("What it records.\n\nMore.", seeds=(4,))
+    assert parser.description == "What it records."
+    assert parser.parse_args([]).seeds == [4] and parser.parse_args([]).out is None
+    assert not hasattr(recording.recording_parser("x", seeds=None).parse_args([]), "seeds")

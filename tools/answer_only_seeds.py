@@ -16,29 +16,16 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 
 from __future__ import annotations
 
-import argparse
-import time
 from functools import partial
-from pathlib import Path
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.chat import SEED_RUNS_FILE, record_seed_runs
-from lmlessons.course.records import write_record
+from tools._recording import record_and_write, recording_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
+    parser = recording_parser(__doc__, seeds=(0, 1, 2, 3, 4))
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    data = record_seed_runs(args.seeds, log=partial(print, flush=True))
-    folder = args.out if args.out is not None else user_cache_dir() / "answer_only"
-    path = write_record(data, folder, SEED_RUNS_FILE)
-    print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
+    record_and_write(partial(record_seed_runs, args.seeds), args.out, "answer_only", SEED_RUNS_FILE)
     return 0
 
 

@@ -19,31 +19,20 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 
 from __future__ import annotations
 
-import argparse
 from functools import partial
-from pathlib import Path
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.grpo_learn import LEARN_REWARDS, LEARN_SETTINGS, record_learn_runs
-from lmlessons.course.records import write_record
 from lmlessons.course.rl import RUNS_FILE
+from tools._recording import record_and_write, recording_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = recording_parser(__doc__)
     parser.add_argument("--steps", type=int, default=LEARN_SETTINGS["max_steps"])
     parser.add_argument("--experiments", nargs="+", default=list(LEARN_REWARDS))
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    log = partial(print, flush=True)
-    data = record_learn_runs(args.experiments, seeds=args.seeds, max_steps=args.steps, log=log)
-    out = args.out if args.out is not None else user_cache_dir() / "grpo_learn"
-    path = write_record(data, out, RUNS_FILE)
-    print(f"wrote {path} ({data['seconds']} s)")
+    record = partial(record_learn_runs, args.experiments, seeds=args.seeds, max_steps=args.steps)
+    record_and_write(record, args.out, "grpo_learn", RUNS_FILE)
 
 
 if __name__ == "__main__":

@@ -21,30 +21,19 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 
 from __future__ import annotations
 
-import argparse
 from functools import partial
-from pathlib import Path
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.moe_runs import METHODS, MOE_FILE, MOE_SETTINGS, record_moe_runs
-from lmlessons.course.records import write_record
+from tools._recording import record_and_write, recording_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = recording_parser(__doc__)
     parser.add_argument("--max-steps", type=int, default=MOE_SETTINGS["max_steps"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    log = partial(print, flush=True)
-    data = record_moe_runs(args.methods, seeds=args.seeds, max_steps=args.max_steps, log=log)
-    out = args.out if args.out is not None else user_cache_dir() / "moe"
-    path = write_record(data, out, MOE_FILE, one_line_lists=True)
-    print(f"wrote {path} ({data['seconds']} s)")
+    record = partial(record_moe_runs, args.methods, seeds=args.seeds, max_steps=args.max_steps)
+    record_and_write(record, args.out, "moe", MOE_FILE, one_line_lists=True)
 
 
 if __name__ == "__main__":

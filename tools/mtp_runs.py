@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
-from pathlib import Path
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.mtp_runs import MTP_DEPTHS, MTP_FILE, record_mtp_runs
-from lmlessons.course.records import write_record
+from tools._recording import record_and_write, recording_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line: ``--out``, ``--seeds``, ``--max-steps`` (default: the settings')."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    """The command line: ``--out``, ``--seeds``, ``--max-steps`` (default: the settings'),
+    ``--depths``."""
+    parser = recording_parser(__doc__)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--depths", type=int, nargs="+", default=list(MTP_DEPTHS))
     return parser.parse_args(argv)
@@ -37,12 +32,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    log = partial(print, flush=True)
-    data = record_mtp_runs(seeds=args.seeds, max_steps=args.max_steps, depths=args.depths, log=log)
-    out = args.out if args.out is not None else user_cache_dir() / "mtp"
-    path = write_record(data, out, MTP_FILE, one_line_lists=True)
-    print(f"wrote {path} ({data['seconds']} s)")
+    record = partial(
+        record_mtp_runs, seeds=args.seeds, max_steps=args.max_steps, depths=args.depths
+    )
+    record_and_write(record, args.out, "mtp", MTP_FILE, one_line_lists=True)
 
 
 if __name__ == "__main__":

@@ -27,40 +27,22 @@ Without ``--out`` the file goes to the user cache folder, never into the reposit
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
+from functools import partial
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
 from lmlessons.course.preferences import (
     PREFERENCE_RUNS_FILE,
-    RUN_LOSS_TYPES,
     RUN_SETTINGS,
-    preference_run,
+    record_preference_runs,
 )
-from lmlessons.course.records import write_record
+from tools._recording import record_and_write, recording_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
+    parser = recording_parser(__doc__, seeds=None)  # the seeds are RUN_SETTINGS'
     parser.add_argument("--steps", type=int, default=RUN_SETTINGS["steps"])
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    runs = []
-    start = time.perf_counter()
-    for loss_type in RUN_LOSS_TYPES:
-        for beta in RUN_SETTINGS["betas"]:
-            for seed in RUN_SETTINGS["seeds"]:
-                runs.append(preference_run(loss_type, beta, seed, steps=args.steps))
-                print(f"{loss_type:12s} beta={beta} seed={seed}: {runs[-1]['probes'][-1]}")
-    keys = ("num_pairs", "batch_size", "learning_rate", "simpo_gamma", "every")
-    record = {**{k: RUN_SETTINGS[k] for k in keys}, "runs": runs}
-    out = args.out if args.out is not None else user_cache_dir() / "preference"
-    path = write_record(record, out, PREFERENCE_RUNS_FILE)
-    print(f"wrote {path} ({time.perf_counter() - start:.0f} s)")
+    record = partial(record_preference_runs, steps=args.steps)
+    record_and_write(record, args.out, "preference", PREFERENCE_RUNS_FILE)
 
 
 if __name__ == "__main__":

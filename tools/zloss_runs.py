@@ -26,10 +26,6 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-import torch
-
-from lmlessons.course._cache import user_cache_dir
-from lmlessons.course.records import write_record
 from lmlessons.course.zloss_runs import (
     ZLOSS_ARMS,
     ZLOSS_FILE,
@@ -38,14 +34,13 @@ from lmlessons.course.zloss_runs import (
     record_zloss_runs,
     recorded_zloss_runs,
 )
+from tools._recording import record_and_write, recording_parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: ``--out``, ``--seeds``, ``--max-steps`` (default: the settings'),
     ``--learning-rates`` (the arms kept), ``--merge`` (folders of records to join instead)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder (default: user cache)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = recording_parser(__doc__)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument(
         "--learning-rates", type=float, nargs="+", default=list(ZLOSS_LEARNING_RATES)
@@ -58,18 +53,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _merged(folders: list[Path], *, log: object = None) -> dict:
+    """The records in ``folders`` joined (:func:`merge_zloss_records`); ``log`` unused."""
+    return merge_zloss_records([recorded_zloss_runs(directory=d) for d in folders])
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.merge is not None:
-        data = merge_zloss_records([recorded_zloss_runs(directory=d) for d in args.merge])
+        record = partial(_merged, args.merge)
     else:
-        torch.set_num_threads(1)
         arms = [arm for arm in ZLOSS_ARMS if arm["learning_rate"] in args.learning_rates]
-        log = partial(print, flush=True)
-        data = record_zloss_runs(seeds=args.seeds, max_steps=args.max_steps, arms=arms, log=log)
-    out = args.out if args.out is not None else user_cache_dir() / "zloss"
-    path = write_record(data, out, ZLOSS_FILE, one_line_lists=True)
-    print(f"wrote {path} ({data['seconds']} s)")
+        record = partial(record_zloss_runs, seeds=args.seeds, max_steps=args.max_steps, arms=arms)
+    record_and_write(record, args.out, "zloss", ZLOSS_FILE, one_line_lists=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ __all__ = [
     "step_loss",
     "probe_means",
     "preference_run",
+    "record_preference_runs",
 ]
 
 #: The kinds of rejected answer: another topic (a topic question), another sentence's first word
@@ -402,3 +403,21 @@ def preference_run(
     losses = [round(v, 4) for v in losses]
     run = {"loss_type": loss_type, "beta": beta, "seed": seed}
     return {**run, "loss": losses, "steps": probed, "probes": rounded}
+
+
+def record_preference_runs(
+    *, steps: int | None = None, log: Callable[[str], None] | None = print
+) -> dict[str, Any]:
+    """The record :func:`preference_runs` reads: :data:`RUN_SETTINGS`' ``num_pairs``,
+    ``batch_size``, ``learning_rate``, ``simpo_gamma`` and ``every``, and ``runs``: one
+    :func:`preference_run` per loss type of :data:`RUN_LOSS_TYPES`, ``beta`` and seed of
+    :data:`RUN_SETTINGS`, in that order. ``log``: called with one line per run (None: silent)."""
+    runs = []
+    for loss_type in RUN_LOSS_TYPES:
+        for beta in RUN_SETTINGS["betas"]:
+            for seed in RUN_SETTINGS["seeds"]:
+                runs.append(preference_run(loss_type, beta, seed, steps=steps))
+                if log is not None:
+                    log(f"{loss_type:12s} beta={beta} seed={seed}: {runs[-1]['probes'][-1]}")
+    keys = ("num_pairs", "batch_size", "learning_rate", "simpo_gamma", "every")
+    return {**{k: RUN_SETTINGS[k] for k in keys}, "runs": runs}
