@@ -21,7 +21,7 @@ from lmlessons.course.grpo_learn import (
     word_count,
     word_count_reward,
 )
-from lmlessons.course.rl import RUNS_FILE, rl_prompts
+from lmlessons.course.rl import GRPO_RECORDING, rl_prompts
 
 WINDOW = 5  # the steps the lesson averages at the start and at the end of a run
 
@@ -82,7 +82,7 @@ def _fake():
 
 
 def test_reward_rise_is_each_seeds_start_and_end_window(tmp_path):
-    (tmp_path / RUNS_FILE).write_text(json.dumps(_fake()))
+    (tmp_path / GRPO_RECORDING.file).write_text(json.dumps(_fake()))
     data = recorded_learn_runs(directory=tmp_path)
     rise = reward_rise(data, "learns", window=2)
     assert [r["seed"] for r in rise] == [0, 3]

@@ -25,8 +25,7 @@ import torch.nn.functional as F
 from lmlessons.course.models import tiny_mixtral, tiny_mixtral_config
 from lmlessons.course.moe_runs import (
     METHODS,
-    MOE_FILE,
-    MOE_KEYS,
+    MOE_RECORDING,
     MOE_RUN_KEYS,
     MOE_SETTINGS,
     _step,
@@ -260,12 +259,12 @@ def _fake() -> dict:
 def test_loader_reads_a_written_record_and_names_what_is_wrong(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match=r"tools\.moe_runs"):
         recorded_moe_runs(directory=tmp_path)
-    write_record(_fake(), tmp_path, MOE_FILE, one_line_lists=True)
+    write_record(_fake(), tmp_path, MOE_RECORDING.file, one_line_lists=True)
     assert recorded_moe_runs(directory=tmp_path) == _fake()
-    for key in MOE_KEYS:
+    for key in MOE_RECORDING.keys:
         broken = _fake()
         del broken[key]
-        write_record(broken, tmp_path, MOE_FILE)
+        write_record(broken, tmp_path, MOE_RECORDING.file)
         with pytest.raises(ValueError, match=key):
             recorded_moe_runs(directory=tmp_path)
     for key in MOE_RUN_KEYS:

@@ -18,9 +18,7 @@ import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from lmlessons.course.mtp_runs import (
-    MTP_FILE,
-    MTP_KEYS,
-    MTP_RUN_KEYS,
+    MTP_RECORDING,
     MTP_SETTINGS,
     MTPModel,
     heldout_depth_losses,
@@ -143,9 +141,9 @@ def _record(runs: list[dict]) -> dict:
 
 def test_the_shipped_record_loads_with_every_key():
     data = recorded_mtp_runs()
-    assert set(MTP_KEYS) <= set(data)
+    assert set(MTP_RECORDING.keys) <= set(data)
     for run in data["runs"]:
-        assert set(MTP_RUN_KEYS) <= set(run)
+        assert set(MTP_RECORDING.run_keys) <= set(run)
         depths = run["num_depths"]
         assert len(run["heldout_depth_losses"]) == depths
         for d in range(1, depths + 1):
@@ -155,20 +153,20 @@ def test_the_shipped_record_loads_with_every_key():
         )
 
 
-@pytest.mark.parametrize("key", MTP_KEYS)
+@pytest.mark.parametrize("key", MTP_RECORDING.keys)
 def test_a_record_without_a_top_level_key_is_refused_naming_it(tmp_path, key):
     record = _record([_run(1, 0, 6.0)])
     del record[key]
-    write_record(record, tmp_path, MTP_FILE)
+    write_record(record, tmp_path, MTP_RECORDING.file)
     with pytest.raises(ValueError, match=key):
         recorded_mtp_runs(directory=tmp_path)
 
 
-@pytest.mark.parametrize("key", MTP_RUN_KEYS)
+@pytest.mark.parametrize("key", MTP_RECORDING.run_keys)
 def test_a_run_without_a_key_is_refused_naming_the_run_and_the_key(tmp_path, key):
     bad = _run(2, 0, 6.0)
     del bad[key]
-    write_record(_record([_run(1, 0, 6.0), bad]), tmp_path, MTP_FILE)
+    write_record(_record([_run(1, 0, 6.0), bad]), tmp_path, MTP_RECORDING.file)
     with pytest.raises(ValueError, match=rf"\['runs'\]\[1\] lacks the keys \['{key}'\]"):
         recorded_mtp_runs(directory=tmp_path)
 
@@ -214,7 +212,7 @@ def test_the_figure_draws_the_training_curves_and_the_heldout_losses():
 def test_a_short_real_run_has_the_record_schema():
     settings = {**MTP_SETTINGS, "max_steps": 3, "log_every": 2}
     run = mtp_run(2, seed=0, settings=settings, model_config=SMALL)
-    assert set(MTP_RUN_KEYS) | {"loss_depth_2"} == set(run)
+    assert set(MTP_RECORDING.run_keys) | {"loss_depth_2"} == set(run)
     assert run["step"] == [1, 2] and len(run["loss_depth_2"]) == 2
     assert run["heldout_depth_losses"][0] == pytest.approx(run["heldout_next_token_loss"])
 
@@ -223,7 +221,7 @@ def test_a_short_real_run_has_the_record_schema():
 def test_a_short_real_recording_has_the_shipped_schema(tmp_path):
     shipped = recorded_mtp_runs()
     data = record_mtp_runs(seeds=[0], max_steps=1, depths=[1, 2], log=None)
-    write_record(data, tmp_path, MTP_FILE, one_line_lists=True)
+    write_record(data, tmp_path, MTP_RECORDING.file, one_line_lists=True)
     loaded = recorded_mtp_runs(directory=tmp_path)
     assert set(loaded) == set(shipped) and set(loaded["settings"]) == set(shipped["settings"])
     assert [r["num_depths"] for r in loaded["runs"]] == [1, 2]

@@ -12,6 +12,7 @@ import pytest
 
 from lmlessons.course.records import (
     DATA_DIR,
+    Recording,
     check_record,
     load_record,
     seed_spread,
@@ -159,7 +160,7 @@ def test_record_runs_builds_the_grpo_record_the_loader_reads(tmp_path, monkeypat
     ]
     assert runs[0]["loss"] == [0.1235, 0.3333] and runs[0]["mean_length"] == [12.0, 9.8765]
     assert {c["max_steps"] for c in calls} == {2}
-    write_record(data, tmp_path, rl.RUNS_FILE)
+    write_record(data, tmp_path, rl.GRPO_RECORDING.file)
     assert rl.recorded_runs(directory=tmp_path) == data
     with pytest.raises(ValueError, match="experiments"):
         rl.record_runs(["nope"], seeds=[0], max_steps=1)
@@ -300,7 +301,7 @@ def test_record_preference_runs_holds_one_run_per_loss_type_beta_and_seed(monkey
     assert {r["steps"] for r in data["runs"]} == {3} and len(lines) == len(expected)
     assert lines[0].startswith(f"{expected[0][0]:12s} beta={expected[0][1]} seed=")
     assert data["num_pairs"] == settings["num_pairs"] and data["every"] == settings["every"]
-    write_record(data, tmp_path, prefs.PREFERENCE_RUNS_FILE)
+    write_record(data, tmp_path, prefs.PREFERENCE_RECORDING.file)
     assert prefs.preference_runs(directory=tmp_path) == data
     assert prefs.record_preference_runs(steps=1, log=None)["runs"]  # silent
 
@@ -316,8 +317,9 @@ def test_every_recording_tool_writes_to_out_or_else_the_user_cache(monkeypatch, 
         log("one run")
         return {"runs": [1]}
 
-    here = recording.record_and_write(record, tmp_path / "out", "kind", "r.json")
-    cached = recording.record_and_write(record, None, "kind", "r.json", sort_keys=True)
+    kind = Recording("kind", "kind_runs", ("runs",), file="r.json")
+    here = recording.record_and_write(record, tmp_path / "out", kind)
+    cached = recording.record_and_write(record, None, kind, sort_keys=True)
     assert here == tmp_path / "out" / "r.json" and cached == tmp_path / "cache" / "kind" / "r.json"
     assert json.loads(cached.read_text(encoding="utf-8")) == {"runs": [1]}
     printed = capsys.readouterr().out.splitlines()
@@ -328,3 +330,41 @@ def test_every_recording_tool_writes_to_out_or_else_the_user_cache(monkeypatch, 
     assert parser.description == "What it records."
     assert parser.parse_args([]).seeds == [4] and parser.parse_args([]).out is None
     assert not hasattr(recording.recording_parser("x", seeds=None).parse_args([]), "seeds")
+
+
+def test_a_recording_says_where_it_lives_what_it_holds_and_what_records_it(tmp_path):
+    kind = Recording("some_runs", "some_tool", ("settings", "runs"), run_keys=("seed",))
+    assert kind.file == "runs.json"
+    assert kind.command == "python -m tools.some_tool --out lmlessons/data/some_runs"
+    missing = re.escape(str(tmp_path / "runs.json"))
+    with pytest.raises(FileNotFoundError, match=rf"at '{missing}'; .*`{re.escape(kind.command)}`"):
+        kind.load(tmp_path)
+    write_record({"settings": {}, "runs": [{"seed": 0}, {}]}, tmp_path, kind.file)
+    with pytest.raises(ValueError, match=r"runs\.json\['runs'\]\[1\] lacks the keys \['seed'\]"):
+        kind.load(tmp_path)
+    write_record({"settings": {}, "runs": [{"seed": 0}]}, tmp_path, kind.file)
+    assert kind.load(tmp_path) == {"settings": {}, "runs": [{"seed": 0}]}
+    other = Recording("some_runs", "some_tool", ("settings", "runs"), file="other.json")
+    with pytest.raises(FileNotFoundError, match=r"other\.json"):
+        other.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"data/some_runs/runs\.json"):
+        kind.load()  # the shipped folder, which no recording of this kind has
+
+
+def test_every_shipped_recording_loads_through_its_recording():
+    from lmlessons.bugzoo.records import RECORDING
+    from lmlessons.course.chat import SEED_RECORDING
+    from lmlessons.course.grpo_learn import LEARN_RECORDING
+    from lmlessons.course.moe_runs import MOE_RECORDING
+    from lmlessons.course.mtp_runs import MTP_RECORDING
+    from lmlessons.course.preferences import PREFERENCE_RECORDING
+    from lmlessons.course.rl import GRPO_RECORDING
+    from lmlessons.course.zloss_runs import ZLOSS_RECORDING
+
+    kinds = [RECORDING, SEED_RECORDING, LEARN_RECORDING, MOE_RECORDING, MTP_RECORDING]
+    kinds += [PREFERENCE_RECORDING, GRPO_RECORDING, ZLOSS_RECORDING]
+    shipped = sorted(p.relative_to(DATA_DIR).as_posix() for p in DATA_DIR.glob("*/*runs*.json"))
+    assert sorted(f"{k.folder}/{k.file}" for k in kinds) == shipped
+    for kind in kinds:
+        assert set(kind.keys) <= set(kind.load())
+        assert (DATA_DIR.parents[1] / "tools" / f"{kind.tool}.py").is_file()

@@ -11,9 +11,9 @@ import pytest
 from lmlessons.course.chat import instruction_set
 from lmlessons.course.rl import (
     EXPERIMENTS,
+    GRPO_RECORDING,
     REWARDS,
     RUN_METRICS,
-    RUNS_FILE,
     completion_text,
     correctness_reward,
     length_reward,
@@ -78,7 +78,7 @@ def _fake(tmp_path, lengths_by_seed):
         "settings": {"seeds": [0, 1]},
         "experiments": {"shorter": {"reward": "r", "runs": runs}},
     }
-    (tmp_path / RUNS_FILE).write_text(json.dumps(data))
+    (tmp_path / GRPO_RECORDING.file).write_text(json.dumps(data))
     return recorded_runs(directory=tmp_path)
 
 

@@ -25,10 +25,7 @@ from lmlessons.course.records import write_record
 from lmlessons.course.training import train_steps
 from lmlessons.course.zloss_runs import (
     ZLOSS_ARMS,
-    ZLOSS_COMMAND,
-    ZLOSS_FILE,
-    ZLOSS_KEYS,
-    ZLOSS_RUN_KEYS,
+    ZLOSS_RECORDING,
     ZLOSS_SETTINGS,
     attention_scores,
     captured_qkv,
@@ -74,37 +71,37 @@ def _record(runs: list[dict], arms: list[dict] | None = None) -> dict:
 
 def test_the_shipped_record_loads_with_every_key():
     data = recorded_zloss_runs()
-    assert set(ZLOSS_KEYS) <= set(data)
+    assert set(ZLOSS_RECORDING.keys) <= set(data)
     logged = ("lm_loss", "log_z", "max_abs_logit", "max_attention_score")
     for run in data["runs"]:
-        assert set(ZLOSS_RUN_KEYS) <= set(run)
+        assert set(ZLOSS_RECORDING.run_keys) <= set(run)
         n = len(run["step"])
         assert n > 1 and all(len(run[k]) == n for k in logged)
 
 
-@pytest.mark.parametrize("key", ZLOSS_KEYS)
+@pytest.mark.parametrize("key", ZLOSS_RECORDING.keys)
 def test_a_record_without_a_top_level_key_is_refused_naming_it(tmp_path, key):
     record = _record([_run(1e-2, 0.0, 0, [7.0, 7.5])])
     del record[key]
-    write_record(record, tmp_path, ZLOSS_FILE)
+    write_record(record, tmp_path, ZLOSS_RECORDING.file)
     with pytest.raises(ValueError, match=key):
         recorded_zloss_runs(directory=tmp_path)
 
 
-@pytest.mark.parametrize("key", ZLOSS_RUN_KEYS)
+@pytest.mark.parametrize("key", ZLOSS_RECORDING.run_keys)
 def test_a_run_without_a_key_is_refused_naming_the_run_and_the_key(tmp_path, key):
     bad = _run(1e-2, 1e-4, 1, [7.0, 7.5])
     del bad[key]
-    write_record(_record([_run(1e-2, 0.0, 0, [7.0, 7.5]), bad]), tmp_path, ZLOSS_FILE)
+    write_record(_record([_run(1e-2, 0.0, 0, [7.0, 7.5]), bad]), tmp_path, ZLOSS_RECORDING.file)
     with pytest.raises(ValueError, match=rf"\['runs'\]\[1\] lacks the keys \['{key}'\]"):
         recorded_zloss_runs(directory=tmp_path)
 
 
 def test_a_record_without_runs_or_not_a_dict_is_refused(tmp_path):
-    write_record(_record([]), tmp_path, ZLOSS_FILE)
+    write_record(_record([]), tmp_path, ZLOSS_RECORDING.file)
     with pytest.raises(ValueError, match="runs"):
         recorded_zloss_runs(directory=tmp_path)
-    (tmp_path / ZLOSS_FILE).write_text("[1, 2]\n", encoding="utf-8")
+    (tmp_path / ZLOSS_RECORDING.file).write_text("[1, 2]\n", encoding="utf-8")
     with pytest.raises(TypeError, match="JSON object"):
         recorded_zloss_runs(directory=tmp_path)
 
@@ -112,7 +109,7 @@ def test_a_record_without_runs_or_not_a_dict_is_refused(tmp_path):
 def test_a_missing_record_names_the_command_that_makes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"tools\.zloss_runs"):
         recorded_zloss_runs(directory=tmp_path)
-    assert "--out lmlessons/data/zloss" in ZLOSS_COMMAND
+    assert "--out lmlessons/data/zloss" in ZLOSS_RECORDING.command
 
 
 # ----------------------------------------------------------------------------- 2. the pieces
@@ -311,7 +308,7 @@ def test_the_figure_draws_a_row_per_learning_rate_one_line_per_run():
 def test_a_short_real_recording_has_the_shipped_schema(tmp_path):
     shipped = recorded_zloss_runs()
     data = record_zloss_runs(seeds=[0], max_steps=2, log=None)
-    write_record(data, tmp_path, ZLOSS_FILE, one_line_lists=True)
+    write_record(data, tmp_path, ZLOSS_RECORDING.file, one_line_lists=True)
     loaded = recorded_zloss_runs(directory=tmp_path)
     assert set(loaded) == set(shipped)
     assert set(loaded["settings"]) == set(shipped["settings"])
@@ -343,8 +340,12 @@ def test_the_tool_merges_two_parts(tmp_path):
     from tools.zloss_runs import main
 
     low, high = [dict(a) for a in ZLOSS_ARMS[:2]], [dict(a) for a in ZLOSS_ARMS[2:]]
-    write_record(_record([_run(1e-2, 0.0, 0, [7.0, 7.1])], low), tmp_path / "a", ZLOSS_FILE)
-    write_record(_record([_run(3e-1, 0.0, 0, [9.0, 9.1])], high), tmp_path / "b", ZLOSS_FILE)
+    write_record(
+        _record([_run(1e-2, 0.0, 0, [7.0, 7.1])], low), tmp_path / "a", ZLOSS_RECORDING.file
+    )
+    write_record(
+        _record([_run(3e-1, 0.0, 0, [9.0, 9.1])], high), tmp_path / "b", ZLOSS_RECORDING.file
+    )
     main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c")])
     merged = recorded_zloss_runs(directory=tmp_path / "c")
     assert [r["learning_rate"] for r in merged["runs"]] == [1e-2, 3e-1]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lmlessons.course._cache import user_cache_dir
-from lmlessons.course.records import write_record
+from lmlessons.course.records import Recording, write_record
 
 
 def recording_parser(
@@ -30,14 +30,15 @@ def recording_parser(
 
 
 def record_and_write(
-    record: Callable[..., dict[str, Any]], out: Path | None, folder: str, file: str, **write: bool
+    record: Callable[..., dict[str, Any]], out: Path | None, kind: Recording, **write: bool
 ) -> Path:
     """``record(log=log)`` on one thread, ``log`` printing each line at once; the record written as
-    ``file`` in ``out`` (None: the user cache's ``folder``) by :func:`write_record` with
+    ``kind.file`` in ``out`` (None: the user cache's ``kind.folder``) by :func:`write_record` with
     ``write``'s options; then ``wrote <path> (<seconds> s)``. Returns the path."""
     torch.set_num_threads(1)
     start = time.perf_counter()
     data = record(log=partial(print, flush=True))
-    path = write_record(data, user_cache_dir() / folder if out is None else out, file, **write)
+    folder = user_cache_dir() / kind.folder if out is None else out
+    path = write_record(data, folder, kind.file, **write)
     print(f"wrote {path} ({time.perf_counter() - start:.0f} s)")
     return path

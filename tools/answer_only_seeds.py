@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from lmlessons.course.chat import SEED_RUNS_FILE, record_seed_runs
+from lmlessons.course.chat import SEED_RECORDING, record_seed_runs
 from tools._recording import record_and_write, recording_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = recording_parser(__doc__, seeds=(0, 1, 2, 3, 4))
     args = parser.parse_args(argv)
-    record_and_write(partial(record_seed_runs, args.seeds), args.out, "answer_only", SEED_RUNS_FILE)
+    record_and_write(partial(record_seed_runs, args.seeds), args.out, SEED_RECORDING)
     return 0
 
 

@@ -25,19 +25,16 @@ from typing import Any
 
 import torch
 
-from lmlessons.bugzoo.records import COMMAND, RECORD_KEYS, RECORDS_FILE, save_records
+from lmlessons.bugzoo.records import RECORDING, save_records
 from lmlessons.bugzoo.runs import RUNS, record_runs
-from lmlessons.course.records import load_record
 
 
 def _existing(out: Path) -> tuple[dict[str, Any], dict[str, float]]:
     """The runs already recorded in ``out/runs.json`` (as stored: NaN as ``null``) and the
     seconds each took."""
-    if not (out / RECORDS_FILE).is_file():
+    if not (out / RECORDING.file).is_file():
         return {}, {}
-    stored = load_record(
-        RECORDS_FILE, folder="bugzoo", keys=RECORD_KEYS, command=COMMAND, directory=out
-    )
+    stored = RECORDING.load(out)
     return stored["runs"], stored["about"].get("seconds", {})
 
 
@@ -53,7 +50,7 @@ def record(run_ids: list[str], out: Path, threads: int) -> Path:
     return save_records(
         records,
         out,
-        command=COMMAND,
+        command=RECORDING.command,
         torch_threads=threads,
         torch_version=torch.__version__,
         python=platform.python_version(),

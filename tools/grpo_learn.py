@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from functools import partial
 
-from lmlessons.course.grpo_learn import LEARN_REWARDS, LEARN_SETTINGS, record_learn_runs
-from lmlessons.course.rl import RUNS_FILE
+from lmlessons.course.grpo_learn import (
+    LEARN_RECORDING,
+    LEARN_REWARDS,
+    LEARN_SETTINGS,
+    record_learn_runs,
+)
 from tools._recording import record_and_write, recording_parser
 
 
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiments", nargs="+", default=list(LEARN_REWARDS))
     args = parser.parse_args(argv)
     record = partial(record_learn_runs, args.experiments, seeds=args.seeds, max_steps=args.steps)
-    record_and_write(record, args.out, "grpo_learn", RUNS_FILE)
+    record_and_write(record, args.out, LEARN_RECORDING)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from lmlessons.course.rl import EXPERIMENTS, RUNS_FILE, record_runs
+from lmlessons.course.rl import EXPERIMENTS, GRPO_RECORDING, record_runs
 from tools._recording import record_and_write, recording_parser
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS))
     args = parser.parse_args(argv)
     record = partial(record_runs, args.experiments, seeds=args.seeds, max_steps=args.steps)
-    record_and_write(record, args.out, "grpo", RUNS_FILE)
+    record_and_write(record, args.out, GRPO_RECORDING)
 
 
 if __name__ == "__main__":

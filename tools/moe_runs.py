@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from lmlessons.course.moe_runs import METHODS, MOE_FILE, MOE_SETTINGS, record_moe_runs
+from lmlessons.course.moe_runs import METHODS, MOE_RECORDING, MOE_SETTINGS, record_moe_runs
 from tools._recording import record_and_write, recording_parser
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     args = parser.parse_args(argv)
     record = partial(record_moe_runs, args.methods, seeds=args.seeds, max_steps=args.max_steps)
-    record_and_write(record, args.out, "moe", MOE_FILE, one_line_lists=True)
+    record_and_write(record, args.out, MOE_RECORDING, one_line_lists=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from lmlessons.course.mtp_runs import MTP_DEPTHS, MTP_FILE, record_mtp_runs
+from lmlessons.course.mtp_runs import MTP_DEPTHS, MTP_RECORDING, record_mtp_runs
 from tools._recording import record_and_write, recording_parser
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     record = partial(
         record_mtp_runs, seeds=args.seeds, max_steps=args.max_steps, depths=args.depths
     )
-    record_and_write(record, args.out, "mtp", MTP_FILE, one_line_lists=True)
+    record_and_write(record, args.out, MTP_RECORDING, one_line_lists=True)
 
 
 if __name__ == "__main__":

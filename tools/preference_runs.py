@@ -30,7 +30,7 @@ from __future__ import annotations
 from functools import partial
 
 from lmlessons.course.preferences import (
-    PREFERENCE_RUNS_FILE,
+    PREFERENCE_RECORDING,
     RUN_SETTINGS,
     record_preference_runs,
 )
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=RUN_SETTINGS["steps"])
     args = parser.parse_args(argv)
     record = partial(record_preference_runs, steps=args.steps)
-    record_and_write(record, args.out, "preference", PREFERENCE_RUNS_FILE)
+    record_and_write(record, args.out, PREFERENCE_RECORDING)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from lmlessons.course.zloss_runs import (
     ZLOSS_ARMS,
-    ZLOSS_FILE,
     ZLOSS_LEARNING_RATES,
+    ZLOSS_RECORDING,
     merge_zloss_records,
     record_zloss_runs,
     recorded_zloss_runs,
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         arms = [arm for arm in ZLOSS_ARMS if arm["learning_rate"] in args.learning_rates]
         record = partial(record_zloss_runs, seeds=args.seeds, max_steps=args.max_steps, arms=arms)
-    record_and_write(record, args.out, "zloss", ZLOSS_FILE, one_line_lists=True)
+    record_and_write(record, args.out, ZLOSS_RECORDING, one_line_lists=True)
 
 
 if __name__ == "__main__":

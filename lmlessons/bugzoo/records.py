@@ -16,14 +16,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lmlessons.course.records import DATA_DIR as _DATA_DIR
-from lmlessons.course.records import load_record, write_record
+from lmlessons.course.records import Recording, write_record
 
 __all__ = [
-    "DATA_DIR",
-    "RECORDS_FILE",
-    "RECORD_KEYS",
-    "COMMAND",
+    "RECORDING",
     "FINAL_WINDOW",
     "rounded",
     "save_records",
@@ -31,8 +27,6 @@ __all__ = [
     "summary",
 ]
 
-DATA_DIR = _DATA_DIR / "bugzoo"
-RECORDS_FILE = "runs.json"
 FINAL_WINDOW = 20  # "final" = the mean of the last 20 steps
 SIGNIFICANT_DIGITS = 5
 
@@ -57,25 +51,21 @@ def _nan_for_none(value: Any) -> Any:
     return math.nan if value is None else value
 
 
-#: The command that records the shipped file (named when a file is missing).
-COMMAND = "python -m tools.bugzoo --out lmlessons/data/bugzoo"
-#: The top-level keys of a bug-zoo recording.
-RECORD_KEYS = ("about", "runs")
+#: The bug zoo's recording: ``data/bugzoo/runs.json``, made by ``python -m tools.bugzoo``.
+RECORDING = Recording("bugzoo", "bugzoo", ("about", "runs"))
 
 
 def save_records(records: dict[str, dict[str, Any]], directory: str | Path, **about: Any) -> Path:
     """Write ``{"about": about, "runs": records}`` (rounded) to ``directory/runs.json``
     (:func:`lmlessons.course.records.write_record`: sorted keys, lists of numbers on one line)."""
     record = {"about": about, "runs": rounded(records)}
-    return write_record(record, directory, RECORDS_FILE, sort_keys=True, one_line_lists=True)
+    return write_record(record, directory, RECORDING.file, sort_keys=True, one_line_lists=True)
 
 
 def load_records(directory: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The recorded runs by run id (default: the ones shipped in the package), read by
-    :func:`lmlessons.course.records.load_record`, each ``null`` back to NaN."""
-    record = load_record(
-        RECORDS_FILE, folder="bugzoo", keys=RECORD_KEYS, command=COMMAND, directory=directory
-    )
+    :meth:`~lmlessons.course.records.Recording.load`, each ``null`` back to NaN."""
+    record = RECORDING.load(directory)
     return {run_id: _nan_for_none(run) for run_id, run in record["runs"].items()}
 
 

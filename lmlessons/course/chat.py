@@ -29,7 +29,7 @@
   held-out answer loss measured along the way.
 * :data:`SEED_RUN_SETTINGS`, :func:`record_seed_runs`, :func:`load_seed_runs`: lesson 10's three
   runs repeated over seeds (recorded by ``python -m tools.answer_only_seeds``), replayed from
-  ``data/answer_only/`` through :func:`lmlessons.course.records.load_record`.
+  ``data/answer_only/`` through :meth:`lmlessons.course.records.Recording.load`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from lmlessons._checks import IGNORE_INDEX, check_generator, check_int, check_mo
 from lmlessons.answer_only import assistant_only_labels, completion_only_labels
 from lmlessons.course.batches import row_batches
 from lmlessons.course.corpus import Corpus, load_corpus
-from lmlessons.course.records import load_record
+from lmlessons.course.records import Recording
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import History, train
 from lmlessons.losses import clm_loss
@@ -72,7 +72,7 @@ __all__ = [
     "answer_metrics",
     "fine_tune",
     "SEED_RUN_SETTINGS",
-    "SEED_RUNS_FILE",
+    "SEED_RECORDING",
     "record_seed_runs",
     "load_seed_runs",
 ]
@@ -451,8 +451,10 @@ SEED_RUN_SETTINGS: dict[str, dict[str, Any]] = {
     "every token": {"train_on": "everything"},
     "answers only, pad = eos": {"train_on": "assistant only", "pad_is_eos": True},
 }
-SEED_RUNS_FILE = "seed_runs.json"  # made by python -m tools.answer_only_seeds
-SEED_RUNS_COMMAND = "python -m tools.answer_only_seeds --out lmlessons/data/answer_only"
+#: Lesson 10's runs over seeds, made by ``python -m tools.answer_only_seeds``.
+SEED_RECORDING = Recording(
+    "answer_only", "answer_only_seeds", ("seeds", "settings"), file="seed_runs.json"
+)
 
 
 def _seed_run(
@@ -509,10 +511,4 @@ def load_seed_runs(directory: str | Path | None = None) -> dict[str, Any]:
     {name: {"answer_loss": [...], "greedy_answer_accuracy": [...], "stop_rate": [...],
     "reported_loss": [...]}}}``, one value per seed. ``directory`` defaults to the shipped
     ``data/answer_only/``."""
-    return load_record(
-        SEED_RUNS_FILE,
-        folder="answer_only",
-        keys=("seeds", "settings"),
-        command=SEED_RUNS_COMMAND,
-        directory=directory,
-    )
+    return SEED_RECORDING.load(directory)

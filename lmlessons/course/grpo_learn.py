@@ -26,17 +26,16 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lmlessons._checks import check_generator, check_int, check_model
-from lmlessons.course.records import DATA_DIR, load_record
 from lmlessons.course.rl import (
+    GRPO_RECORDING,
     RUN_DEFAULTS,
-    RUNS_FILE,
-    RUNS_KEYS,
     completion_text,
     grpo_trainer,
     rl_prompts,
@@ -55,7 +54,7 @@ __all__ = [
     "policy_samples",
     "learn_run",
     "record_learn_runs",
-    "LEARN_DIR",
+    "LEARN_RECORDING",
     "recorded_learn_runs",
     "reward_rise",
     "sample_stats",
@@ -259,8 +258,9 @@ def record_learn_runs(
     }
 
 
-LEARN_DIR = DATA_DIR / "grpo_learn"
-LEARN_COMMAND = "OMP_NUM_THREADS=1 python -m tools.grpo_learn --out lmlessons/data/grpo_learn"
+#: Lesson 13's recording (``data/grpo_learn/runs.json``), made by ``python -m tools.grpo_learn``:
+#: the keys of lesson 12's.
+LEARN_RECORDING = replace(GRPO_RECORDING, folder="grpo_learn", tool="grpo_learn")
 
 
 def recorded_learn_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
@@ -268,9 +268,7 @@ def recorded_learn_runs(*, directory: str | Path | None = None) -> dict[str, Any
     file name in ``directory``): ``settings`` (:data:`LEARN_SETTINGS` with ``seeds``),
     ``seconds`` (the recording's wall time) and ``experiments``, ``learns`` and ``games``: each
     its ``reward`` (the function's name) and ``runs``, as :func:`learn_run` returns them."""
-    return load_record(
-        RUNS_FILE, folder="grpo_learn", keys=RUNS_KEYS, command=LEARN_COMMAND, directory=directory
-    )
+    return LEARN_RECORDING.load(directory)
 
 
 def reward_rise(

@@ -40,7 +40,7 @@ import torch
 
 from lmlessons._checks import check_int, check_model
 from lmlessons.course.models import captured_outputs
-from lmlessons.course.records import check_record, check_runs, load_record, seed_spread
+from lmlessons.course.records import Recording, check_record, check_runs, seed_spread
 from lmlessons.moe import (
     DEEPSEEK_BIAS_UPDATE_SPEED,
     expert_counts,
@@ -63,10 +63,8 @@ __all__ = [
     "train_moe",
     "MOE_CHECKPOINTS",
     "record_moe_runs",
-    "MOE_FILE",
-    "MOE_KEYS",
+    "MOE_RECORDING",
     "MOE_RUN_KEYS",
-    "MOE_COMMAND",
     "recorded_moe_runs",
     "check_moe_record",
     "run_final",
@@ -406,18 +404,18 @@ def record_moe_runs(
 
 # --- the record, its summary and its figures --------------------------------------------------
 
-MOE_FILE = "runs.json"  # in lmlessons/data/moe/, made by python -m tools.moe_runs
-MOE_KEYS = ("settings", "seconds", "methods")
+#: Lesson 14's recording (``data/moe/runs.json``), made by ``python -m tools.moe_runs``; its runs
+#: are by method (:func:`check_moe_record` checks them).
+MOE_RECORDING = Recording("moe", "moe_runs", ("settings", "seconds", "methods"))
 #: The keys of every run of a record.
 MOE_RUN_KEYS = ("seed", *_SERIES, "final_counts", "expert_bias")
-MOE_COMMAND = "OMP_NUM_THREADS=1 python -m tools.moe_runs --out lmlessons/data/moe"
 
 
 def check_moe_record(record: object, *, name: str = "record") -> dict[str, Any]:
-    """``record`` when it has :data:`MOE_KEYS` and each method's every run
+    """``record`` when it has :data:`MOE_RECORDING`'s keys and each method's every run
     :data:`MOE_RUN_KEYS` (:func:`lmlessons.course.records.check_record`, which names the
     missing keys), one logged value per logged step."""
-    data = check_record(record, MOE_KEYS, name=name)
+    data = check_record(record, MOE_RECORDING.keys, name=name)
     methods = check_record(data["methods"], (), name=f"{name}['methods']")
     for method, entry in methods.items():
         where = f"{name}['methods'][{method!r}]"
@@ -435,10 +433,7 @@ def recorded_moe_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     """The record of ``python -m tools.moe_runs`` (``data/moe/runs.json``, or the same file
     name in ``directory``), checked by :func:`check_moe_record`: ``settings``, ``seconds`` and
     ``methods``, by name (:data:`METHODS`), each with its ``runs`` (:func:`moe_run`)."""
-    data = load_record(
-        MOE_FILE, folder="moe", keys=MOE_KEYS, command=MOE_COMMAND, directory=directory
-    )
-    return check_moe_record(data, name=MOE_FILE)
+    return check_moe_record(MOE_RECORDING.load(directory), name=MOE_RECORDING.file)
 
 
 def run_final(run: Mapping[str, Any]) -> dict[str, float]:

@@ -40,13 +40,11 @@ from typing import Any
 import torch
 
 from lmlessons._checks import check_int
-from lmlessons.course.batches import clm_batches
-from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import tiny_gpt2
-from lmlessons.course.records import load_record, record_grid, seed_summary
+from lmlessons.course.records import Recording, record_grid, seed_summary
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import LossFn, train_steps
-from lmlessons.course.zloss_runs import heldout_batches, heldout_loss
+from lmlessons.course.zloss_runs import heldout_batches, heldout_loss, training_batches
 from lmlessons.mtp import mtp_loss, mtp_losses, mtp_num_items
 
 __all__ = [
@@ -57,10 +55,7 @@ __all__ = [
     "heldout_depth_losses",
     "mtp_run",
     "record_mtp_runs",
-    "MTP_FILE",
-    "MTP_KEYS",
-    "MTP_RUN_KEYS",
-    "MTP_COMMAND",
+    "MTP_RECORDING",
     "recorded_mtp_runs",
     "mtp_summary",
     "mtp_figure",
@@ -178,14 +173,7 @@ def mtp_run(
     settings = dict(MTP_SETTINGS if settings is None else settings)
     tok = load_tokenizer()
     model = mtp_model(num_depths, seed=seed, tokenizer=tok, **dict(model_config or {}))
-    batches = clm_batches(
-        load_corpus(),
-        tok,
-        batch_size=settings["batch_size"],
-        max_length=settings["max_length"],
-        generator=torch.Generator().manual_seed(seed),
-    )
-    logged = train_steps(model, batches, _mtp_fn(), settings)
+    logged = train_steps(model, training_batches(tok, settings, seed), _mtp_fn(), settings)
     held_out = heldout_batches(tok, settings)
     return {
         "num_depths": model.num_depths,
@@ -222,32 +210,27 @@ def record_mtp_runs(
     )
 
 
-MTP_FILE = "runs.json"  # in lmlessons/data/mtp/, made by python -m tools.mtp_runs
-MTP_COMMAND = "OMP_NUM_THREADS=1 python -m tools.mtp_runs --out lmlessons/data/mtp"
-#: The top-level keys of an MTP recording, and the keys every one of its runs has.
-MTP_KEYS = ("settings", "seconds", "runs")
-MTP_RUN_KEYS = (
-    "num_depths",
-    "seed",
-    "step",
-    "loss_depth_1",
-    "heldout_next_token_loss",
-    "heldout_depth_losses",
+#: Lesson 15's MTP recording (``data/mtp/runs.json``), made by ``python -m tools.mtp_runs``.
+MTP_RECORDING = Recording(
+    "mtp",
+    "mtp_runs",
+    ("settings", "seconds", "runs"),
+    run_keys=(
+        "num_depths",
+        "seed",
+        "step",
+        "loss_depth_1",
+        "heldout_next_token_loss",
+        "heldout_depth_losses",
+    ),
 )
 
 
 def recorded_mtp_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     """The record of ``python -m tools.mtp_runs`` (``data/mtp/runs.json``, or the same file name
-    in ``directory``), its top level and every run checked for their keys (:data:`MTP_KEYS`,
-    :data:`MTP_RUN_KEYS`): a :class:`ValueError` names a missing one."""
-    return load_record(
-        MTP_FILE,
-        folder="mtp",
-        keys=MTP_KEYS,
-        command=MTP_COMMAND,
-        directory=directory,
-        run_keys=MTP_RUN_KEYS,
-    )
+    in ``directory``), its top level and every run checked for their keys
+    (:data:`MTP_RECORDING`): a :class:`ValueError` names a missing one."""
+    return MTP_RECORDING.load(directory)
 
 
 def mtp_summary(data: Mapping[str, Any]) -> dict[int, dict[str, Any]]:

@@ -31,7 +31,7 @@ import torch
 from lmlessons._checks import check_float_tensor, check_int, check_real, check_same_shape
 from lmlessons.course.chat import conversation_labels, instruction_set, prompt_length
 from lmlessons.course.corpus import Corpus, load_corpus
-from lmlessons.course.records import check_record, load_record, seed_spread
+from lmlessons.course.records import Recording, check_record, seed_spread
 from lmlessons.kl import kl_divergence
 from lmlessons.preference import (
     completion_logps,
@@ -162,8 +162,10 @@ def encode_pair(tokenizer: Any, pair: dict[str, Any]) -> dict[str, list[int]]:
 
 #: The loss types of lesson 11's recorded runs: four of TRL's ``DPOConfig.loss_type`` and SimPO.
 RUN_LOSS_TYPES: tuple[str, ...] = ("sigmoid", "ipo", "hinge", "sigmoid_norm", "simpo")
-PREFERENCE_RUNS_FILE = "preference_runs.json"  # made by python -m tools.preference_runs
-PREFERENCE_RUNS_COMMAND = "python -m tools.preference_runs --out lmlessons/data/preference"
+#: Lesson 11's recording, made by ``python -m tools.preference_runs``.
+PREFERENCE_RECORDING = Recording(
+    "preference", "preference_runs", ("runs",), file="preference_runs.json"
+)
 
 
 def preference_sample(split: str, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -182,13 +184,7 @@ def preference_runs(directory: str | Path | None = None) -> dict[str, Any]:
     ``runs``, each ``{"loss_type", "beta", "seed", "loss", "steps", "probes"}``, a probe being
     ``chosen_logps``, ``rejected_logps``, ``policy_prefers_chosen`` and ``reward_accuracy``
     (means over the training pairs)."""
-    return load_record(
-        PREFERENCE_RUNS_FILE,
-        folder="preference",
-        keys=("runs",),
-        command=PREFERENCE_RUNS_COMMAND,
-        directory=directory,
-    )
+    return PREFERENCE_RECORDING.load(directory)
 
 
 def bradley_terry(reward_chosen: torch.Tensor, reward_rejected: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,8 @@ trains them once and writes a small JSON file that the package ships under
   :func:`check_record` on what it read.
 * :func:`check_record`: the one schema check: a JSON object with the keys its kind needs;
   :func:`check_runs` applies it to every run of a list.
+* :class:`Recording`: one kind of recording (its folder, file, keys and the tool that records
+  it), loaded by :meth:`Recording.load`.
 * :func:`write_record`: write a recording as the tools do (``indent=1``, a final newline;
   optionally sorted keys and lists of numbers on one line).
 * :func:`record_grid`: run one experiment per cell of a grid (a setting and a seed), each
@@ -26,6 +28,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from lmlessons._checks import check_int
 
 __all__ = [
     "DATA_DIR",
+    "Recording",
     "check_record",
     "check_runs",
     "load_record",
@@ -90,6 +94,38 @@ def load_record(
     if run_keys is not None:
         check_runs(data.get("runs"), run_keys, name=f"{file}['runs']")
     return data
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One kind of recorded run: the file ``file`` shipped in ``lmlessons/data/<folder>/``,
+    recorded by ``python -m tools.<tool>``, with the top-level ``keys`` and, unless ``run_keys``
+    is None, a list ``runs`` whose every run holds ``run_keys``. The one place that says where a
+    recording lives, what it holds and what records it: its loader (:meth:`load`) and its tool
+    read it."""
+
+    folder: str
+    tool: str
+    keys: tuple[str, ...]
+    run_keys: tuple[str, ...] | None = None
+    file: str = "runs.json"
+
+    @property
+    def command(self) -> str:
+        """The command that records the shipped file (the tools run on one thread)."""
+        return f"python -m tools.{self.tool} --out lmlessons/data/{self.folder}"
+
+    def load(self, directory: str | Path | None = None) -> dict[str, Any]:
+        """The shipped recording, or the file of that name in ``directory``, checked:
+        :func:`load_record`."""
+        return load_record(
+            self.file,
+            folder=self.folder,
+            keys=self.keys,
+            command=self.command,
+            directory=directory,
+            run_keys=self.run_keys,
+        )
 
 
 def _one_line(match: re.Match[str]) -> str:

@@ -24,8 +24,8 @@ The policy gradient on a toy policy, a softmax over a few actions with a fixed r
 
 The recorded runs of lesson 12 (``python -m tools.grpo_runs``): :func:`record_runs` trains and
 collects them (the tool writes the file), :func:`recorded_runs` reads them back
-(:func:`lmlessons.course.records.load_record`) and :func:`run_summary` gives each group's mean and
-spread over the seeds (:func:`lmlessons.course.records.seed_spread`).
+(:data:`GRPO_RECORDING`) and :func:`run_summary` gives each group's mean and spread over the
+seeds (:func:`lmlessons.course.records.seed_spread`).
 
 Names are stable: lesson 08's bug zoo uses them too.
 """
@@ -50,7 +50,7 @@ from lmlessons._checks import (
     check_same_shape,
 )
 from lmlessons.course.chat import instruction_set
-from lmlessons.course.records import load_record, seed_spread
+from lmlessons.course.records import Recording, seed_spread
 from lmlessons.grpo import group_advantages, rloo_advantages
 
 __all__ = [
@@ -65,7 +65,7 @@ __all__ = [
     "grpo_run",
     "REWARDS",
     "EXPERIMENTS",
-    "RUNS_FILE",
+    "GRPO_RECORDING",
     "record_experiment",
     "record_runs",
     "recorded_runs",
@@ -309,10 +309,8 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
     },
 }
 
-RUNS_FILE = "runs.json"  # in lmlessons/data/grpo/, made by python -m tools.grpo_runs
-RUNS_COMMAND = "OMP_NUM_THREADS=1 python -m tools.grpo_runs --out lmlessons/data/grpo"
-#: The top-level keys of a recording of GRPO runs (``tools.grpo_runs``, ``tools.grpo_learn``).
-RUNS_KEYS = ("settings", "experiments")
+#: Lesson 12's recording (``data/grpo/runs.json``), made by ``python -m tools.grpo_runs``.
+GRPO_RECORDING = Recording("grpo", "grpo_runs", ("settings", "experiments"))
 
 
 def record_experiment(
@@ -377,9 +375,7 @@ def recorded_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     :data:`RUN_DEFAULTS`, ``max_steps``, ``seeds``) and ``experiments``, by name (see
     :data:`EXPERIMENTS`): each its ``reward`` and ``runs``, a list of ``{"loss_type", "beta",
     "seed", "loss", "reward", "mean_length", "clipped_ratio"[, "kl"]}``, one value per step."""
-    return load_record(
-        RUNS_FILE, folder="grpo", keys=RUNS_KEYS, command=RUNS_COMMAND, directory=directory
-    )
+    return GRPO_RECORDING.load(directory)
 
 
 def run_summary(

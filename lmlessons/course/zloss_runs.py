@@ -43,7 +43,7 @@ drifting very negative late in long runs) is out of reach of 300 steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from lmlessons._checks import (
 from lmlessons.course.batches import clm_batches
 from lmlessons.course.corpus import load_corpus
 from lmlessons.course.models import captured_outputs, tiny_gpt2
-from lmlessons.course.records import check_record, load_record, record_grid, seed_summary
+from lmlessons.course.records import Recording, check_record, record_grid, seed_summary
 from lmlessons.course.tokenizer import load_tokenizer
 from lmlessons.course.training import LossFn, evaluate, train_steps
 from lmlessons.losses import clm_loss
@@ -74,6 +74,7 @@ __all__ = [
     "ZLOSS_ARMS",
     "check_arm",
     "heldout_batches",
+    "training_batches",
     "heldout_loss",
     "logit_stats",
     "captured_qkv",
@@ -82,10 +83,7 @@ __all__ = [
     "zloss_run",
     "record_zloss_runs",
     "merge_zloss_records",
-    "ZLOSS_FILE",
-    "ZLOSS_KEYS",
-    "ZLOSS_RUN_KEYS",
-    "ZLOSS_COMMAND",
+    "ZLOSS_RECORDING",
     "recorded_zloss_runs",
     "zloss_summary",
     "zloss_figure",
@@ -133,6 +131,20 @@ def check_arm(arm: object) -> dict[str, float]:
         "learning_rate": check_real("learning_rate", arm["learning_rate"], positive=True),
         "z_loss_coefficient": check_real("z_loss_coefficient", arm["z_loss_coefficient"]),
     }
+
+
+def training_batches(
+    tokenizer: Any, settings: Mapping[str, Any], seed: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The course corpus's training documents as endless causal-LM batches of ``settings``'
+    ``batch_size`` and ``max_length``, in an order drawn from ``seed``: a run's batches."""
+    return clm_batches(
+        load_corpus(),
+        tokenizer,
+        batch_size=settings["batch_size"],
+        max_length=settings["max_length"],
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def heldout_batches(tokenizer: Any, settings: Mapping[str, Any]) -> list[dict[str, torch.Tensor]]:
@@ -265,13 +277,7 @@ def zloss_run(
     used = {**(ZLOSS_SETTINGS if settings is None else settings), **arm}
     tok = load_tokenizer()
     model = tiny_gpt2(tok, seed=seed, **dict(model_config or {}))
-    batches = clm_batches(
-        load_corpus(),
-        tok,
-        batch_size=used["batch_size"],
-        max_length=used["max_length"],
-        generator=torch.Generator().manual_seed(seed),
-    )
+    batches = training_batches(tok, used, seed)
     logged = train_steps(model, batches, _zloss_fn(arm["z_loss_coefficient"]), used)
     held_out = heldout_loss(model, heldout_batches(tok, used))
     return {**arm, "seed": seed, **logged, "heldout_loss": held_out}
@@ -324,7 +330,9 @@ def merge_zloss_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     an arm repeats."""
     if isinstance(records, Mapping) or not isinstance(records, Sequence) or not records:
         raise TypeError("records must be a non-empty sequence of z-loss records")
-    checked = [check_record(r, ZLOSS_KEYS, name=f"records[{i}]") for i, r in enumerate(records)]
+    checked = [
+        check_record(r, ZLOSS_RECORDING.keys, name=f"records[{i}]") for i, r in enumerate(records)
+    ]
     shared = [{k: v for k, v in r["settings"].items() if k != "arms"} for r in checked]
     if any(s != shared[0] for s in shared):
         raise ValueError("records must share their settings (all but the arms) to be merged")
@@ -338,35 +346,30 @@ def merge_zloss_records(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-ZLOSS_FILE = "runs.json"  # in lmlessons/data/zloss/, made by python -m tools.zloss_runs
-ZLOSS_COMMAND = "OMP_NUM_THREADS=1 python -m tools.zloss_runs --out lmlessons/data/zloss"
-#: The top-level keys of a z-loss recording, and the keys of each of its runs.
-ZLOSS_KEYS = ("settings", "seconds", "runs")
-ZLOSS_RUN_KEYS = (
-    "learning_rate",
-    "z_loss_coefficient",
-    "seed",
-    "step",
-    "lm_loss",
-    "log_z",
-    "max_abs_logit",
-    "max_attention_score",
-    "heldout_loss",
+#: Lesson 15's z-loss recording (``data/zloss/runs.json``), made by ``python -m tools.zloss_runs``.
+ZLOSS_RECORDING = Recording(
+    "zloss",
+    "zloss_runs",
+    ("settings", "seconds", "runs"),
+    run_keys=(
+        "learning_rate",
+        "z_loss_coefficient",
+        "seed",
+        "step",
+        "lm_loss",
+        "log_z",
+        "max_abs_logit",
+        "max_attention_score",
+        "heldout_loss",
+    ),
 )
 
 
 def recorded_zloss_runs(*, directory: str | Path | None = None) -> dict[str, Any]:
     """The record of ``python -m tools.zloss_runs`` (``data/zloss/runs.json``, or the same file
     name in ``directory``), its top level and every run checked for their keys
-    (:data:`ZLOSS_KEYS`, :data:`ZLOSS_RUN_KEYS`): a :class:`ValueError` names a missing one."""
-    return load_record(
-        ZLOSS_FILE,
-        folder="zloss",
-        keys=ZLOSS_KEYS,
-        command=ZLOSS_COMMAND,
-        directory=directory,
-        run_keys=ZLOSS_RUN_KEYS,
-    )
+    (:data:`ZLOSS_RECORDING`): a :class:`ValueError` names a missing one."""
+    return ZLOSS_RECORDING.load(directory)
 
 
 def _arm(run: Mapping[str, Any]) -> tuple[float, float]:
