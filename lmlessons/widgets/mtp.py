@@ -61,6 +61,10 @@ def mtp_count_text(labels: object, depth: int) -> str:
     """One line per depth 1..``depth``: its target count (:func:`lmlessons.mtp.mtp_num_items`),
     the ``num_items_in_batch`` of that depth's loss."""
     counts = mtp_num_items(check_int_tensor("labels", labels), depth).tolist()  # (depth,)
+    return _count_lines(counts)
+
+
+def _count_lines(counts: Sequence[int]) -> str:
     return "\n".join(f"depth {d}: {n} targets" for d, n in enumerate(counts, start=1))
 
 
@@ -93,7 +97,7 @@ def mtp_labels_widget(
         depth = int(slider.value)
         counts = mtp_num_items(row, depth).tolist()  # (depth,)
         state = f"depth={depth} counts={','.join(str(n) for n in counts)}"
-        text = mtp_count_text(row, depth)
+        text = _count_lines(counts)
         table = mtp_table_html(words, row, depth)
         return (
             state_output(state),
