@@ -236,6 +236,26 @@ def test_a_trained_tokenizer_normalizes_like_bert():
     assert tok.tokenize("dog\x07") == tok.tokenize("dog")
 
 
+def test_load_and_wrap_name_a_missing_file_and_missing_special_tokens(tmp_path):
+    """A missing file is named; a tokenizer without BERT's special tokens is refused, naming
+    those it lacks and all five (catches the check dropped and either message changed)."""
+    from tokenizers import Tokenizer, models
+
+    from lmlessons.course.tokenizer import load_tokenizer, wrap_tokenizer
+
+    path = tmp_path / "none.json"
+    raises_exactly(
+        FileNotFoundError, f"no tokenizer file at {str(path)!r}", lambda: load_tokenizer(path)
+    )
+    bare = Tokenizer(models.WordLevel({"[UNK]": 0, "[CLS]": 1, "dog": 2}, unk_token="[UNK]"))
+    raises_exactly(
+        ValueError,
+        "tokenizer lacks the special tokens ['[PAD]', '[SEP]', '[MASK]']; "
+        "BERT needs ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']",
+        lambda: wrap_tokenizer(bare),
+    )
+
+
 # ----------------------------------------------------------------------------------- batches
 
 
@@ -404,6 +424,60 @@ def test_sop_batches_name_their_bad_arguments(tok):
     assert next(sop_batches([[ids, ids]], tok, epochs=1))["input_ids"].shape[0] == 1
 
 
+def test_tokenize_documents_names_documents_that_are_not_a_list_of_lists(tok):
+    """A str, a non-list, an empty list and a list of texts are refused with the message that
+    names each (catches ``and`` for ``or`` in the str test and the messages' text and type)."""
+    whole = "documents must be a Corpus or a list of documents (lists of sentence strings), got "
+    raises_exactly(TypeError, whole + "str", lambda: tokenize_documents("the dog.", tok))
+    raises_exactly(TypeError, whole + "int", lambda: tokenize_documents(5, tok))
+    raises_exactly(ValueError, "documents must not be empty", lambda: tokenize_documents([], tok))
+    raises_exactly(
+        TypeError,
+        "documents[0] must be a list of sentence strings, got str (wrap a single text as [[text]])",
+        lambda: tokenize_documents(["the dog."], tok),
+    )
+
+
+def test_tokenize_documents_names_a_non_str_sentence_and_text_without_tokens(tok):
+    """A sentence that is not a str is named by its place and type; documents with no sentence
+    or only empty ones are refused (catches the message's text and type, and the tokenizer
+    called on no sentences at all)."""
+    raises_exactly(
+        TypeError,
+        "documents[0][1] must be a str, got int",
+        lambda: tokenize_documents([["the dog.", 3]], tok),
+    )
+    for empty in ([[]], [[""], [" "]]):
+        raises_exactly(
+            ValueError,
+            "documents hold no text the tokenizer turns into tokens",
+            lambda empty=empty: tokenize_documents(empty, tok),
+        )
+
+
+def test_tokenize_documents_drops_each_empty_sentence_in_place(tok):
+    """An empty middle sentence is dropped and its neighbours kept (catches ``ids[k - j]``)."""
+    ids = tok(["the dog.", "a cat."], add_special_tokens=False)["input_ids"]
+    assert tokenize_documents([["the dog.", "", "a cat."]], tok) == [ids]
+
+
+def test_packed_batches_name_their_bad_sizes_and_allow_five_tokens(tok):
+    """``batch_size`` 0, ``max_length`` 4 and ``epochs`` 0 are refused by name (catches each
+    name and bound changed); 5 tokens a row is enough."""
+    docs = [["the dog chased the cat.", "the cat sat."]]
+    raises_exactly(
+        ValueError, "batch_size must be >= 1, got 0", lambda: mlm_batches(docs, tok, batch_size=0)
+    )
+    raises_exactly(
+        ValueError, "max_length must be >= 5, got 4", lambda: mlm_batches(docs, tok, max_length=4)
+    )
+    raises_exactly(
+        ValueError, "epochs must be >= 1, got 0", lambda: mlm_batches(docs, tok, epochs=0)
+    )
+    batch = next(clm_batches(docs, tok, batch_size=1, max_length=5, generator=gen()))
+    assert batch["input_ids"].shape == (1, 5)  # (B, T)
+
+
 # ------------------------------------------------------------------------------------ models
 
 
@@ -472,6 +546,60 @@ def test_tiny_bert_lm_head_is_a_decoder_by_default(small_tok):
     )
 
 
+class _ThreeIdTokenizer:
+    """A tokenizer with a pad, a [CLS] and a [SEP] id but no [MASK] id, of 50 tokens."""
+
+    pad_token_id, cls_token_id, sep_token_id, mask_token_id = 0, 1, 2, None
+
+    def __len__(self) -> int:
+        return 50
+
+
+def test_configs_need_only_the_pad_cls_and_sep_ids():
+    """A config needs no [MASK] id (catches the default checks of every BERT id applied)."""
+    tok = _ThreeIdTokenizer()
+    config = tiny_gpt2_config(tok, n_embd=16, n_layer=1, n_head=2)
+    assert (config.vocab_size, config.bos_token_id, config.eos_token_id) == (50, 1, 2)
+
+
+def test_tiny_mixtral_config_names_its_bad_sizes_and_passes_the_good_ones(small_tok):
+    """Each refusal names its arguments and bound; one expert, ``top_k`` equal to the experts and
+    the given sizes and tokenizer reach the config (catches names, bounds and fields dropped)."""
+    from lmlessons.course.models import tiny_mixtral_config
+
+    bad = [
+        ({"hidden_size": 30}, "hidden_size (30) must be a multiple of num_attention_heads (4)"),
+        (
+            {"num_key_value_heads": 3},
+            "num_attention_heads (4) must be a multiple of num_key_value_heads (3)",
+        ),
+        ({"num_local_experts": 0}, "num_local_experts must be >= 1, got 0"),
+        ({"num_experts_per_tok": 0}, "num_experts_per_tok must be >= 1, got 0"),
+    ]
+    for kwargs, message in bad:
+        raises_exactly(ValueError, message, lambda k=kwargs: tiny_mixtral_config(small_tok, **k))
+    one = tiny_mixtral_config(small_tok, num_local_experts=1, num_experts_per_tok=1)
+    assert (one.num_local_experts, one.num_experts_per_tok) == (1, 1)
+    sized = tiny_mixtral_config(
+        small_tok, num_hidden_layers=1, num_experts_per_tok=4, max_position_embeddings=32
+    )
+    fields = (sized.num_hidden_layers, sized.num_experts_per_tok, sized.max_position_embeddings)
+    assert fields == (1, 4, 32)
+    assert sized.vocab_size == len(small_tok)
+
+
+def test_tiny_mixtral_defaults_to_seed_zero_and_uses_the_tokenizer(small_tok):
+    """The default seed is 0 and the vocabulary the given tokenizer's (catches ``seed=1`` and
+    the tokenizer not passed on)."""
+    from lmlessons.course.models import tiny_mixtral
+
+    small = {"hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 16}
+    first = next(tiny_mixtral(small_tok, **small).parameters())
+    assert torch.equal(first, next(tiny_mixtral(small_tok, seed=0, **small).parameters()))
+    assert not torch.equal(first, next(tiny_mixtral(small_tok, seed=1, **small).parameters()))
+    assert tiny_mixtral(small_tok, **small).config.vocab_size == len(small_tok)
+
+
 # ------------------------------------------------------------------------------- checkpoints
 
 
@@ -531,6 +659,37 @@ def test_warm_start_curves_reads_the_given_folder(tmp_path):
     path.write_text('{"runs": {"caf\u00e9": 1}}', encoding="utf-8")
     assert warm_start_curves(directory=tmp_path) == {"runs": {"caf\u00e9": 1}}
     assert {run["arm"] for run in warm_start_curves()["runs"]} == {"scratch", "warm"}
+
+
+def test_moe_checkpoints_name_the_router_class_they_need(small_tok, tmp_path):
+    """The refusal of the wrong routers names the class exactly (catches either name changed)."""
+    from lmlessons.course.models import tiny_mixtral
+    from lmlessons.course.moe_runs import use_biased_routers
+
+    plain = tiny_mixtral(small_tok, hidden_size=16, num_hidden_layers=1, intermediate_size=16)
+    raises_exactly(
+        TypeError,
+        "checkpoint 'moe-bias' holds a model whose every router is a BiasedRouter",
+        lambda: save_checkpoint(plain, "moe-bias", tmp_path),
+    )
+    use_biased_routers(plain)
+    raises_exactly(
+        TypeError,
+        "checkpoint 'moe' holds a model whose every router is a MixtralTopKRouter",
+        lambda: save_checkpoint(plain, "moe", tmp_path),
+    )
+
+
+def test_checkpoint_metrics_names_the_missing_file(tmp_path):
+    """A checkpoint without metrics names itself and the path (catches ``str(None)``)."""
+    from lmlessons.course.checkpoints import checkpoint_metrics
+
+    path = tmp_path / "gpt2.metrics.json"
+    raises_exactly(
+        FileNotFoundError,
+        f"no metrics for checkpoint 'gpt2' at {str(path)!r}",
+        lambda: checkpoint_metrics("gpt2", directory=tmp_path),
+    )
 
 
 # -------------------------------------------------------------------------------- throughput
