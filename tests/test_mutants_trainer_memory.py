@@ -23,7 +23,6 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -367,12 +366,14 @@ def test_dense_heads_build_the_logits_and_chunked_ones_their_chunk_size() -> Non
         assert large - small >= (cfg.head_rows - 16) * cfg.vocab_size * 4 // 2, (kind, small, large)
 
 
-def test_forward_backward_returns_the_seconds_it_took() -> None:
-    """The seconds are an interval inside the call (a mutant adds the start time)."""
+def test_forward_backward_returns_the_seconds_it_took(monkeypatch) -> None:
+    """The seconds are the clock's end minus its start (a mutant adds the start time); a fake
+    clock reads 100 s, then 102.5 s."""
+    ticks = iter([100.0, 102.5])
+    monkeypatch.setattr(memory, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
     w = torch.ones(3, requires_grad=True)  # (3,)
-    start = time.perf_counter()
     seconds, loss = forward_backward(lambda: (2 * w).sum(), [w])
-    assert 0 <= seconds <= time.perf_counter() - start
+    assert seconds == 2.5
     assert float(loss) == 6.0 and torch.equal(w.grad, torch.full((3,), 2.0))
 
 
