@@ -25,7 +25,7 @@ ONE_THREAD := OMP_NUM_THREADS=1
 AXE_CORE := axe-core@4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: mutants setup setup-course lab lint test test-fast test-unit test-notebooks test-portable test-browser test-binder test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
+.PHONY: mutants setup setup-course lab lint test test-session test-fast test-unit test-notebooks test-portable test-browser test-binder test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
 # pip compiles each installed module to bytecode one file at a time (most of an install's time);
 # compileall does it on every core afterwards. Like pip, it skips a file this Python cannot
@@ -94,10 +94,14 @@ lint: setup
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows/
 
-# Lint and the site's build run side by side (one core each), then one session tests everything,
-# the built site included (tests/test_site.py, as make test-site runs it alone).
+# Lint runs beside the site's build and then beside the one session that tests everything, the
+# built site included (tests/test_site.py, as make test-site runs it alone): lint is mostly one
+# core (mypy), so the two cores stay busy. -Oline keeps each output line whole.
 test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint site $(AXE)
+	$(MAKE) --no-print-directory -j2 --output-sync=line lint test-session
+
+# make test's pytest session alone (make test runs it beside make lint).
+test-session: setup site $(AXE)
 	LMLESSONS_SITE_DIR=_build/site LMLESSONS_AXE=$(AXE) $(ONE_THREAD) \
 	  $(PYTEST) tests notebooks -m "not hub_only" $(NBVAL) --scalar-kernels $(XDIST)
 
