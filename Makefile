@@ -28,10 +28,11 @@ AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 .PHONY: mutants setup setup-course lab lint test test-session test-fast test-unit test-notebooks test-portable test-browser test-binder test-classroom test-hub hub test-site site execute student content classroom screenshots bench budgets lesson-times record clean
 
 # pip compiles each installed module to bytecode one file at a time (most of an install's time);
-# compileall does it on every core afterwards. Like pip, it skips a file this Python cannot
-# compile (torch ships one written for Python 3.12); -qq keeps that quiet.
+# compileall does it on every core afterwards, leaving out the test suites that packages ship
+# (folders named tests: nothing imports them; a quarter of the compile). Like pip, it skips a file
+# this Python cannot compile (torch ships one written for Python 3.12); -qq keeps that quiet.
 PIP_INSTALL := $(PY) -m pip install --no-compile
-COMPILE := $(PY) -m compileall -qq -j 0 $(VENV)/lib || true
+COMPILE := $(PY) -m compileall -qq -j 0 -x '/tests/' $(VENV)/lib || true
 
 # The course: its lock and the editable package, nothing else (torch's requirement brings the
 # setuptools that the editable install builds with).
@@ -96,9 +97,10 @@ lint: setup
 
 # Lint runs beside the site's build and then beside the one session that tests everything, the
 # built site included (tests/test_site.py, as make test-site runs it alone): lint is mostly one
-# core (mypy), so the two cores stay busy. -Oline keeps each output line whole.
+# core (mypy), so the two cores stay busy. Their output is not synchronised, so pytest's progress
+# shows as it comes; lint's few lines fall in between.
 test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=line lint test-session
+	$(MAKE) --no-print-directory -j2 lint test-session
 
 # make test's pytest session alone (make test runs it beside make lint).
 test-session: setup site $(AXE)
@@ -106,9 +108,13 @@ test-session: setup site $(AXE)
 	  $(PYTEST) tests notebooks -m "not hub_only" $(NBVAL) --scalar-kernels $(XDIST)
 
 # The edit loop: unit, property, oracle and static tests, nothing marked slow (under 60 s), one
-# torch thread per worker as in make test.
+# torch thread per worker as in make test. Bytecode, the tests' assertion-rewritten modules
+# included, is kept between runs in the user's own cache folder (not the repo, not a shared
+# /tmp): each run then skips about 5 s of compiling per worker.
+PYCACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lmlessons/pycache
 test-fast: setup
-	$(ONE_THREAD) $(PYTEST) tests -m "not slow and not browser and not classroom" $(XDIST)
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(PYCACHE) $(ONE_THREAD) \
+	  $(PYTEST) tests -m "not slow and not browser and not classroom" $(XDIST)
 
 test-unit: setup
 	$(PYTEST) tests -m "not browser and not classroom and not hub_only" $(XDIST)
