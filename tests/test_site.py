@@ -197,15 +197,19 @@ class PageLog:
             self.page.close()
 
     def check(self, name: str) -> None:
+        """Every request the page made has ended (at once when the checks before took longer
+        than the half second of quiet that means), and none failed or went to another host."""
+        self.page.wait_for_load_state("networkidle")
         assert not self.foreign, f"{name} requests other hosts: {self.foreign}"
         assert not self.failed, f"{name} has failed requests: {self.failed}"
         assert not self.errors, f"{name} has console errors: {self.errors}"
 
 
 def _open(browser: jb.Browser, base: str, name: str, context: Any = None) -> PageLog:
+    """The page loaded (its scripts, styles and images); :meth:`PageLog.check` waits for the
+    requests made after that."""
     log = PageLog(browser, base, context)
     log.page.goto(base + name, wait_until="load")
-    log.page.wait_for_load_state("networkidle")
     return log
 
 
