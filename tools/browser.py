@@ -762,13 +762,23 @@ def find_widget(
         widget.first.wait_for(state="attached", timeout=timeout * 1000)
     except Exception as exc:
         labels = page.locator(f"{root} .jupyter-widgets .widget-label").all_text_contents()
+        views = page.locator(f"{root} .jupyter-widgets").count()
         raise AssertionError(
-            f"no {spec.describe()} rendered; widget labels present: {labels}"
+            f"no {spec.describe()} rendered; widget labels present: {labels}; widget views: "
+            f"{views}; what the outputs show: {_outputs_text(page, root)}"
         ) from exc
     count = widget.count()
     if count != 1:
         raise AssertionError(f"{count} widgets match {spec.describe()}; make the label unique")
     return widget
+
+
+def _outputs_text(page: Page, root: str, most: int = 8) -> list[str]:
+    """The first ``most`` output areas under ``root`` (JupyterLab's or classic Notebook's), each
+    as its first 80 characters of text: what a failed widget search saw instead."""
+    areas = page.locator(f"{root} .jp-OutputArea-output, {root} .output_area")
+    texts = areas.all_text_contents()[:most]
+    return [" ".join(text.split())[:80] for text in texts]
 
 
 def widget_cell_output(widget: Locator) -> Locator:
