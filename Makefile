@@ -29,7 +29,7 @@ AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
 # pip compiles each installed module to bytecode one file at a time (most of an install's time);
 # compileall does it on every core afterwards, leaving out the test suites that packages ship
-# (folders named tests: nothing imports them; a quarter of the compile). Like pip, it skips a file
+# (folders named tests: nothing imports them; a fifth of the compile). Like pip, it skips a file
 # this Python cannot compile (torch ships one written for Python 3.12); -qq keeps that quiet.
 PIP_INSTALL := $(PY) -m pip install --no-compile
 COMPILE := $(PY) -m compileall -qq -j 0 -x '/tests/' $(VENV)/lib || true

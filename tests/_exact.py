@@ -1,10 +1,10 @@
-"""Helpers of the tests that pin exact behaviour (the mutation tests): a seeded generator, and an
-error of exactly one type with exactly one message."""
+"""Helpers of the tests that pin exact behaviour (the mutation tests): a seeded generator, an
+error of exactly one type with exactly one message, and two dicts of equal tensors."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -21,3 +21,8 @@ def raises_exactly(error: type[Exception], message: str, call: Callable[[], Any]
     with pytest.raises(error, match=f"^{re.escape(message)}$") as raised:
         call()
     assert type(raised.value) is error
+
+
+def same_tensors(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """The same keys, each with an equal tensor (a batch, or a model's ``state_dict()``)."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _exact import gen, raises_exactly
+from _exact import gen, raises_exactly, same_tensors
 
 from lmlessons.course import corpus as corpus_module
 from lmlessons.course.batches import (
@@ -264,10 +264,6 @@ def _long_docs(n: int, sentences: int, words: int) -> list[list[str]]:
     return [[" ".join(["dog"] * words)] * sentences for _ in range(n)]
 
 
-def _same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
 def test_pack_sequences_checks_max_length_and_allows_three():
     """``max_length`` below 3 is refused, naming it; 3 leaves room for one token a sequence."""
     raises_exactly(
@@ -323,7 +319,7 @@ def test_one_epoch_is_finite_and_a_seed_repeats_the_batches(tok, make):
 
     first, again = run(3), run(3)
     assert 0 < len(first) < 10
-    assert len(first) == len(again) and all(map(_same, first, again))
+    assert len(first) == len(again) and all(map(same_tensors, first, again))
 
 
 @pytest.mark.parametrize("make", ["mlm", "nsp", "sop", "clm"])

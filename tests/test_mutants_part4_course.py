@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -27,7 +27,7 @@ import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
-from _exact import gen, raises_exactly
+from _exact import gen, raises_exactly, same_tensors
 from _tiny import SMALL_GPT2
 from matplotlib.colors import to_hex
 from matplotlib.layout_engine import ConstrainedLayoutEngine
@@ -116,12 +116,7 @@ def _clock(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> None:
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     """The two modules hold the same tensors under the same names."""
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
-def _same_batch(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return same_tensors(a.state_dict(), b.state_dict())
 
 
 def _text_batch(tok: Any, texts: list[str]) -> dict[str, torch.Tensor]:
@@ -138,6 +133,15 @@ def _left_padded_batch(tok: Any) -> dict[str, torch.Tensor]:
     mask[1, :3] = 0
     ids = ids.masked_fill(mask == 0, tok.pad_token_id)
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, IGNORE)}
+
+
+def _validation_batches(tok: Any, seed: int, batch_size: int, max_length: int) -> Iterator[dict]:
+    """One epoch of ``clm_batches`` over the course corpus's validation documents, seeded."""
+    generator = torch.Generator().manual_seed(seed)
+    documents = load_corpus().validation
+    return clm_batches(
+        documents, tok, batch_size=batch_size, max_length=max_length, epochs=1, generator=generator
+    )
 
 
 def _first_corpus_batch(tok: Any, seed: int, batch_size: int, max_length: int) -> dict:
@@ -242,15 +246,8 @@ def test_train_moe_names_what_is_wrong_with_its_arguments():
 def test_heldout_batch_is_the_first_validation_batch_of_its_settings(tok):
     """Catches ``heldout_batch`` without the settings' ``max_length`` (the default 64)."""
     settings = {"heldout_sequences": 4, "max_length": 16, "heldout_seed": 1}
-    want = clm_batches(
-        load_corpus().validation,
-        tok,
-        batch_size=4,
-        max_length=16,
-        epochs=1,
-        generator=torch.Generator().manual_seed(1),
-    )
-    assert _same_batch(heldout_batch(settings), next(want))
+    want = _validation_batches(tok, seed=1, batch_size=4, max_length=16)
+    assert same_tensors(heldout_batch(settings), next(want))
 
 
 def test_train_moe_logs_step_0_every_log_every_steps_and_the_last(monkeypatch):
@@ -650,18 +647,9 @@ def test_heldout_batches_are_one_pass_over_the_validation_documents_in_the_recor
     """Catches the mutants of ``heldout_batches`` (no test reached it): the documents, the
     batch size and length, one epoch, and the order of seed 0 the shipped record used."""
     got = heldout_batches(tok, {"batch_size": 8, "max_length": 32})
-    want = list(
-        clm_batches(
-            load_corpus().validation,
-            tok,
-            batch_size=8,
-            max_length=32,
-            epochs=1,
-            generator=torch.Generator().manual_seed(0),
-        )
-    )
+    want = list(_validation_batches(tok, seed=0, batch_size=8, max_length=32))
     assert len(got) == len(want) > 1
-    assert all(_same_batch(g, w) for g, w in zip(got, want))
+    assert all(same_tensors(g, w) for g, w in zip(got, want))
 
 
 def test_heldout_loss_is_the_token_weighted_next_token_loss(tok):
@@ -734,9 +722,9 @@ def test_zloss_run_trains_the_seeded_model_on_its_batches_and_scores_it(tok, mon
     assert seen["heldout_model"] is model
     assert _same_weights(model, tiny_gpt2(tok, seed=3, **SMALL_GPT2))
     first = _first_corpus_batch(tok, seed=3, batch_size=2, max_length=16)
-    assert _same_batch(seen["batch"], first)
+    assert same_tensors(seen["batch"], first)
     want = heldout_batches(tok, seen["settings"])
-    assert len(seen["heldout"]) == len(want) and _same_batch(seen["heldout"][0], want[0])
+    assert len(seen["heldout"]) == len(want) and same_tensors(seen["heldout"][0], want[0])
     loss, _ = seen["loss_fn"](model, first)
     torch.testing.assert_close(loss.detach(), _zloss_fn(0.5)(model, first)[0].detach())
     assert zloss_run(0.0, learning_rate=0.02, seed=0)["seed"] == 0  # the default settings
@@ -870,7 +858,7 @@ def test_mtp_run_trains_the_seeded_mtp_model_and_scores_every_depth(tok, monkeyp
     assert len(seen["heldout_tok"]) == len(tok)
     assert _same_weights(model, mtp_model(2, seed=3, tokenizer=tok, **SMALL_GPT2))
     first = _first_corpus_batch(tok, seed=3, batch_size=2, max_length=16)
-    assert _same_batch(seen["batch"], first)
+    assert same_tensors(seen["batch"], first)
     loss, logged = seen["loss_fn"](model, first)
     logits = model(first["input_ids"], first["attention_mask"])  # 2 x (B, T, V)
     torch.testing.assert_close(loss.detach(), mtp_loss(logits, first["labels"]).detach())
