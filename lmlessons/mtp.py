@@ -30,6 +30,7 @@ from lmlessons._checks import (
     check_real,
 )
 from lmlessons.losses import reduce_loss, token_nll
+from lmlessons.shifting import num_targets
 
 __all__ = ["mtp_labels", "mtp_num_items", "mtp_losses", "mtp_loss"]
 
@@ -61,7 +62,7 @@ def mtp_num_items(labels: torch.Tensor, num_depths: int) -> torch.Tensor:
     the micro-batches of a step, they are :func:`mtp_loss`'s ``num_items_in_batch``."""
     labels = check_int_tensor("labels", labels)
     num_depths = check_int("num_depths", num_depths, minimum=1)
-    counts = [int((mtp_labels(labels, d) != IGNORE_INDEX).sum()) for d in range(1, num_depths + 1)]
+    counts = [int(num_targets(mtp_labels(labels, d)).sum()) for d in range(1, num_depths + 1)]
     return torch.tensor(counts, dtype=torch.long)  # (num_depths,)
 
 

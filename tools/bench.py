@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from lmlessons._checks import IGNORE_INDEX
 from lmlessons.course.memory import (
     BenchConfig,
     forward_backward,
@@ -52,6 +51,7 @@ from lmlessons.course.memory import (
 from lmlessons.course.throughput import packing_throughput, sentence_documents
 from lmlessons.linear_ce import DEFAULT_CHUNK_SIZE
 from lmlessons.masking import mask_tokens
+from lmlessons.shifting import num_targets
 
 __all__ = [
     "BenchConfig",
@@ -214,7 +214,7 @@ def _time_heads(kind: str, candidate: str, cfg: BenchConfig) -> tuple[list, list
             diffs = [float((a - b).abs().max()) for a, b in zip(grads_d, _grads(params))]
             diff = max([float((loss_d - loss_c).abs()), *diffs])
         del grads_d
-    labelled = int((x["labels"] != IGNORE_INDEX).sum())
+    labelled = int(num_targets(x["labels"]).sum())
     return t_dense, t_cand, diff, labelled
 
 

@@ -22,9 +22,10 @@ import ipywidgets as widgets
 import torch
 from transformers import PreTrainedModel
 
-from lmlessons._checks import IGNORE_INDEX, check_real
+from lmlessons._checks import check_real
 from lmlessons.course.palette import ink_on
 from lmlessons.losses import mlm_loss, nsp_loss
+from lmlessons.shifting import num_targets
 from lmlessons.widgets.base import LessonWidget, float_slider
 from lmlessons.widgets.display import OutputRecord, html_output, state_output
 
@@ -117,7 +118,7 @@ def term_gradients(
         mlm_sq=float(gm @ gm),
         nsp_sq=float(gn @ gn),
         dot=float(gm @ gn),
-        num_masked=int((batch["labels"] != IGNORE_INDEX).sum()),
+        num_masked=int(num_targets(batch["labels"]).sum()),
         num_sequences=int(batch["input_ids"].shape[0]),
         num_parameters=int(gm.numel()),
     )
