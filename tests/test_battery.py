@@ -134,7 +134,7 @@ NAMED = {
     "nan_when_no_targets negated_logprobs not_per_sequence not_shifted not_upcast "
     "probs_not_logprobs returns_tuple scores_last_position shifted_twice shifted_wrong_way "
     "shifts_across_rows "
-    "skips_target_zero softmax_wrong_dim wrong_type",
+    "skips_target_zero softmax_wrong_dim wrong_gradient wrong_type",
     "truncate_seq_pair": "always_trims_end always_trims_front delegates_to_course "
     "ignores_generator longer_decided_once modifies_input off_by_one one_end_per_call "
     "removes_from_middle repeats_per_call returns_same_lists trims_both_sides "

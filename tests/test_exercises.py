@@ -445,6 +445,37 @@ def test_too_slow_fires_on_the_runner_clock():
         assert first == fires_at and set(codes) <= {None, "too_slow"}, (step, codes)
 
 
+def test_gradients_name_the_item_of_a_tuple_and_weigh_the_rows():
+    """The runner's gradient check reaches the tensors inside a tuple argument (MoE's router
+    logits, one per layer) and names the wrong one; a per-row result is weighted row by row, so
+    two rows whose gradients are swapped fail even though their plain sum's gradient is right."""
+
+    def reference(xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.stack([xs[0].sum(), 2.0 * xs[1].sum()])  # (2,): one value per row
+
+    def swapped(xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.stack([2.0 * xs[1].sum(), xs[0].sum()])  # the rows' gradients swapped
+
+    def doubled(xs: tuple[torch.Tensor, ...]) -> torch.Tensor:  # right values at xs = 0 only
+        return torch.stack([xs[0].sum(), 2.0 * xs[1].sum() + xs[1].sum()])
+
+    case = Case("a case", ((torch.zeros(3, requires_grad=True), torch.zeros(2).requires_grad_()),))
+    for learner, code, name in (
+        (reference, None, None),
+        (swapped, "wrong_gradient", "xs[0]"),
+        (doubled, "wrong_gradient", "xs[1]"),
+        (lambda xs: reference(xs).detach(), "detached", "xs"),
+    ):
+        run = Runner("group_advantages", learner, reference)
+        try:
+            run.gradients(case, run.call(case))
+            found = None
+        except Mistake as m:
+            found = m
+        assert (found.code if found else None) == code, learner
+        assert found is None or f"`{name}`" in found.message, found.message
+
+
 # --------------------------------------------------------------------------- hints and solutions
 
 

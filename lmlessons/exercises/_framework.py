@@ -51,7 +51,7 @@ import random
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -564,23 +564,26 @@ class Runner:
             for i, (g, e) in enumerate(zip(got, expected)):
                 self.compare(case, g, e, f"{what}[{i}]")
 
-    def gradients(self, case: Case, got: torch.Tensor) -> None:
+    def gradients(self, case: Case, got: torch.Tensor, *, rtol: float = 1e-4) -> None:
         """``detached`` if ``got`` (the learner's result on ``case``, the last call) has no
         graph; ``wrong_gradient`` where its gradient with respect to an argument that requires
-        grad differs from the reference's on the same case."""
-        if not got.requires_grad or got.grad_fn is None:  # no graph, or a new leaf
-            raise Mistake("detached", f"On {case.label}, the result has no graph to the inputs.")
+        grad (or an item of a tuple or list argument) differs from the reference's on the same
+        case. A result of several values (one per row) is weighted 1, 2, ... and summed, so that
+        one row's gradient cannot make up for another's."""
         args, _ = self.last
         ref_args, ref_kwargs = case.arguments()
+        leaves = _leaves(self.names, ref_args)  # [(name, tensor)]: the reference's copies
+        if not got.requires_grad or got.grad_fn is None:  # no graph, or a new leaf
+            to = ", ".join(dict.fromkeys(f"`{n.split('[')[0]}`" for n, _ in leaves))
+            raise Mistake("detached", f"On {case.label}, the result has no graph to {to}.")
         expected = self.reference(*ref_args, **ref_kwargs)
-        names = [n for n, a in zip(self.names, args) if _leaf(a)]
-        leaves = [a for a in ref_args if _leaf(a)]
-        mine = torch.autograd.grad(got, [a for a in args if _leaf(a)], allow_unused=True)
-        theirs = torch.autograd.grad(expected, leaves, allow_unused=True)
-        for name, g, e, a in zip(names, mine, theirs, leaves):
+        mine_leaves = [a for _, a in _leaves(self.names, args)]
+        mine = torch.autograd.grad(_weighted(got), mine_leaves, allow_unused=True)
+        theirs = torch.autograd.grad(_weighted(expected), [a for _, a in leaves], allow_unused=True)
+        for (name, a), g, e in zip(leaves, mine, theirs):
             g = torch.zeros_like(a) if g is None else g
             e = torch.zeros_like(a) if e is None else e
-            if not torch.allclose(g.double(), e.double(), atol=1e-5, rtol=1e-4):
+            if not torch.allclose(g.double(), e.double(), atol=1e-5, rtol=rtol):
                 where = first_difference(g, e, atol=1e-5)
                 raise Mistake(
                     "wrong_gradient",
@@ -673,6 +676,23 @@ def close(got: float, expected: float, rtol: float = 1e-4) -> bool:
 
 def _leaf(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _leaves(names: tuple[str, ...], args: Sequence[Any]) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of every argument that requires grad, a tuple's or list's items
+    named ``name[i]`` (``names``: the reference's parameter names)."""
+    out = []
+    for i, arg in enumerate(args):
+        name = names[i] if i < len(names) else f"argument {i + 1}"
+        items = list(enumerate(arg)) if isinstance(arg, (tuple, list)) else [(None, arg)]
+        out += [(name if j is None else f"{name}[{j}]", t) for j, t in items if _leaf(t)]
+    return out
+
+
+def _weighted(values: torch.Tensor) -> torch.Tensor:
+    """One number from a result: its entries weighted 1, 2, ... and summed (a loss: itself)."""
+    flat = values.double().reshape(-1)  # (N,)
+    return (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum()
 
 
 def _numbers(seq: Any) -> bool:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from lmlessons.exercises._cases import gen
-from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, close, first_difference
+from lmlessons.exercises._framework import Case, Catalogue, Mistake, Runner, close
 from lmlessons.exercises._loss_checks import as_loss, named
 
 SIGNATURE = (
@@ -280,23 +280,6 @@ def _diagnose(case: Case, got: float, expected: float) -> Mistake | None:
     return named(case, got, expected, outputs)
 
 
-def _gradient(run: Runner, case: Case, got: torch.Tensor) -> None:
-    """``detached``, or ``wrong_gradient`` where the gradient with respect to a layer's router
-    logits differs from the reference's."""
-    if not got.requires_grad or got.grad_fn is None:
-        raise Mistake("detached", f"On {case.label}, the loss has no graph to the router logits.")
-    mine = torch.autograd.grad(got, run.last[0][0], allow_unused=True)
-    args, _ = case.arguments()
-    theirs = torch.autograd.grad(run.reference(*args), args[0])
-    for i, (g, e) in enumerate(zip(mine, theirs)):
-        g = torch.zeros_like(e) if g is None else g
-        if not torch.allclose(g.double(), e.double(), atol=1e-5, rtol=1e-3):
-            where = first_difference(g, e, atol=1e-5)
-            raise Mistake(
-                "wrong_gradient", f"On {case.label}, the gradient of `gate_logits[{i}]`: {where}."
-            )
-
-
 def check_load_balancing_loss_func(run: Runner) -> None:
     for case in cases():
         expected = float(run.expected(case).detach())
@@ -307,5 +290,5 @@ def check_load_balancing_loss_func(run: Runner) -> None:
             detail = f"On {case.label}, the loss is {got:.6g}; expected {expected:.6g}."
             raise _diagnose(case, got, expected) or Mistake("wrong_value", detail)
         if rtol < 1e-2:
-            _gradient(run, case, loss)
+            run.gradients(case, loss, rtol=1e-3)
         run.passed_case(case)

@@ -530,25 +530,6 @@ def _diagnose(run: Runner, case: Case, got: torch.Tensor, expected: torch.Tensor
     return Mistake("wrong_value", f"On {case.label}, the log-probabilities: {where}.")
 
 
-def _gradient(run: Runner, case: Case, got: torch.Tensor) -> None:
-    """``detached``, or ``wrong_gradient`` where the gradient of a weighted sum of the rows
-    (weights 1, 2, ...) with respect to the logits differs from the reference's."""
-    if not got.requires_grad or got.grad_fn is None:
-        raise Mistake("detached", f"On {case.label}, the result has no graph to the logits.")
-    weights = torch.arange(1, got.shape[0] + 1, dtype=torch.float64)  # (B,)
-    (mine,) = torch.autograd.grad((got.double() * weights).sum(), run.last[0][0], allow_unused=True)
-    (logits, labels), kwargs = case.arguments()
-    (theirs,) = torch.autograd.grad(
-        (run.reference(logits, labels, **kwargs).double() * weights).sum(), logits
-    )
-    mine = torch.zeros_like(theirs) if mine is None else mine
-    if not torch.allclose(mine.double(), theirs.double(), atol=1e-5, rtol=1e-4):
-        where = first_difference(mine, theirs, atol=1e-5)
-        raise Mistake(
-            "wrong_gradient", f"On {case.label}, the gradient with respect to `logits`: {where}."
-        )
-
-
 def cases() -> list[Case]:
     """Every case whose result the checker compares with the reference's, in order: the
     hand-written ones, the generated ones, then float16 logits (:func:`empty_average_case`
@@ -564,7 +545,7 @@ def check_sequence_logprobs(run: Runner) -> None:
             raise _diagnose(run, case, got, expected)
         run.passed_case(case)
         if k == 0:
-            _gradient(run, case, got)
+            run.gradients(case, got)
             run.ok("backpropagates to the logits with the reference's gradient")
     _check_half(run, half_case())  # no line under "What was checked": cases 7 and 8 are the
     _check_empty_average(run, empty_average_case())  # task's corners, stated in its text

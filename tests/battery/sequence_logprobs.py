@@ -106,6 +106,15 @@ def average_of_nothing_is_zero(logits, labels, average=False):
     return total / mask.sum(-1).clamp(min=1) if average else total
 
 
+@wrong("wrong_gradient")
+def detached_normaliser(logits, labels, average=False):
+    """The label's logit minus a detached logsumexp: the right values, but the gradient misses
+    the softmax's share (the normaliser is not a constant of the logits)."""
+    logits, targets = _shifted(logits.float(), labels)
+    chosen = _gather(logits, targets)  # (B, T - 1)
+    return _finish(chosen - logits.logsumexp(-1).detach(), targets != IGNORE, average)
+
+
 # ---------------------------------------------------------------- correct attempts
 
 
