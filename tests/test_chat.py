@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _exact import same_tensors
 
 from lmlessons.answer_only import per_token_mean_loss
 from lmlessons.course.chat import (
@@ -213,7 +214,7 @@ def test_sft_batches_are_padded_seeded_and_endless(chat_tok, heldout):
     )
     for a in first:
         b = next(again)
-        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert same_tensors(a, b)
         assert set(a) == {"input_ids", "attention_mask", "labels"} and a["input_ids"].shape[0] == 4
         assert (a["labels"][a["attention_mask"] == 0] == -100).all()
         assert (a["input_ids"][a["attention_mask"] == 0] == chat_tok.pad_token_id).all()

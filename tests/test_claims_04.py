@@ -15,6 +15,7 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
+from _exact import same_tensors
 from transformers import (
     BertForPreTraining,
     BertLMHeadModel,
@@ -126,7 +127,7 @@ def test_claim_04_mask_by_is_decoder() -> None:
 def test_claim_04_flag_adds_no_weight() -> None:
     causal, naive = _lm_head(True).state_dict(), _lm_head(False).state_dict()
     assert {k: v.shape for k, v in causal.items()} == {k: v.shape for k, v in naive.items()}
-    assert all(torch.equal(causal[k], naive[k]) for k in causal)  # same seed, same weights
+    assert same_tensors(causal, naive)  # same seed, same weights
 
 
 # --- section 4: the warm-started encoder-decoder ---------------------------------------------

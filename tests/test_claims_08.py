@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _exact import same_tensors
 from transformers import (
     BertForMaskedLM,
     BertLMHeadModel,
@@ -80,7 +81,7 @@ def test_claim_08_chat_runs_continue_from_the_gpt2_checkpoint() -> None:
     assert type(model) is GPT2LMHeadModel
     pretrained = load_checkpoint("gpt2").state_dict()
     mine = model.state_dict()
-    assert set(mine) == set(pretrained) and all(torch.equal(mine[k], pretrained[k]) for k in mine)
+    assert same_tensors(mine, pretrained)
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and all(m.p == 0 for m in dropouts)  # the checkpoint's 0.1, off
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _exact import same_tensors
 from transformers import BertForMaskedLM, BertForPreTraining, BertLMHeadModel, GPT2LMHeadModel
 
 from lmlessons import (
@@ -64,7 +65,7 @@ def test_seeded_and_global_rng_untouched(tok, factory, cls) -> None:
     b = factory(tok, seed=7)
     c = factory(tok, seed=8)
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
-    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert same_tensors(sa, sb)
     assert not torch.equal(a.get_input_embeddings().weight, c.get_input_embeddings().weight)
     assert set(sa) == set(sc)
 

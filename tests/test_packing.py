@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from _exact import same_tensors
 from hypothesis import given
 from hypothesis import strategies as st
 from transformers import DataCollatorWithFlattening
@@ -57,7 +58,7 @@ def test_flatten_equals_data_collator_with_flattening(seed: int) -> None:
 )
 def test_flatten_corner_cases_equal_the_collator(docs) -> None:
     ours, theirs = flatten_documents(docs), _collator(docs)
-    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert same_tensors(ours, theirs)
 
 
 def test_flatten_with_a_separator_and_labels_equals_the_collator() -> None:
@@ -67,7 +68,7 @@ def test_flatten_with_a_separator_and_labels_equals_the_collator() -> None:
         [{"input_ids": d, "labels": lab} for d, lab in zip(docs, labels)], "pt"
     )
     ours = flatten_documents(docs, labels=labels, separator_id=3)
-    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert same_tensors(ours, theirs)
     assert ours["labels"].tolist() == [[3, IGNORE_INDEX, 7, 3, 9]]
 
 

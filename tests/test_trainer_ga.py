@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from _exact import same_tensors
 
 from lmlessons.course import trainer_ga as tga
 from lmlessons.course.models import tiny_gpt2
@@ -40,7 +41,7 @@ def test_ga_batch_labels() -> None:
     assert bool((b["clm_labels"][pad] == -100).all()) and bool((b["mlm_labels"][pad] == -100).all())
     assert torch.equal(b["clm_labels"][~pad], b["input_ids"][~pad])
     assert b["next_sentence_label"].tolist() == [0, 1, 0, 1]
-    assert all(torch.equal(b[k], tga.ga_batch(tokenizer(), TEXTS, seed=0)[k]) for k in b)
+    assert same_tensors(b, tga.ga_batch(tokenizer(), TEXTS, seed=0))
     assert not torch.equal(b["mlm_labels"], tga.ga_batch(tokenizer(), TEXTS, seed=3)["mlm_labels"])
 
 

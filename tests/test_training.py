@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from _exact import same_tensors
 from _tiny import SMALL_BERT, SMALL_GPT2
 
 import lmlessons.course.training as training_module
@@ -80,7 +81,7 @@ def test_mlm_batches(tok, docs) -> None:
     assert masked.any() and (masked <= selected).all()
     # Same seed, same batches; another seed, other batches.
     again = next(mlm_batches(docs, tok, batch_size=8, max_length=32, generator=g()))
-    assert all(torch.equal(b[k], again[k]) for k in b)
+    assert same_tensors(b, again)
     other = next(mlm_batches(docs, tok, batch_size=8, max_length=32, generator=g(1)))
     assert not torch.equal(b["labels"], other["labels"])
 
