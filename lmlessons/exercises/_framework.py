@@ -574,7 +574,7 @@ class Runner:
         ref_args, ref_kwargs = case.arguments()
         leaves = _leaves(self.names, ref_args)  # [(name, tensor)]: the reference's copies
         if not got.requires_grad or got.grad_fn is None:  # no graph, or a new leaf
-            to = ", ".join(dict.fromkeys(f"`{n.split('[')[0]}`" for n, _ in leaves))
+            to = ", ".join(dict.fromkeys(f"`{n.split('[')[0]}`" for n, _ in leaves)) or "the inputs"
             raise Mistake("detached", f"On {case.label}, the result has no graph to {to}.")
         expected = self.reference(*ref_args, **ref_kwargs)
         mine_leaves = [a for _, a in _leaves(self.names, args)]
